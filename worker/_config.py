@@ -1,0 +1,137 @@
+"""Worker configuration: defaults, ``TOOLGATE_*`` environment variables, optional TOML file.
+
+Precedence, lowest first: built-in defaults, the TOML file (``--config`` or
+``TOOLGATE_CONFIG``), then ``TOOLGATE_*`` environment variables. Every value is
+decoded strictly: an unknown key or a wrong type fails at start-up naming the
+file (or variable) and the path of the mistake.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from worker._errors import ConfigError
+
+LOCAL_BOOTSTRAP = "127.0.0.1:19092"
+
+
+class Topics(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Topic names (DESIGN.md, trust boundaries)."""
+
+    requests: str = "toolgate.requests"
+    intake: str = "toolgate.intake"
+    agent: str = "toolgate.agent"
+    quarantine: str = "toolgate.quarantine"
+    audit: str = "toolgate.audit"
+
+
+class Partitions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Partition counts used by ``toolgate topics ensure``.
+
+    Intake and requests share a count so a later co-partitioned request store
+    can hold only its own partitions' requests.
+    """
+
+    requests: int = 3
+    intake: int = 3
+    agent: int = 3
+    quarantine: int = 1
+    audit: int = 3
+
+
+class Security(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Passed through to aiokafka (``security_protocol``, ``sasl_*``, TLS files)."""
+
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+
+class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Everything the worker and the CLI read from the environment."""
+
+    bootstrap: str = LOCAL_BOOTSTRAP
+    client_id: str = "toolgate"
+    group_id: str = "toolgate"
+    replication_factor: int = 1
+    contracts_dir: str = "contracts"
+    keyring: str | None = None
+    metrics_port: int = 9464
+    topics: Topics = msgspec.field(default_factory=Topics)
+    partitions: Partitions = msgspec.field(default_factory=Partitions)
+    security: Security = msgspec.field(default_factory=Security)
+
+    def masked(self) -> dict[str, Any]:
+        """The configuration as a dict with secrets replaced, for the start-up log line."""
+        raw = msgspec.to_builtins(self)
+        if raw["security"].get("sasl_password"):
+            raw["security"]["sasl_password"] = "***"
+        return raw  # type: ignore[no-any-return]
+
+
+_ENV_PREFIX = "TOOLGATE_"
+# Flat environment names for nested fields: TOOLGATE_TOPIC_INTAKE, TOOLGATE_PARTITIONS_AUDIT,
+# TOOLGATE_SECURITY_SASL_PASSWORD.
+_NESTED = {"TOPIC_": "topics", "PARTITIONS_": "partitions", "SECURITY_": "security"}
+_NOT_CONFIG = {"TOOLGATE_CONFIG", "TOOLGATE_REQUIRE_KAFKA"}
+
+
+def _from_env(environ: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(_ENV_PREFIX) or name in _NOT_CONFIG:
+            continue
+        rest = name[len(_ENV_PREFIX) :]
+        for prefix, section in _NESTED.items():
+            if rest.startswith(prefix):
+                out.setdefault(section, {})[rest[len(prefix) :].lower()] = value
+                break
+        else:
+            out[rest.lower()] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(path: str | os.PathLike[str] | None = None,
+                environ: dict[str, str] | None = None) -> Config:
+    """Build the configuration from an optional TOML file and the environment.
+
+    Raises:
+        ConfigError: naming the file or the ``TOOLGATE_*`` variable and the path of the mistake.
+    """
+    env = dict(os.environ if environ is None else environ)
+    path = path or env.get("TOOLGATE_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+        try:
+            msgspec.convert(data, Config)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+    env_data = _from_env(env)
+    try:
+        # Environment values are strings; strict=False lets "3" become 3 for int fields.
+        return msgspec.convert(_merge(data, env_data), Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"TOOLGATE_* environment: {exc}") from exc

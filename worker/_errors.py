@@ -1,0 +1,54 @@
+"""The error tree of toolgate.
+
+::
+
+    ToolgateError
+    ├── ConfigError            bad configuration: fail at start-up, naming file and path
+    │   └── ContractError      a contract file or schema is wrong (file + path of the mistake)
+    ├── RejectedInput          bad data: expected, counted, quarantined (carries stage, code, paths)
+    └── BrokerError            the broker misbehaved (``retriable`` as aiokafka's KafkaError)
+
+Bad data never escapes the gate as an exception: ``RejectedInput`` is raised
+inside a stage and turned into a verdict by the gate itself.
+"""
+
+from __future__ import annotations
+
+
+class ToolgateError(Exception):
+    """Base of every error toolgate raises on purpose."""
+
+
+class ConfigError(ToolgateError):
+    """Configuration that cannot be used; the message names the file or variable and path."""
+
+
+class ContractError(ConfigError):
+    """A contract that cannot be loaded; the message names the file and the path of the mistake."""
+
+    def __init__(self, file: str, path: str, message: str) -> None:
+        self.file = file
+        self.path = path
+        super().__init__(f"{file}: {message}" + (f" - at `{path}`" if path else ""))
+
+
+class RejectedInput(ToolgateError):
+    """A tool result rejected by one stage of the gate."""
+
+    def __init__(self, stage: str, code: str, detail: str = "", *,
+                 instance_path: str = "", schema_path: str = "", keyword: str = "") -> None:
+        self.stage = stage
+        self.code = code
+        self.detail = detail
+        self.instance_path = instance_path
+        self.schema_path = schema_path
+        self.keyword = keyword
+        super().__init__(f"{stage}/{code}: {detail}")
+
+
+class BrokerError(ToolgateError):
+    """The Kafka cluster refused or failed a request."""
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        self.retriable = retriable
+        super().__init__(message)
