@@ -74,7 +74,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         """The configuration as a dict with secrets replaced, for the start-up log line."""
         raw = msgspec.to_builtins(self)
         if raw["security"].get("sasl_password"):
-            raw["security"]["sasl_password"] = "***"
+            raw["security"]["sasl_password"] = "***"  # noqa: S105
         return raw  # type: ignore[no-any-return]
 
 

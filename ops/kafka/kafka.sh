@@ -1,0 +1,406 @@
+#!/usr/bin/env bash
+# The local single-node Apache Kafka broker (KRaft) for development and CI.
+#
+#   kafka.sh fetch          download the broker jars with Maven (once; fast when present)
+#   kafka.sh start          fetch, format storage (first time), start, wait until it serves
+#   kafka.sh stop           graceful SIGTERM, SIGKILL after a timeout
+#   kafka.sh status         exit 0 when running and serving requests, non-zero otherwise
+#   kafka.sh logs [-f|-n N] tail the broker log
+#   kafka.sh reset          stop and delete all broker data
+#   kafka.sh with CMD...    run CMD against a local broker; a broker started here is
+#                           stopped afterwards; CMD's exit code is kept
+#
+# Listens on 127.0.0.1:19092 (controller 127.0.0.1:19093). Jars live in .jars/, data,
+# pid file and logs in .data/ next to this script (both git-ignored).
+# When TOOLGATE_BOOTSTRAP names another cluster, `with` runs CMD without a local broker.
+#
+# Environment knobs:
+#   TOOLGATE_KAFKA_START_TIMEOUT  seconds to wait for the broker to serve (default 90)
+#   TOOLGATE_KAFKA_STOP_TIMEOUT   seconds between SIGTERM and SIGKILL (default 30)
+#   TOOLGATE_KAFKA_HEAP           JVM heap (default 512m)
+#   TOOLGATE_KAFKA_OPTS           extra JVM options
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+POM="$HERE/pom.xml"
+TEMPLATE="$HERE/server.properties"
+LOG4J="$HERE/log4j2.xml"
+JARS="$HERE/.jars"
+STAMP="$JARS/.complete"
+DATA="$HERE/.data"
+KRAFT="$DATA/kraft"
+LOGS="$DATA/logs"
+CONF="$DATA/server.properties"
+PIDFILE="$DATA/kafka.pid"
+LOCKFILE="$DATA/.lock"
+OUT="$LOGS/kafka.out"
+SERVER_LOG="$LOGS/server.log"
+
+HOST=127.0.0.1
+PORT=19092
+CONTROLLER_PORT=19093
+LOCAL_BOOTSTRAP="$HOST:$PORT"
+
+START_TIMEOUT="${TOOLGATE_KAFKA_START_TIMEOUT:-90}"
+STOP_TIMEOUT="${TOOLGATE_KAFKA_STOP_TIMEOUT:-30}"
+HEAP="${TOOLGATE_KAFKA_HEAP:-512m}"
+
+say() { printf 'kafka.sh: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+usage() {
+  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+python() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 "$@"
+  elif [[ -x "$REPO/.venv/bin/python" ]]; then
+    "$REPO/.venv/bin/python" "$@"
+  else
+    die "python3 is not on PATH (needed to probe the broker)"
+  fi
+}
+
+need_java() {
+  command -v java >/dev/null 2>&1 ||
+    die "java is not on PATH: Kafka 4 needs a Java 17+ runtime (Debian: apt-get install -y openjdk-17-jre-headless)"
+  local v
+  v="$(java -version 2>&1 | sed -n '1s/.*version "\([0-9]*\).*/\1/p' || true)"
+  if [[ -n "$v" && "$v" -lt 17 ]]; then
+    die "java on PATH is version $v; the Kafka 4 broker needs Java 17 or newer"
+  fi
+}
+
+# Hash of what decides the jar set; stored in .jars/.complete after a full fetch.
+pom_hash() { sha256sum "$POM" | cut -d' ' -f1; }
+
+jars_ok() { [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pom_hash)" ]]; }
+
+cmd_fetch() {
+  jars_ok && return 0
+  command -v mvn >/dev/null 2>&1 ||
+    die "the broker jars are missing ($JARS) and mvn is not on PATH (Debian: apt-get install -y maven)"
+  need_java
+  say "fetching the Kafka broker jars with Maven (first time only)..."
+  local tmp="$HERE/.jars.tmp.$$"
+  rm -rf "$tmp"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" EXIT
+  if ! mvn -q -B -f "$POM" dependency:copy-dependencies \
+      -DoutputDirectory="$tmp" -DincludeScope=runtime >"$HERE/.fetch.log" 2>&1; then
+    tail -n 40 "$HERE/.fetch.log" >&2 || true
+    die "Maven could not fetch the broker jars (full output: $HERE/.fetch.log)"
+  fi
+  rm -f "$HERE/.fetch.log"
+  pom_hash >"$tmp/.complete"
+  rm -rf "$JARS"
+  mv "$tmp" "$JARS"
+  trap - EXIT
+  say "jars ready in $JARS ($(find "$JARS" -name '*.jar' | wc -l) jars)"
+}
+
+# Runs a real Kafka request/response round trip using only the Python standard
+# library (works before any venv exists): ApiVersions, then Metadata, which lists
+# the broker only once it is registered and unfenced. A bare TCP connect is not
+# enough: the port is bound well before the broker processes requests.
+# Exit 0 = serving, 1 = no answer, 2 = something answered but it is not a usable broker.
+probe() {
+  python - "$1" "$2" <<'PY'
+import socket, struct, sys
+
+host, port = sys.argv[1], int(sys.argv[2])
+
+def call(sock, api_key, version, corr, body=b""):
+    client = b"toolgate-kafka-sh"
+    header = struct.pack(">hhih", api_key, version, corr, len(client)) + client
+    msg = header + body
+    sock.sendall(struct.pack(">i", len(msg)) + msg)
+    size = struct.unpack(">i", recv(sock, 4))[0]
+    data = recv(sock, size)
+    if struct.unpack(">i", data[:4])[0] != corr:
+        raise ValueError("correlation id mismatch")
+    return data[4:]
+
+def recv(sock, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed by peer")
+        buf += chunk
+    return buf
+
+try:
+    sock = socket.create_connection((host, port), timeout=2.0)
+except OSError:
+    sys.exit(1)
+try:
+    sock.settimeout(3.0)
+    # ApiVersions v0: error_code, [api_key, min, max]
+    resp = call(sock, 18, 0, 1)
+    (err,) = struct.unpack(">h", resp[:2])
+    if err != 0:
+        sys.exit(1)
+    (n,) = struct.unpack(">i", resp[2:6])
+    versions = {}
+    for i in range(n):
+        k, lo, hi = struct.unpack(">hhh", resp[6 + 6 * i : 12 + 6 * i])
+        versions[k] = (lo, hi)
+    lo, hi = versions.get(3, (99, -1))
+    if not lo <= 4 <= hi:
+        sys.exit(2)
+    # Metadata v4, no topics: throttle_time_ms, brokers[...]
+    resp = call(sock, 3, 4, 2, struct.pack(">ib", 0, 0))
+    (brokers,) = struct.unpack(">i", resp[4:8])
+    sys.exit(0 if brokers > 0 else 1)
+except (OSError, ValueError, struct.error):
+    sys.exit(1)
+finally:
+    sock.close()
+PY
+}
+
+# Something accepts TCP connections on the port?
+port_open() {
+  python - "$HOST" "$1" <<'PY'
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1.0).close()
+except OSError:
+    sys.exit(1)
+PY
+}
+
+port_owner() {
+  if command -v ss >/dev/null 2>&1; then
+    ss -Hltnp "sport = :$1" 2>/dev/null | sed -n '1s/.*users:((\(.*\)))/\1/p' || true
+  fi
+}
+
+# Pid of our broker if it is alive, else nothing (a stale pid file is removed).
+broker_pid() {
+  [[ -f "$PIDFILE" ]] || return 0
+  local pid
+  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+  local cmdline=""
+  if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
+    cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
+  fi
+  if [[ "$cmdline" == *"kafka.Kafka $CONF"* ]]; then
+    echo "$pid"
+  else
+    rm -f "$PIDFILE"
+  fi
+}
+
+with_lock() {
+  mkdir -p "$DATA"
+  exec 9>"$LOCKFILE"
+  flock -w 180 9 || die "another kafka.sh holds $LOCKFILE for too long"
+}
+
+write_conf() {
+  mkdir -p "$KRAFT" "$LOGS"
+  sed "s#^log\.dirs=.*#log.dirs=$KRAFT#" "$TEMPLATE" >"$CONF"
+}
+
+java_base() {
+  # shellcheck disable=SC2206
+  JAVA_CMD=(java "-Xms$HEAP" "-Xmx$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
+    -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true -Dlog4j2.shutdownHookEnabled=false
+    "-Dlog4j2.configurationFile=$LOG4J" "-Dtoolgate.kafka.logs.dir=$LOGS"
+    ${TOOLGATE_KAFKA_OPTS:-} -cp "$JARS/*")
+}
+
+format_storage() {
+  [[ -f "$KRAFT/meta.properties" ]] && return 0
+  local id
+  id="$(python -c 'import base64, uuid
+while True:
+    s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not s.startswith("-"):
+        print(s)
+        break')"
+  java_base
+  if ! "${JAVA_CMD[@]}" kafka.tools.StorageTool format --cluster-id "$id" --config "$CONF" \
+      >"$LOGS/format.log" 2>&1; then
+    cat "$LOGS/format.log" >&2
+    die "formatting the broker storage in $KRAFT failed"
+  fi
+}
+
+show_log_tail() {
+  say "last lines of $SERVER_LOG:"
+  tail -n "${1:-30}" "$SERVER_LOG" >&2 2>/dev/null || true
+  if [[ -s "$OUT" ]]; then
+    say "last lines of $OUT (JVM stdout/stderr):"
+    tail -n 15 "$OUT" >&2 || true
+  fi
+}
+
+kill_and_wait() {
+  local pid="$1" waited=0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((waited >= STOP_TIMEOUT * 10)); then
+      say "broker (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s, sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      break
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -f "$PIDFILE"
+}
+
+wait_ready() {
+  local pid="$1" started="$2" rc
+  local deadline=$((started + START_TIMEOUT))
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      rm -f "$PIDFILE"
+      show_log_tail 40
+      die "the broker exited during start-up (see above; full log: $SERVER_LOG)"
+    fi
+    rc=0
+    probe "$HOST" "$PORT" || rc=$?
+    if ((rc == 0)); then
+      return 0
+    fi
+    if ((SECONDS >= deadline)); then
+      show_log_tail 40
+      say "stopping the broker that did not become ready"
+      kill_and_wait "$pid"
+      die "the broker did not serve requests on $LOCAL_BOOTSTRAP within ${START_TIMEOUT}s"
+    fi
+    sleep 0.2
+  done
+}
+
+cmd_start() {
+  need_java
+  cmd_fetch
+  with_lock
+  local pid
+  pid="$(broker_pid)"
+  if [[ -n "$pid" ]]; then
+    wait_ready "$pid" "$SECONDS"
+    say "already running (pid $pid) on $LOCAL_BOOTSTRAP"
+    return 0
+  fi
+  local p owner
+  for p in "$PORT" "$CONTROLLER_PORT"; do
+    if port_open "$p"; then
+      owner="$(port_owner "$p")"
+      die "port $HOST:$p is taken by another process${owner:+ ($owner)}, not by this broker; stop it or point TOOLGATE_BOOTSTRAP at that cluster"
+    fi
+  done
+  write_conf
+  local t0=$SECONDS
+  format_storage
+  java_base
+  : >"$OUT"
+  # stdin from /dev/null and both outputs to a file so the broker never holds the
+  # caller's terminal or pipe; fd 9 (the lock) is not inherited.
+  nohup "${JAVA_CMD[@]}" kafka.Kafka "$CONF" </dev/null >>"$OUT" 2>&1 9>&- &
+  pid=$!
+  echo "$pid" >"$PIDFILE"
+  wait_ready "$pid" "$t0"
+  say "Kafka $(kafka_version) ready on $LOCAL_BOOTSTRAP (pid $pid, $((SECONDS - t0))s)"
+}
+
+kafka_version() {
+  local v
+  v="$(find "$JARS" -maxdepth 1 -name 'kafka_2.13-*.jar' -printf '%f\n' 2>/dev/null |
+    sed -n 's/^kafka_2\.13-\(.*\)\.jar$/\1/p' || true)"
+  echo "${v:-?}"
+}
+
+cmd_stop() {
+  with_lock
+  local pid
+  pid="$(broker_pid)"
+  if [[ -z "$pid" ]]; then
+    say "not running"
+    return 0
+  fi
+  kill_and_wait "$pid"
+  say "stopped (pid $pid)"
+}
+
+cmd_status() {
+  local pid rc=0
+  pid="$(broker_pid)"
+  if [[ -z "$pid" ]]; then
+    if port_open "$PORT"; then
+      say "not running (port $PORT is used by another process)"
+    else
+      say "not running"
+    fi
+    return 3
+  fi
+  probe "$HOST" "$PORT" || rc=$?
+  if ((rc == 0)); then
+    say "running (pid $pid), serving on $LOCAL_BOOTSTRAP"
+    return 0
+  fi
+  say "running (pid $pid) but not serving requests on $LOCAL_BOOTSTRAP yet"
+  return 1
+}
+
+cmd_logs() {
+  [[ -f "$SERVER_LOG" ]] || die "no log yet ($SERVER_LOG)"
+  if (($# == 0)); then
+    set -- -n 100
+  fi
+  exec tail "$@" "$SERVER_LOG"
+}
+
+cmd_reset() {
+  cmd_stop
+  rm -rf "$DATA"
+  say "deleted $DATA"
+}
+
+cmd_with() {
+  (($# > 0)) || die "usage: kafka.sh with CMD [ARGS...]"
+  if [[ -n "${TOOLGATE_BOOTSTRAP:-}" && "$TOOLGATE_BOOTSTRAP" != "$LOCAL_BOOTSTRAP" ]]; then
+    say "TOOLGATE_BOOTSTRAP=$TOOLGATE_BOOTSTRAP: not starting a local broker"
+    exec "$@"
+  fi
+  export TOOLGATE_BOOTSTRAP="$LOCAL_BOOTSTRAP"
+  if [[ -n "$(broker_pid)" ]]; then
+    (cmd_start) # waits until it serves, in case another invocation is still starting it
+    exec "$@"
+  fi
+  (cmd_start)
+  trap '(cmd_stop) || true' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  local rc=0
+  "$@" || rc=$?
+  exit "$rc"
+}
+
+main() {
+  (($# > 0)) || usage
+  local cmd="$1"
+  shift
+  case "$cmd" in
+    fetch) cmd_fetch ;;
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    logs) cmd_logs "$@" ;;
+    reset) cmd_reset ;;
+    with) cmd_with "$@" ;;
+    -h | --help | help) usage ;;
+    *) say "unknown command: $cmd"; usage ;;
+  esac
+}
+
+main "$@"

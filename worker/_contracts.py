@@ -1,0 +1,387 @@
+"""Contracts: one folder per tool, one subfolder per version, decoded strictly.
+
+Layout: ``contracts/<tool>/v<N>/contract.yaml`` plus the schema file it names and
+``fixtures/{accept,reject}/*.json``. ``contract.yaml`` decodes into the frozen
+:class:`ContractSpec`; any unknown key, wrong type, bad JSON Pointer or schema
+that does not compile raises :class:`~worker._errors.ContractError` naming the
+file and the path of the mistake, so a bad contract fails at start-up.
+
+Schemas compile once with jsonschema-rs, Draft 2020-12, ``format`` asserted,
+a retriever that refuses every remote or file ``$ref``, and the linear-time
+regex engine for ``pattern`` (no backtracking at all, so no ReDoS); validator
+messages are masked so a rejected value never reaches a message.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import jsonschema_rs
+import msgspec
+import msgspec.yaml
+
+from worker._errors import ContractError
+
+Status = Literal["active", "shadow", "retired"]
+JSON_CONTENT_TYPE: Final = "application/json"
+TEXT_CONTENT_TYPE: Final = "text/plain"
+MASK = "[masked]"
+# Hard ceilings a contract may not raise: they bound what one message can cost.
+MAX_BYTES_CEILING = 8 * 1024 * 1024
+MAX_DEPTH_CEILING = 128  # jiter's own recursion limit is 200; stay well inside it
+_TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_ERROR_CODE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+
+
+class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Transport limits, checked before and during the parse."""
+
+    max_bytes: int
+    max_depth: int
+
+
+class Bind(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind",
+           tag="bind", kw_only=True):
+    """The value at ``pointer`` must equal the request record's ``bind[request_key]``."""
+
+    pointer: str
+    request_key: str
+
+
+class Freshness(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind",
+                tag="freshness", kw_only=True):
+    """The RFC 3339 timestamp at ``pointer`` must be within ``max_age`` of now and no later
+    than ``max_future_skew`` ahead of it."""
+
+    pointer: str
+    max_age_seconds: float
+    max_future_skew_seconds: float = 0.0
+
+
+class OwnedId(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind",
+              tag="owned_id", kw_only=True):
+    """The identifier at ``pointer`` must belong to the request: one of the list in
+    ``bind[request_key]`` (``member``) or start with that string (``prefix``)."""
+
+    pointer: str
+    request_key: str
+    match: Literal["member", "prefix"] = "member"
+
+
+Rule = Bind | Freshness | OwnedId
+
+
+class Signature(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The adapter signs ``request_id + "\\n" + raw bytes``; the key is named by id."""
+
+    algorithm: Literal["hmac-sha256", "ed25519"]
+    key_id: str
+
+
+class DisplayText(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A human-readable string passed apart from ``data``, marked untrusted, bounded."""
+
+    pointer: str
+    max_length: int
+
+
+class Retry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Failure codes the agent may retry, while the request has attempts left."""
+
+    retryable_codes: tuple[str, ...] = ()
+
+
+class ContractSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The decoded ``contract.yaml``."""
+
+    tool: str
+    version: int
+    status: Status
+    schema: str
+    limits: Limits
+    projection: tuple[str, ...]
+    content_type: Literal["application/json", "text/plain"] = JSON_CONTENT_TYPE
+    text_pattern: str | None = None
+    adapter_versions: tuple[str, ...] = ("*",)
+    rules: tuple[Rule, ...] = ()
+    signature: Signature | None = None
+    display_text: tuple[DisplayText, ...] = ()
+    retry: Retry = msgspec.field(default_factory=Retry)
+    description: str = ""
+
+
+Pointer = tuple[str, ...]
+
+
+def parse_pointer(pointer: str) -> Pointer:
+    """Split an RFC 6901 JSON Pointer into unescaped tokens.
+
+    Raises:
+        ValueError: the pointer is not absolute or has a bad escape.
+    """
+    if pointer == "":
+        return ()
+    if not pointer.startswith("/"):
+        raise ValueError(f"JSON Pointer {pointer!r} must start with '/'")
+    tokens = []
+    for raw in pointer[1:].split("/"):
+        if re.search(r"~(?![01])", raw):
+            raise ValueError(f"JSON Pointer {pointer!r} has a bad '~' escape")
+        tokens.append(raw.replace("~1", "/").replace("~0", "~"))
+    return tuple(tokens)
+
+
+_MISSING: Any = object()
+
+
+def resolve(doc: Any, tokens: Pointer) -> Any:
+    """The value at ``tokens`` in ``doc``, or :data:`MISSING`."""
+    for token in tokens:
+        if isinstance(doc, dict):
+            doc = doc.get(token, _MISSING)
+            if doc is _MISSING:
+                return _MISSING
+        elif isinstance(doc, list) and token.isdigit():
+            index = int(token)
+            if index >= len(doc):
+                return _MISSING
+            doc = doc[index]
+        else:
+            return _MISSING
+    return doc
+
+
+MISSING = _MISSING
+
+
+def _refuse_retrieval(uri: str) -> Any:
+    raise ValueError(f"remote and file $ref are refused: {uri}")
+
+
+def compile_schema(schema: dict[str, Any]) -> Any:
+    """Compile a schema the one way toolgate allows (see the module docstring)."""
+    return jsonschema_rs.Draft202012Validator(
+        schema,
+        validate_formats=True,
+        ignore_unknown_formats=False,
+        retriever=_refuse_retrieval,
+        mask=MASK,
+        pattern_options=jsonschema_rs.RegexOptions(),
+    )
+
+
+class Contract:
+    """A loaded, compiled contract version, ready for the gate."""
+
+    __slots__ = (
+        "data_projection",
+        "display",
+        "folder",
+        "key",
+        "path",
+        "retryable_codes",
+        "rules",
+        "schema",
+        "schema_path",
+        "spec",
+        "text_regex",
+        "validator",
+    )
+
+    def __init__(self, spec: ContractSpec, folder: Path, schema: dict[str, Any]) -> None:
+        self.spec = spec
+        self.folder = folder
+        self.path = folder / "contract.yaml"
+        self.schema_path = folder / spec.schema
+        self.schema = schema
+        self.key = f"{spec.tool}@v{spec.version}"
+        self.retryable_codes = frozenset(spec.retry.retryable_codes)
+        where = str(self.path)
+        try:
+            self.validator = compile_schema(schema)
+        except (ValueError, jsonschema_rs.ValidationError) as exc:
+            raise ContractError(str(self.schema_path), "", f"schema does not compile: {exc}") from exc
+        self.text_regex: re.Pattern[str] | None = None
+        if spec.content_type == TEXT_CONTENT_TYPE:
+            if spec.text_pattern is None:
+                raise ContractError(where, "$.text_pattern", "text/plain contracts need text_pattern")
+            try:
+                self.text_regex = re.compile(spec.text_pattern)
+            except re.error as exc:
+                raise ContractError(where, "$.text_pattern", f"bad regular expression: {exc}") from exc
+            if not self.text_regex.groupindex:
+                raise ContractError(where, "$.text_pattern", "the pattern needs named groups")
+        elif spec.text_pattern is not None:
+            raise ContractError(where, "$.text_pattern", "only text/plain contracts take one")
+        self.data_projection = tuple(
+            (p, _data_pointer(where, f"$.projection[{i}]", p)) for i, p in enumerate(spec.projection)
+        )
+        self.display = tuple(
+            (d.max_length, _data_pointer(where, f"$.display_text[{i}].pointer", d.pointer))
+            for i, d in enumerate(spec.display_text)
+        )
+        for i, rule in enumerate(spec.rules):
+            _data_pointer(where, f"$.rules[{i}].pointer", rule.pointer)
+        self.rules = spec.rules
+
+    def __repr__(self) -> str:
+        return f"<Contract {self.key} {self.spec.status}>"
+
+
+def _data_pointer(where: str, path: str, pointer: str) -> Pointer:
+    try:
+        tokens = parse_pointer(pointer)
+    except ValueError as exc:
+        raise ContractError(where, path, str(exc)) from exc
+    if len(tokens) < 2 or tokens[0] != "data":
+        raise ContractError(where, path, f"pointer {pointer!r} must point inside /data")
+    return tokens
+
+
+def load_contract(folder: Path) -> Contract:
+    """Load and compile ``folder/contract.yaml`` and its schema.
+
+    Raises:
+        ContractError: naming the file and the path of the mistake.
+    """
+    path = folder / "contract.yaml"
+    try:
+        spec = msgspec.yaml.decode(path.read_bytes(), type=ContractSpec, strict=True)
+    except OSError as exc:
+        raise ContractError(str(path), "", f"cannot read: {exc.strerror}") from exc
+    except msgspec.ValidationError as exc:
+        message, _, at = str(exc).partition(" - at `")
+        raise ContractError(str(path), at.rstrip("`"), message) from exc
+    except msgspec.DecodeError as exc:
+        raise ContractError(str(path), "", f"not valid YAML: {exc}") from exc
+    _check_spec(spec, path, folder)
+    schema_file = folder / spec.schema
+    if schema_file.resolve().parent != folder.resolve():
+        raise ContractError(str(path), "$.schema", "the schema must sit beside contract.yaml")
+    try:
+        schema = json.loads(schema_file.read_bytes())
+    except OSError as exc:
+        raise ContractError(str(path), "$.schema", f"cannot read {schema_file}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ContractError(str(schema_file), "", f"not valid JSON: {exc}") from exc
+    if not isinstance(schema, dict):
+        raise ContractError(str(schema_file), "", "a schema must be a JSON object")
+    return Contract(spec, folder, schema)
+
+
+def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
+    where = str(path)
+    if not _TOOL_NAME.match(spec.tool):
+        raise ContractError(where, "$.tool", f"tool name must match {_TOOL_NAME.pattern}")
+    if folder.parent.name != spec.tool:
+        raise ContractError(where, "$.tool", f"tool {spec.tool!r} sits in folder {folder.parent.name!r}")
+    if folder.name != f"v{spec.version}":
+        raise ContractError(where, "$.version", f"version {spec.version} sits in folder {folder.name!r}")
+    if not 0 < spec.limits.max_bytes <= MAX_BYTES_CEILING:
+        raise ContractError(where, "$.limits.max_bytes", f"must be in 1..{MAX_BYTES_CEILING}")
+    if not 0 < spec.limits.max_depth <= MAX_DEPTH_CEILING:
+        raise ContractError(where, "$.limits.max_depth", f"must be in 1..{MAX_DEPTH_CEILING}")
+    for i, code in enumerate(spec.retry.retryable_codes):
+        if not _ERROR_CODE.match(code):
+            raise ContractError(where, f"$.retry.retryable_codes[{i}]", "not an error code")
+    for i, display in enumerate(spec.display_text):
+        if not 0 < display.max_length <= 4096:
+            raise ContractError(where, f"$.display_text[{i}].max_length", "must be in 1..4096")
+        if display.pointer in spec.projection:
+            raise ContractError(where, f"$.display_text[{i}].pointer",
+                                "display text must not also be projected into data")
+    for i, rule in enumerate(spec.rules):
+        if isinstance(rule, Freshness) and (rule.max_age_seconds <= 0
+                                            or rule.max_future_skew_seconds < 0):
+            raise ContractError(where, f"$.rules[{i}]", "freshness windows must be positive")
+
+
+class ContractSet:
+    """Every contract version under a folder, indexed for the gate.
+
+    Version selection: a message's ``tg-adapter-version`` is matched against each
+    version's ``adapter_versions`` glob patterns; the highest non-shadow version that
+    matches is the one that decides (a ``retired`` one rejects). ``shadow`` versions
+    are evaluated beside it and never decide.
+    """
+
+    def __init__(self, contracts: list[Contract]) -> None:
+        self.contracts = sorted(contracts, key=lambda c: (c.spec.tool, c.spec.version))
+        self._by_tool: dict[str, list[Contract]] = {}
+        for contract in self.contracts:
+            self._by_tool.setdefault(contract.spec.tool, []).append(contract)
+        for versions in self._by_tool.values():
+            versions.sort(key=lambda c: c.spec.version, reverse=True)
+        # select() runs per message and fnmatch is slow: remember answers, boundedly
+        # (adapter versions are attacker-chosen, so the cache is cleared when full).
+        self._selected: dict[tuple[str, str | None], Contract | None] = {}
+
+    @classmethod
+    def load(cls, root: str | Path) -> ContractSet:
+        """Load every ``<tool>/v<N>/contract.yaml`` under ``root``.
+
+        Raises:
+            ContractError: the first contract that fails, with file and path.
+        """
+        base = Path(root)
+        if not base.is_dir():
+            raise ContractError(str(base), "", "contracts folder not found")
+        folders = sorted(p.parent for p in base.glob("*/v*/contract.yaml"))
+        if not folders:
+            raise ContractError(str(base), "", "no contracts found (expected <tool>/v<N>/contract.yaml)")
+        return cls([load_contract(folder) for folder in folders])
+
+    def __iter__(self) -> Iterator[Contract]:
+        return iter(self.contracts)
+
+    def __len__(self) -> int:
+        return len(self.contracts)
+
+    @property
+    def tools(self) -> list[str]:
+        """Tool names with at least one version."""
+        return sorted(self._by_tool)
+
+    def versions(self, tool: str) -> list[Contract]:
+        """All versions of ``tool``, newest first."""
+        return self._by_tool.get(tool, [])
+
+    def select(self, tool: str, adapter_version: str | None) -> Contract | None:
+        """The version that decides for this tool and adapter version (may be retired)."""
+        cache_key = (tool, adapter_version)
+        try:
+            return self._selected[cache_key]
+        except KeyError:
+            pass
+        if len(self._selected) >= 4096:
+            self._selected.clear()
+        chosen = self._select(tool, adapter_version)
+        self._selected[cache_key] = chosen
+        return chosen
+
+    def _select(self, tool: str, adapter_version: str | None) -> Contract | None:
+        for contract in self._by_tool.get(tool, ()):
+            if contract.spec.status == "shadow":
+                continue
+            if adapter_version is None or any(
+                fnmatch.fnmatchcase(adapter_version, pattern)
+                for pattern in contract.spec.adapter_versions
+            ):
+                if adapter_version is None and contract.spec.status == "retired":
+                    continue
+                return contract
+        return None
+
+    def shadows(self, tool: str, adapter_version: str | None) -> list[Contract]:
+        """Shadow versions that match this message, to be evaluated beside the decider."""
+        return [
+            c for c in self._by_tool.get(tool, ())
+            if c.spec.status == "shadow"
+            and (adapter_version is None
+                 or any(fnmatch.fnmatchcase(adapter_version, p) for p in c.spec.adapter_versions))
+        ]

@@ -1,0 +1,109 @@
+"""The strict parse: untrusted bytes to a Python value, or a ``parse``-stage rejection.
+
+Policy (RFC 8259 plus what parsers disagree on):
+
+* UTF-8 only; invalid or overlong sequences, lone surrogates (raw or escaped) and a
+  byte-order mark are ``MALFORMED_JSON``;
+* duplicate member names, also when spelled with escapes, are ``DUPLICATE_KEY``;
+* ``NaN``/``Infinity`` are ``MALFORMED_JSON``; a number that overflows a double to
+  infinity, or an integer past jiter's digit limit (4300), is ``NUMBER_OUT_OF_RANGE``;
+* nesting deeper than the contract's limit is ``NESTING_TOO_DEEP`` (jiter's own
+  recursion limit, 200, stops 100,000 open brackets before the stack does);
+* anything but whitespace after the value (a second document, garbage) and empty
+  input are ``MALFORMED_JSON``.
+
+jiter does the parse (Rust, with duplicate detection). The depth and infinity checks
+walk the parsed value only when a cheap byte scan says they could fail: most results
+have fewer brackets than the depth limit and no exponent of three digits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import jiter
+
+from worker._errors import RejectedInput
+
+# Digits become "0", exponent markers "e", everything else a space: then two
+# substring searches (C speed) tell whether any number could overflow a double.
+_NUMBER_SHAPE = bytes(
+    ord("0") if chr(b).isdigit() else ord("e") if chr(b) in "eE" else ord(" ")
+    for b in range(256))
+_LONG_DIGITS = b"0" * 300
+
+
+def _maybe_infinite(raw: bytes) -> bool:
+    shape = raw.translate(_NUMBER_SHAPE)
+    return b"0e" in shape or _LONG_DIGITS in shape
+_DUPLICATE = re.compile(r'^Detected duplicate key ".*" at (line \d+ column \d+)$', re.S)
+
+
+def parse_json(raw: bytes, max_depth: int) -> Any:
+    """Parse ``raw`` strictly (see the module docstring).
+
+    Raises:
+        RejectedInput: stage ``parse`` with the code for what was wrong.
+    """
+    try:
+        value = jiter.from_json(raw, allow_inf_nan=False, catch_duplicate_keys=True,
+                                cache_mode="keys")
+    except ValueError as exc:
+        raise _parse_error(str(exc)) from None
+    if (raw.count(b"[") + raw.count(b"{") > max_depth or _maybe_infinite(raw)):
+        _walk(value, max_depth)
+    return value
+
+
+def _parse_error(message: str) -> RejectedInput:
+    duplicate = _DUPLICATE.match(message)
+    if duplicate:
+        # The member name is attacker-chosen: keep only where it was.
+        return RejectedInput("parse", "DUPLICATE_KEY", f"duplicate member name at {duplicate[1]}")
+    if message.startswith("number out of range"):
+        return RejectedInput("parse", "NUMBER_OUT_OF_RANGE", message[:120])
+    if message.startswith("recursion limit exceeded"):
+        return RejectedInput("parse", "NESTING_TOO_DEEP", message[:120])
+    return RejectedInput("parse", "MALFORMED_JSON", message[:160])
+
+
+def _walk(root: Any, max_depth: int) -> None:
+    """Check depth and non-finite floats iteratively (no recursion on attacker data)."""
+    stack: list[tuple[Any, int]] = [(root, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            if depth > max_depth:
+                raise RejectedInput("parse", "NESTING_TOO_DEEP",
+                                    f"nesting depth exceeds the limit of {max_depth}")
+            stack.extend((child, depth + 1) for child in value.values())
+        elif isinstance(value, list):
+            if depth > max_depth:
+                raise RejectedInput("parse", "NESTING_TOO_DEEP",
+                                    f"nesting depth exceeds the limit of {max_depth}")
+            stack.extend((child, depth + 1) for child in value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise RejectedInput("parse", "NUMBER_OUT_OF_RANGE", "a number overflows to infinity")
+
+
+def extract_text(raw: bytes, pattern: re.Pattern[str]) -> dict[str, str]:
+    """Full-match ``raw`` (UTF-8 text) against a text contract's one pattern.
+
+    The whole output must match: a banner, a warning or a second line is a
+    rejection, never something to skip. Named groups become the object that is
+    validated; groups that did not take part are left out.
+
+    Raises:
+        RejectedInput: stage ``parse``, ``TEXT_EXTRACTION_FAILED``.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RejectedInput("parse", "TEXT_EXTRACTION_FAILED", "output is not UTF-8") from None
+    match = pattern.fullmatch(text)
+    if match is None:
+        raise RejectedInput("parse", "TEXT_EXTRACTION_FAILED",
+                            "output does not fully match the contract's pattern")
+    return {name: value for name, value in match.groupdict().items() if value is not None}

@@ -1,0 +1,144 @@
+"""Projection: a new closed object holding only what the contract declares for the agent.
+
+The agent never sees the validated object itself. Each projection pointer
+``/data/a/b`` copies one value to ``data.a.b`` of a fresh object; display text
+goes to ``untrusted_text.<last token>``, apart from ``data``, cut to its
+declared length. Every envelope is then checked against a closed output
+schema generated from the contract before it may leave.
+
+Projected leaves must be scalars or arrays of scalars: a contract that points at
+an object has to name that object's fields one by one, so a new upstream field
+can never ride along.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker._contracts import MISSING, Contract, compile_schema, resolve
+from worker._errors import RejectedInput
+
+SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+_SCALAR_TYPES = ["string", "number", "boolean", "null"]
+_LEAF = {
+    "type": [*_SCALAR_TYPES, "array"],
+    "maxLength": 4096,
+    "maxItems": 1000,
+    "items": {"type": _SCALAR_TYPES, "maxLength": 4096},
+}
+_FAILURE = {
+    "type": "object",
+    "required": ["tool", "request_id", "outcome", "error"],
+    "properties": {
+        "tool": {"type": ["string", "null"], "maxLength": 64},
+        "request_id": {"type": ["string", "null"], "pattern": SAFE_ID_PATTERN},
+        "outcome": {"const": "failure"},
+        "error": {
+            "type": "object",
+            "required": ["code", "retryable"],
+            "properties": {
+                "code": {"type": "string", "pattern": "^[A-Z][A-Z0-9_]{0,63}$"},
+                "retryable": {"type": "boolean"},
+            },
+            "additionalProperties": False,
+        },
+    },
+    "additionalProperties": False,
+}
+
+
+def output_schema(contract: Contract) -> dict[str, Any]:
+    """The closed schema every agent envelope for ``contract`` must satisfy."""
+    data: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+    for _, tokens in contract.data_projection:
+        node = data
+        for token in tokens[1:-1]:
+            node = node["properties"].setdefault(
+                token, {"type": "object", "properties": {}, "additionalProperties": False})
+        node["properties"][tokens[-1]] = _LEAF
+    success: dict[str, Any] = {
+        "type": "object",
+        "required": ["tool", "request_id", "outcome", "data"],
+        "properties": {
+            "tool": {"const": contract.spec.tool},
+            "request_id": {"type": "string", "pattern": SAFE_ID_PATTERN},
+            "outcome": {"const": "success"},
+            "data": data,
+        },
+        "additionalProperties": False,
+    }
+    if contract.display:
+        success["properties"]["untrusted_text"] = {
+            "type": "object",
+            "properties": {tokens[-1]: {"type": "string", "maxLength": limit}
+                           for limit, tokens in contract.display},
+            "additionalProperties": False,
+        }
+    return {"oneOf": [success, _FAILURE]}
+
+
+class Projector:
+    """Builds and checks the agent envelope of one contract."""
+
+    __slots__ = ("contract", "display", "fields", "flat", "tool", "validator")
+
+    def __init__(self, contract: Contract) -> None:
+        self.contract = contract
+        self.tool = contract.spec.tool
+        self.fields = tuple(tokens for _, tokens in contract.data_projection)
+        # The common case, every pointer one level under /data: copy by name.
+        self.flat = tuple(t[1] for t in self.fields) if all(
+            len(t) == 2 for t in self.fields) else None
+        self.display = contract.display
+        self.validator = compile_schema(output_schema(contract))
+
+    def success(self, envelope: Any, request_id: str) -> dict[str, Any]:
+        """A fresh success envelope with the declared fields only.
+
+        Raises:
+            RejectedInput: stage ``project`` when the result cannot be projected safely.
+        """
+        data: dict[str, Any] = {}
+        source = envelope["data"]
+        if self.flat is not None and isinstance(source, dict):
+            for name in self.flat:
+                if name in source:
+                    value = source[name]
+                    data[name] = list(value) if isinstance(value, list) else value
+        else:
+            self._copy_nested(envelope, data)
+        out: dict[str, Any] = {"tool": self.tool, "request_id": request_id,
+                               "outcome": "success", "data": data}
+        if self.display:
+            text = {}
+            for limit, tokens in self.display:
+                value = resolve(envelope, tokens)
+                if isinstance(value, str):
+                    text[tokens[-1]] = value[:limit]
+            if text:
+                out["untrusted_text"] = text
+        self.check(out)
+        return out
+
+    def _copy_nested(self, envelope: Any, data: dict[str, Any]) -> None:
+        for tokens in self.fields:
+            value = resolve(envelope, tokens)
+            if value is MISSING:
+                continue  # an optional field the result left out
+            node = data
+            for token in tokens[1:-1]:
+                node = node.setdefault(token, {})
+            node[tokens[-1]] = list(value) if isinstance(value, list) else value
+
+    def check(self, out: dict[str, Any]) -> None:
+        """Refuse to emit anything the closed output schema does not allow."""
+        if not self.validator.is_valid(out):
+            raise RejectedInput("project", "INTERNAL_ERROR",
+                                "the projected envelope fails the closed output schema")
+
+
+def failure(tool: str | None, request_id: str | None, code: str,
+            retryable: bool) -> dict[str, Any]:
+    """A failure envelope: the upstream's validated code, or ``INVALID_RESPONSE``."""
+    return {"tool": tool, "request_id": request_id, "outcome": "failure",
+            "error": {"code": code, "retryable": retryable}}

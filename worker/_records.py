@@ -1,0 +1,97 @@
+"""Typed records that cross the gate's boundary: intake messages, request records, verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import msgspec
+
+BindValue = str | int | bool | list[str]
+
+
+class RequestRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """An outstanding request, written by the agent platform to the requests topic.
+
+    Decoded strictly: unknown fields, naive timestamps and wrong types are errors.
+    """
+
+    request_id: str
+    tool: str
+    issued_at: datetime
+    expires_at: datetime
+    bind: dict[str, BindValue] = {}
+    attempt: int = 1
+    max_attempts: int = 1
+
+    def __post_init__(self) -> None:
+        if self.issued_at.tzinfo is None or self.expires_at.tzinfo is None:
+            raise ValueError("issued_at and expires_at need a UTC offset")
+        if not 1 <= self.attempt <= self.max_attempts:
+            raise ValueError("attempt must be in 1..max_attempts")
+        if self.expires_at <= self.issued_at:
+            raise ValueError("expires_at must be after issued_at")
+        if not 0 < len(self.request_id) <= 128:
+            raise ValueError("request_id must be 1..128 characters")
+
+
+_request_decoder = msgspec.json.Decoder(RequestRecord)
+
+
+def decode_request(raw: bytes) -> RequestRecord:
+    """Decode a request record.
+
+    Raises:
+        msgspec.ValidationError: with the path of the mistake.
+        msgspec.DecodeError: not JSON.
+    """
+    return _request_decoder.decode(raw)
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True):
+    """One intake record as the gate sees it: no Kafka types."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]] = ()
+    origin: str = ""  # topic/partition/offset, for diagnostics only
+
+
+class Diagnostics(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Why a result was rejected, for operators only (never for the agent)."""
+
+    stage: str
+    code: str
+    message: str = ""
+    instance_path: str = ""
+    schema_path: str = ""
+    keyword: str = ""
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    """The gate's decision on one intake message.
+
+    ``agent`` is the encoded agent envelope: the projected result, the upstream's
+    validated failure, or the fixed ``INVALID_RESPONSE`` failure.
+    """
+
+    accepted: bool
+    outcome: str  # the agent envelope's outcome: "success" or "failure"
+    tool: str | None
+    request_id: str | None
+    contract: str | None
+    stage: str | None  # set on rejection
+    code: str | None  # operator code on rejection; the upstream failure code when accepted
+    attempt: int | None
+    agent: bytes
+    raw_sha256: str
+    projected_sha256: str | None = None
+    diagnostics: Diagnostics | None = None
+    adapter: str | None = None
+    adapter_version: str | None = None
+    source: str | None = None
+
+    @property
+    def result(self) -> str:
+        """``success``, ``failure`` (a valid upstream failure) or ``rejected``: the metric label."""
+        return self.outcome if self.accepted else "rejected"

@@ -1,0 +1,172 @@
+"""Adapter signatures: HMAC-SHA256 and Ed25519 over the request id and the raw bytes.
+
+The signed message is ``request_id (UTF-8) + b"\\n" + raw value bytes``: binding the
+request id stops a valid signature on one result being replayed for another
+request. The ``tg-signature`` header carries the signature in base64 (standard
+or URL-safe alphabet, padding optional).
+
+Keys live in a keyring TOML file (``TOOLGATE_KEYRING``), never in contracts::
+
+    [keys.review-adapter-2026]
+    algorithm = "hmac-sha256"
+    adapter = "review-adapter"      # the tg-adapter this key belongs to
+    secret = "base64..."            # or secret_env = "NAME_OF_ENV_VAR"
+
+    [keys.deploy-adapter-2026]
+    algorithm = "ed25519"
+    adapter = "deploy-adapter"
+    public_key = "base64 of the 32-byte raw public key"
+
+A signature only verifies when the message's ``tg-adapter`` header names the
+key's adapter: a key vouches for one adapter, not for whoever holds a result.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+from worker._errors import ConfigError
+
+
+class KeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One key of the keyring file."""
+
+    algorithm: Literal["hmac-sha256", "ed25519"]
+    adapter: str
+    secret: str | None = None
+    secret_env: str | None = None
+    public_key: str | None = None
+    private_key: str | None = None  # only for signing sample traffic and fixtures
+
+
+class KeyringFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The keyring TOML file."""
+
+    keys: dict[str, KeySpec] = {}
+
+
+class Key:
+    """A usable key: verifies (and, where the secret is known, signs)."""
+
+    __slots__ = ("_private", "_public", "_secret", "adapter", "algorithm", "key_id")
+
+    def __init__(self, key_id: str, spec: KeySpec, environ: dict[str, str], where: str) -> None:
+        self.key_id = key_id
+        self.algorithm = spec.algorithm
+        self.adapter = spec.adapter
+        self._secret: bytes | None = None
+        self._public: Ed25519PublicKey | None = None
+        self._private: Ed25519PrivateKey | None = None
+        path = f"$.keys.{key_id}"
+        if spec.algorithm == "hmac-sha256":
+            text = spec.secret
+            if spec.secret_env is not None:
+                text = environ.get(spec.secret_env)
+                if text is None:
+                    raise ConfigError(f"{where}: {path}.secret_env names {spec.secret_env}, "
+                                      "which is not set")
+            if text is None:
+                raise ConfigError(f"{where}: {path} needs secret or secret_env")
+            self._secret = _b64(text, where, f"{path}.secret")
+            if len(self._secret) < 16:
+                raise ConfigError(f"{where}: {path}.secret is shorter than 16 bytes")
+        else:
+            if spec.private_key is not None:
+                raw = _b64(spec.private_key, where, f"{path}.private_key")
+                self._private = Ed25519PrivateKey.from_private_bytes(raw)
+                self._public = self._private.public_key()
+            if spec.public_key is not None:
+                raw = _b64(spec.public_key, where, f"{path}.public_key")
+                try:
+                    self._public = Ed25519PublicKey.from_public_bytes(raw)
+                except ValueError as exc:
+                    raise ConfigError(f"{where}: {path}.public_key: {exc}") from exc
+            if self._public is None:
+                raise ConfigError(f"{where}: {path} needs public_key")
+
+    def verify(self, message: bytes, signature: bytes) -> bool:
+        """True when ``signature`` is this key's signature of ``message``."""
+        if self._secret is not None:
+            expected = hmac.new(self._secret, message, hashlib.sha256).digest()
+            return hmac.compare_digest(expected, signature)
+        assert self._public is not None
+        try:
+            self._public.verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
+    def sign(self, message: bytes) -> bytes:
+        """Sign ``message`` (needs the secret or private key)."""
+        if self._secret is not None:
+            return hmac.new(self._secret, message, hashlib.sha256).digest()
+        if self._private is None:
+            raise ConfigError(f"key {self.key_id} has no private key to sign with")
+        return self._private.sign(message)
+
+
+def _b64(text: str, where: str, path: str) -> bytes:
+    try:
+        return decode_signature(text.encode("ascii"))
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise ConfigError(f"{where}: {path} is not base64") from exc
+
+
+def decode_signature(value: bytes) -> bytes:
+    """Decode a base64 signature header (either alphabet, padding optional)."""
+    value = value.strip().replace(b"-", b"+").replace(b"_", b"/")
+    value += b"=" * (-len(value) % 4)
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error as exc:
+        raise ValueError("not base64") from exc
+
+
+def signed_message(request_id: str, raw: bytes) -> bytes:
+    """What an adapter signs for one result."""
+    return request_id.encode("utf-8") + b"\n" + raw
+
+
+class Keyring:
+    """Keys by key id, as named by contracts' ``signature.key_id``."""
+
+    def __init__(self, keys: dict[str, Key] | None = None) -> None:
+        self.keys = dict(keys or {})
+
+    def get(self, key_id: str) -> Key | None:
+        """The key with this id, if configured."""
+        return self.keys.get(key_id)
+
+    @classmethod
+    def load(cls, path: str | Path, environ: dict[str, str] | None = None) -> Keyring:
+        """Read a keyring TOML file.
+
+        Raises:
+            ConfigError: naming the file and the path of the mistake.
+        """
+        env = dict(os.environ if environ is None else environ)
+        where = str(path)
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            parsed = msgspec.convert(data, KeyringFile)
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{where}: not valid TOML: {exc}") from exc
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+        return cls({kid: Key(kid, spec, env, where) for kid, spec in parsed.keys.items()})
