@@ -1,0 +1,179 @@
+"""Contract fixtures: every accept and reject example run through the real gate.
+
+The fixture format is documented in ``contracts/README.md``. A fixture file that
+cannot be read is itself a failure naming the file and the key at fault.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from worker._contracts import Contract, ContractSet
+from worker._errors import ContractError
+from worker._gate import Gate
+from worker._records import Message, RequestRecord, Verdict
+from worker._signing import Keyring, signed_message
+
+FIXTURES_KEYRING = "fixtures-keyring.toml"
+_KEYS = {"description", "value", "raw", "raw_base64", "headers", "key", "request", "now",
+         "sign", "already_accepted", "expect"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One fixture, ready to evaluate."""
+
+    path: Path
+    contract: Contract
+    kind: str  # "accept" or "reject"
+    description: str
+    message: Message
+    request: RequestRecord | None
+    now: datetime
+    already_accepted: bool
+    expect: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """``tool@vN/kind/file`` for reports and test ids."""
+        return f"{self.contract.key}/{self.kind}/{self.path.stem}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A fixture's verdict and whether it met the expectation."""
+
+    case: Case
+    verdict: Verdict
+    problem: str  # empty when the fixture passed
+
+    @property
+    def ok(self) -> bool:
+        """True when the verdict met the fixture's expectation."""
+        return not self.problem
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise ContractError(str(path), "", f"cannot read: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ContractError(str(path), "", f"not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ContractError(str(path), "", "a fixture must be a JSON object")
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise ContractError(str(path), f"$.{unknown[0]}", "unknown fixture key")
+    return data
+
+
+def load_cases(contract: Contract, keyring: Keyring) -> list[Case]:
+    """Every fixture of one contract version.
+
+    Raises:
+        ContractError: a fixture that cannot be read, naming the file and key.
+    """
+    folder = contract.folder / "fixtures"
+    defaults_file = folder / "defaults.json"
+    defaults = _read_json(defaults_file) if defaults_file.exists() else {}
+    cases = []
+    for kind in ("accept", "reject"):
+        for path in sorted((folder / kind).glob("*.json")):
+            cases.append(_case(path, kind, contract, defaults, keyring))
+    return cases
+
+
+def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any],
+          keyring: Keyring) -> Case:
+    data = _read_json(path)
+    merged = {**defaults, **data}
+    headers: dict[str, Any] = {"tg-tool": contract.spec.tool, **defaults.get("headers", {}),
+                               **data.get("headers", {})}
+    where = str(path)
+    present = [k for k in ("value", "raw", "raw_base64") if k in data]
+    if len(present) != 1:
+        raise ContractError(where, "$", "give exactly one of value, raw, raw_base64")
+    if "value" in data:
+        raw = msgspec.json.encode(data["value"])
+    elif "raw" in data:
+        raw = str(data["raw"]).encode("utf-8")
+    else:
+        raw = base64.b64decode(data["raw_base64"])
+    request = None
+    if merged.get("request") is not None:
+        try:
+            request = msgspec.convert(merged["request"], RequestRecord, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ContractError(where, "$.request", str(exc)) from exc
+    if merged.get("sign"):
+        spec = contract.spec.signature
+        key = keyring.get(spec.key_id) if spec else None
+        if key is None:
+            raise ContractError(where, "$.sign", "no signature key for this contract in the keyring")
+        signature = key.sign(signed_message(str(headers.get("tg-request-id", "")), raw))
+        headers["tg-signature"] = base64.b64encode(signature).decode("ascii")
+    try:
+        now = datetime.fromisoformat(str(merged["now"]))
+    except (KeyError, ValueError) as exc:
+        raise ContractError(where, "$.now", "needs an RFC 3339 `now`") from exc
+    expect = data.get("expect", {})
+    if kind == "reject" and not {"stage", "code"} <= set(expect):
+        raise ContractError(where, "$.expect", "reject fixtures name the stage and code")
+    key = data.get("key", headers.get("tg-request-id"))
+    message = Message(
+        key=None if key is None else str(key).encode("utf-8"),
+        value=raw,
+        headers=[(name, str(value).encode("utf-8")) for name, value in headers.items()
+                 if value is not None],
+        origin=str(path))
+    return Case(path=path, contract=contract, kind=kind,
+                description=str(merged.get("description", "")), message=message,
+                request=request, now=now, already_accepted=bool(merged.get("already_accepted")),
+                expect=expect)
+
+
+def run_case(gate: Gate, case: Case) -> Outcome:
+    """Evaluate one fixture against the real gate."""
+    ledger = (lambda _rid, _attempt: True) if case.already_accepted else None
+    verdict = gate.evaluate(case.message, case.request, case.now, ledger, contract=case.contract)
+    problem = ""
+    if case.kind == "accept":
+        if not verdict.accepted:
+            problem = f"expected accept, got {verdict.stage}/{verdict.code}"
+        else:
+            agent = json.loads(verdict.agent)
+            for field in ("outcome", "code", "retryable"):
+                want = case.expect.get(field)
+                got = agent["outcome"] if field == "outcome" else agent.get("error", {}).get(field)
+                if field in case.expect and got != want:
+                    problem = f"expected {field}={want!r}, got {got!r}"
+    else:
+        want = (case.expect["stage"], case.expect["code"])
+        if verdict.accepted:
+            problem = f"expected {want[0]}/{want[1]}, but it was accepted"
+        elif (verdict.stage, verdict.code) != want:
+            problem = f"expected {want[0]}/{want[1]}, got {verdict.stage}/{verdict.code}"
+    return Outcome(case, verdict, problem)
+
+
+def fixtures_keyring(root: str | Path) -> Keyring:
+    """The sample keyring beside the contracts, or an empty one."""
+    path = Path(root) / FIXTURES_KEYRING
+    return Keyring.load(path, environ={}) if path.exists() else Keyring()
+
+
+def iter_outcomes(contracts: ContractSet, keyring: Keyring) -> Iterator[Outcome]:
+    """Run every fixture of every contract version."""
+    gate = Gate(contracts, keyring)
+    for contract in contracts:
+        for case in load_cases(contract, keyring):
+            yield run_case(gate, case)
