@@ -45,12 +45,13 @@ LOCAL_BOOTSTRAP="$HOST:$PORT"
 START_TIMEOUT="${TOOLGATE_KAFKA_START_TIMEOUT:-90}"
 STOP_TIMEOUT="${TOOLGATE_KAFKA_STOP_TIMEOUT:-30}"
 HEAP="${TOOLGATE_KAFKA_HEAP:-512m}"
+LOG_OFFSET=0 # size of the server log when this invocation launched the broker
 
 say() { printf 'kafka.sh: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
 usage() {
-  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -82,7 +83,7 @@ jars_ok() { [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pom_hash)" ]]; }
 cmd_fetch() {
   jars_ok && return 0
   command -v mvn >/dev/null 2>&1 ||
-    die "the broker jars are missing ($JARS) and mvn is not on PATH (Debian: apt-get install -y maven)"
+    die "the broker jars in $JARS are missing or older than pom.xml, and mvn is not on PATH (Debian: apt-get install -y maven)"
   need_java
   say "fetching the Kafka broker jars with Maven (first time only)..."
   local tmp="$HERE/.jars.tmp.$$"
@@ -232,9 +233,19 @@ while True:
   fi
 }
 
+# The end of what this start wrote to the server log (older runs' lines are left out).
 show_log_tail() {
-  say "last lines of $SERVER_LOG:"
-  tail -n "${1:-30}" "$SERVER_LOG" >&2 2>/dev/null || true
+  local size=0
+  [[ -f "$SERVER_LOG" ]] && size="$(stat -c %s "$SERVER_LOG")"
+  if ((size < LOG_OFFSET)); then
+    LOG_OFFSET=0 # rolled over meanwhile
+  fi
+  if ((size > LOG_OFFSET)); then
+    say "last lines of $SERVER_LOG:"
+    tail -c "+$((LOG_OFFSET + 1))" "$SERVER_LOG" | tail -n "${1:-30}" >&2 || true
+  else
+    say "nothing new in $SERVER_LOG"
+  fi
   if [[ -s "$OUT" ]]; then
     say "last lines of $OUT (JVM stdout/stderr):"
     tail -n 15 "$OUT" >&2 || true
@@ -304,6 +315,8 @@ cmd_start() {
   format_storage
   java_base
   : >"$OUT"
+  LOG_OFFSET=0
+  [[ -f "$SERVER_LOG" ]] && LOG_OFFSET="$(stat -c %s "$SERVER_LOG")"
   # stdin from /dev/null and both outputs to a file so the broker never holds the
   # caller's terminal or pipe; fd 9 (the lock) is not inherited.
   nohup "${JAVA_CMD[@]}" kafka.Kafka "$CONF" </dev/null >>"$OUT" 2>&1 9>&- &

@@ -1,0 +1,62 @@
+# toolgate: `make run` and `make test` work on a fresh machine (Python 3.11+, Java 17, Maven).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+KAFKA := ops/kafka/kafka.sh
+PYTEST_ARGS ?=
+
+.PHONY: help install jars broker broker-stop topics lint contracts test unit run bench-gate clean
+
+help:
+	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
+	@echo "make test       lint, contract fixtures and the whole test suite on a real local broker"
+	@echo "make lint       ruff and mypy --strict"
+	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
+	@echo "make bench-gate the gate benchmark (ops/bench/gate_bench.py)"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+jars:
+	bash $(KAFKA) fetch
+
+broker: jars
+	bash $(KAFKA) start
+
+broker-stop:
+	bash $(KAFKA) stop
+
+topics: install broker
+	$(BIN)/toolgate topics ensure
+
+lint: install
+	$(BIN)/ruff check worker tests ops
+	$(BIN)/mypy worker
+
+contracts: install
+	$(BIN)/toolgate contracts lint
+	$(BIN)/toolgate contracts test
+
+unit: install
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+# Starts the broker only if none is running, and stops it afterwards only if it started it.
+test: install jars lint contracts
+	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest $(PYTEST_ARGS)
+
+run: install broker topics
+	@echo "broker running on 127.0.0.1:19092 with the toolgate topics; stop it with: make broker-stop"
+
+bench-gate: install
+	$(BIN)/python ops/bench/gate_bench.py
+
+clean:
+	-bash $(KAFKA) stop
+	rm -rf $(VENV) ops/kafka/.data .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,269 @@
+"""The ``toolgate`` command line: parse arguments, configure, call one function.
+
+Exit codes, for every command: 0 success, 1 the command ran and found a problem
+(a rejected result, a failing fixture, a lint finding, a breaking change), 2 a
+usage or configuration error (bad arguments, unreadable file, bad contract).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from worker._config import Config, load_config
+from worker._contracts import ContractSet, load_contract
+from worker._errors import BrokerError, ConfigError
+from worker._version import __version__
+
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+
+_DESCRIPTION = """\
+toolgate validates AI-agent tool results before an agent may act on them.
+
+Raw results from tool adapters land on an intake topic; toolgate applies byte and
+depth limits, parses strictly, validates against the tool's contract (JSON Schema
+2020-12), binds the result to its request record, and publishes a minimal closed
+object to the agent topic. Rejections go to a quarantine topic for operators.
+"""
+
+_EPILOG = """\
+examples:
+  toolgate topics ensure                      create the five topics on the broker
+  toolgate check --request req.json --header tg-tool=review_status result.json
+  toolgate contracts test                     run every contract fixture
+  toolgate contracts lint                     hold every schema to the contract rules
+  toolgate contracts diff contracts/job_status/v1 contracts/job_status/v2
+
+environment: TOOLGATE_BOOTSTRAP (default 127.0.0.1:19092), TOOLGATE_CONTRACTS_DIR,
+TOOLGATE_KEYRING, TOOLGATE_CONFIG (a TOML file); see README.md for all settings.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="toolgate", description=_DESCRIPTION, epilog=_EPILOG,
+                                     formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"toolgate {__version__}")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file (TOOLGATE_CONFIG)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    check = commands.add_parser(
+        "check", formatter_class=fmt,
+        help="evaluate result files offline, one JSON line per file",
+        description="Evaluate result files offline through the same gate the worker runs.\n\n"
+                    "Prints one JSON line per file: file, outcome (accepted|rejected), stage, code,\n"
+                    "the agent envelope, and for rejections the operator diagnostics.\n"
+                    "Exit 0 when every file was accepted, 1 when any was rejected, 2 on a usage error.",
+        epilog="When --request is given, tg-tool and tg-request-id default to the request's tool\n"
+               "and request_id, and the Kafka key to tg-request-id.\n\n"
+               "example:\n  toolgate check --request req.json --now 2026-05-01T12:00:00Z result.json")
+    check.add_argument("files", nargs="+", metavar="FILE", help="raw result bytes, one result per file")
+    check.add_argument("--contracts", metavar="DIR", help="contracts folder (default: ./contracts)")
+    check.add_argument("--request", metavar="FILE", help="the request record (JSON) results answer")
+    check.add_argument("--header", action="append", default=[], metavar="K=V",
+                       help="an intake header, e.g. tg-tool=review_status (repeatable)")
+    check.add_argument("--key", metavar="KEY", help="the Kafka key (default: tg-request-id)")
+    check.add_argument("--now", metavar="ISO", help="the clock, RFC 3339 (default: now)")
+    check.add_argument("--keyring", metavar="FILE", help="adapter keys for signed contracts")
+
+    contracts = commands.add_parser("contracts", help="test, lint and diff contracts",
+                                    description="Keep contracts honest: fixtures, rules, changes.")
+    sub = contracts.add_subparsers(dest="contracts_command", metavar="ACTION", required=True)
+    test = sub.add_parser("test", help="run every fixture; each reject must hit its stage and code")
+    test.add_argument("--contracts", metavar="DIR", help="contracts folder (default: ./contracts)")
+    test.add_argument("--keyring", metavar="FILE",
+                      help="keys for signed fixtures (default: DIR/fixtures-keyring.toml)")
+    test.add_argument("-v", "--verbose", action="store_true", help="print passing fixtures too")
+    lint = sub.add_parser("lint", help="closed objects, bounded strings and arrays, no free maps")
+    lint.add_argument("--contracts", metavar="DIR", help="contracts folder (default: ./contracts)")
+    diff = sub.add_parser("diff", help="class each change between two versions as breaking or not",
+                          description="Compare two contract versions (folders holding contract.yaml)"
+                                      " or two schema files. Exit 1 when a change is breaking.")
+    diff.add_argument("old", metavar="OLD")
+    diff.add_argument("new", metavar="NEW")
+
+    topics = commands.add_parser("topics", help="manage the Kafka topics",
+                                 description="Manage toolgate's five Kafka topics.")
+    tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+    ensure = tsub.add_parser(
+        "ensure", formatter_class=fmt, help="create missing topics (idempotent)",
+        description="Create the topics of DESIGN.md where missing and report those that exist.\n"
+                    "Names and partition counts come from the configuration:\n"
+                    "  TOOLGATE_TOPIC_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT}\n"
+                    "  TOOLGATE_PARTITIONS_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT}\n"
+                    "The requests topic is compacted (latest record per request id).")
+    ensure.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``toolgate`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+        if getattr(args, "bootstrap", None):
+            config = msgspec.structs.replace(config, bootstrap=args.bootstrap)
+        return _dispatch(args, config)
+    except ConfigError as exc:
+        print(f"toolgate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokerError as exc:
+        print(f"toolgate: broker: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+
+
+def _dispatch(args: argparse.Namespace, config: Config) -> int:
+    if args.command == "check":
+        return _check(args, config)
+    if args.command == "contracts":
+        if args.contracts_command == "test":
+            return _contracts_test(args, config)
+        if args.contracts_command == "lint":
+            return _contracts_lint(args, config)
+        return _contracts_diff(args)
+    if args.command == "topics":
+        return _topics_ensure(config)
+    raise AssertionError(args.command)  # argparse only lets known commands through
+
+
+def _contracts_dir(args: argparse.Namespace, config: Config) -> str:
+    return str(getattr(args, "contracts", None) or config.contracts_dir)
+
+
+def _check(args: argparse.Namespace, config: Config) -> int:
+    from worker._gate import Gate
+    from worker._records import Message, RequestRecord, decode_request
+    from worker._signing import Keyring
+
+    contracts = ContractSet.load(_contracts_dir(args, config))
+    keyring_file = args.keyring or config.keyring
+    gate = Gate(contracts, Keyring.load(keyring_file) if keyring_file else None)
+    request: RequestRecord | None = None
+    if args.request:
+        try:
+            request = decode_request(Path(args.request).read_bytes())
+        except OSError as exc:
+            raise ConfigError(f"{args.request}: cannot read: {exc.strerror}") from exc
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise ConfigError(f"{args.request}: not a valid request record: {exc}") from exc
+    headers: dict[str, str] = {}
+    if request is not None:
+        headers = {"tg-tool": request.tool, "tg-request-id": request.request_id}
+    for item in args.header:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--header {item!r}: expected K=V, e.g. tg-tool=review_status")
+        headers[name] = value
+    now = datetime.now(UTC)
+    if args.now:
+        try:
+            now = datetime.fromisoformat(args.now)
+        except ValueError as exc:
+            raise ConfigError(f"--now {args.now!r}: not an RFC 3339 date-time") from exc
+        if now.tzinfo is None:
+            raise ConfigError(f"--now {args.now!r}: needs a UTC offset, e.g. Z")
+    key = args.key if args.key is not None else headers.get("tg-request-id")
+    rejected = 0
+    for name in args.files:
+        try:
+            raw = Path(name).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{name}: cannot read: {exc.strerror}") from exc
+        message = Message(key=None if key is None else key.encode(), value=raw,
+                          headers=[(k, v.encode()) for k, v in headers.items()], origin=name)
+        verdict = gate.evaluate(message, request, now)
+        line: dict[str, Any] = {
+            "file": name, "outcome": "accepted" if verdict.accepted else "rejected",
+            "stage": verdict.stage, "code": verdict.code, "agent": json.loads(verdict.agent)}
+        if verdict.diagnostics is not None:
+            line["diagnostics"] = msgspec.to_builtins(verdict.diagnostics)
+        print(json.dumps(line, ensure_ascii=False))
+        rejected += not verdict.accepted
+    return EXIT_PROBLEM if rejected else EXIT_OK
+
+
+def _contracts_test(args: argparse.Namespace, config: Config) -> int:
+    from worker._fixtures import fixtures_keyring, iter_outcomes
+    from worker._signing import Keyring
+
+    root = _contracts_dir(args, config)
+    contracts = ContractSet.load(root)
+    keyring = Keyring.load(args.keyring) if args.keyring else fixtures_keyring(root)
+    passed = failed = 0
+    for outcome in iter_outcomes(contracts, keyring):
+        if outcome.ok:
+            passed += 1
+            if args.verbose:
+                print(f"ok   {outcome.case.name}")
+        else:
+            failed += 1
+            print(f"FAIL {outcome.case.name} ({outcome.case.path}): {outcome.problem}")
+    print(f"{len(contracts)} contract versions: {passed} passed, {failed} failed")
+    return EXIT_PROBLEM if failed else EXIT_OK
+
+
+def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
+    from worker._lint import lint_contracts
+
+    contracts = ContractSet.load(_contracts_dir(args, config))
+    findings = lint_contracts(contracts)
+    for finding in findings:
+        print(f"{finding.file}: {finding.pointer or '/'}: {finding.rule}: {finding.message}")
+    print(f"{len(contracts)} contract versions: {len(findings)} findings")
+    return EXIT_PROBLEM if findings else EXIT_OK
+
+
+def _contracts_diff(args: argparse.Namespace) -> int:
+    from worker._diff import diff_contracts, diff_schemas
+
+    old, new = Path(args.old), Path(args.new)
+    if old.is_dir() and new.is_dir():
+        changes = diff_contracts(load_contract(old), load_contract(new))
+    elif old.is_file() and new.is_file():
+        changes = diff_schemas(_read_schema(old), _read_schema(new))
+    else:
+        raise ConfigError(f"{old} and {new}: give two contract version folders or two schema files")
+    for change in changes:
+        label = "BREAKING" if change.breaking else "change  "
+        print(f"{label} {change.pointer or '/'}: {change.kind}: {change.message}")
+    breaking = sum(c.breaking for c in changes)
+    print(f"{len(changes)} changes, {breaking} breaking")
+    return EXIT_PROBLEM if breaking else EXIT_OK
+
+
+def _read_schema(path: Path) -> dict[str, Any]:
+    try:
+        schema = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(schema, dict):
+        raise ConfigError(f"{path}: a schema must be a JSON object")
+    return schema
+
+
+def _topics_ensure(config: Config) -> int:
+    from worker._kafka import ensure_topics
+
+    report = asyncio.run(ensure_topics(config))
+    for name in report.created:
+        print(f"created  {name}")
+    for name in report.existing:
+        print(f"exists   {name}")
+    for warning in report.warnings:
+        print(f"warning  {warning}")
+    print(f"{config.bootstrap}: {len(report.created)} created, {len(report.existing)} already existed")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
