@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from worker._config import Config
 from worker._errors import BrokerError
@@ -76,11 +76,17 @@ async def ensure_topics(config: Config, *, timeout_ms: int = 30000) -> TopicRepo
         missing = [topic for topic in plan if topic.name not in existing]
         report.existing = [topic.name for topic in plan if topic.name in existing]
         for topic in missing:
-            try:
-                await admin.create_topics([topic], timeout_ms=timeout_ms)
-                report.created.append(topic.name)
-            except TopicAlreadyExistsError:  # another process won the race
-                report.existing.append(topic.name)
+            # aiokafka's admin client reports per-topic failures in the response, not by raising.
+            response = await admin.create_topics([topic], timeout_ms=timeout_ms)
+            for name, code, *rest in response.topic_errors:
+                if code == 0:
+                    report.created.append(name)
+                elif code == TopicAlreadyExistsError.errno:  # another process won the race
+                    report.existing.append(name)
+                else:
+                    error = for_code(code)
+                    message = rest[0] if rest and rest[0] else error.__name__
+                    raise BrokerError(f"creating topic {name!r}: {message}", retriable=error.retriable)
         if report.existing:
             described = await admin.describe_topics(report.existing)
             wanted = {topic.name: topic.num_partitions for topic in plan}

@@ -86,16 +86,17 @@ cmd_fetch() {
     die "the broker jars in $JARS are missing or older than pom.xml, and mvn is not on PATH (Debian: apt-get install -y maven)"
   need_java
   say "fetching the Kafka broker jars with Maven (first time only)..."
-  local tmp="$HERE/.jars.tmp.$$"
+  local tmp="$DATA/jars.tmp.$$" fetch_log="$DATA/fetch.log"
+  mkdir -p "$DATA"
   rm -rf "$tmp"
   # shellcheck disable=SC2064
   trap "rm -rf '$tmp'" EXIT
   if ! mvn -q -B -f "$POM" dependency:copy-dependencies \
-      -DoutputDirectory="$tmp" -DincludeScope=runtime >"$HERE/.fetch.log" 2>&1; then
-    tail -n 40 "$HERE/.fetch.log" >&2 || true
-    die "Maven could not fetch the broker jars (full output: $HERE/.fetch.log)"
+      -DoutputDirectory="$tmp" -DincludeScope=runtime >"$fetch_log" 2>&1; then
+    tail -n 40 "$fetch_log" >&2 || true
+    die "Maven could not fetch the broker jars (full output: $fetch_log)"
   fi
-  rm -f "$HERE/.fetch.log"
+  rm -f "$fetch_log"
   pom_hash >"$tmp/.complete"
   rm -rf "$JARS"
   mv "$tmp" "$JARS"

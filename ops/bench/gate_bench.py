@@ -1,0 +1,435 @@
+"""Gate benchmark: the end-to-end gate against the floor of parse + schema check.
+
+Usage::
+
+    python ops/bench/gate_bench.py [--seconds S] [--repeat R] [--cpu N] [--json]
+
+Every case is measured in the same run, on one pinned core, as the median of R
+timed loops of about S seconds each. The repeats are interleaved (repeat 1 of
+every case, then repeat 2, ...) so that noise from a shared machine spreads over
+all cases alike and the ratios stay comparable. The garbage collector stays on,
+as in the worker.
+
+Cases:
+
+* ``floor``: ``jiter.from_json`` (duplicate keys caught, no NaN) plus the
+  contract's compiled jsonschema-rs validator ``is_valid`` on the same bytes:
+  what parsing and validating alone cost, without any gate;
+* ``gate``: ``Gate.evaluate`` end to end on an accepted result;
+* ``gate (rejected)``: the same result with one extra property, rejected at the
+  ``schema`` stage (the reject path: error search, masking, failure envelope);
+* the same at about 20 KB, on a contract written by this script into a temporary
+  folder (``review_status`` cannot carry 20 KB);
+* ``gate, python-jsonschema``: the gate with each contract's validator replaced
+  by python-jsonschema (``Draft202012Validator`` with its format checker). Only
+  the contract schema is swapped; the closed output-schema check on the agent
+  envelope stays on jsonschema-rs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import jiter  # noqa: E402
+import jsonschema  # noqa: E402
+import msgspec  # noqa: E402
+
+from worker._contracts import Contract, ContractSet, load_contract  # noqa: E402
+from worker._errors import ContractError  # noqa: E402
+from worker._gate import Gate  # noqa: E402
+from worker._records import Message, RequestRecord  # noqa: E402
+
+SAMPLE = ROOT / "contracts" / "review_status" / "v1"
+GATE_TARGET_RATIO = 3.0
+VERDICTS_TARGET = 100_000
+LARGE_BYTES = 20 * 1024
+
+
+# --------------------------------------------------------------------------- inputs
+
+class Workload:
+    """One accepted and one rejected message for a contract, with their request."""
+
+    def __init__(self, contract: Contract, accepted: bytes, rejected: bytes,
+                 headers: dict[str, str], request: RequestRecord, now: datetime) -> None:
+        self.contract = contract
+        self.raw = accepted
+        self.request = request
+        self.now = now
+        key = request.request_id.encode()
+        encoded = [(name, value.encode()) for name, value in headers.items()]
+        self.accepted = Message(key=key, value=accepted, headers=encoded)
+        self.rejected = Message(key=key, value=rejected, headers=encoded)
+
+
+def small_workload(contracts: ContractSet) -> Workload:
+    """``review_status`` v1: its accepted fixture and defaults (about 170 bytes)."""
+    defaults = json.loads((SAMPLE / "fixtures" / "defaults.json").read_bytes())
+    value = json.loads((SAMPLE / "fixtures" / "accept" / "approved.json").read_bytes())["value"]
+    extra = {**value, "data": {**value["data"], "admin_override": True}}
+    contract = next(c for c in contracts if c.key == "review_status@v1")
+    return Workload(
+        contract, msgspec.json.encode(value), msgspec.json.encode(extra),
+        {"tg-tool": "review_status", **defaults["headers"]},
+        msgspec.convert(defaults["request"], RequestRecord, strict=False),
+        datetime.fromisoformat(defaults["now"]))
+
+
+LARGE_CONTRACT = """\
+tool: bench_items
+version: 1
+status: active
+description: Benchmark only, a listing of up to 200 closed items.
+adapter_versions: ["1.*"]
+schema: schema.json
+limits:
+  max_bytes: 65536
+  max_depth: 6
+rules:
+  - kind: bind
+    pointer: /data/query
+    request_key: query
+projection:
+  - /data/query
+  - /data/count
+"""
+
+_ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.]{7,63}$"}
+LARGE_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "oneOf": [
+        {
+            "type": "object",
+            "required": ["tool", "request_id", "outcome", "data"],
+            "properties": {
+                "tool": {"const": "bench_items"},
+                "request_id": _ID,
+                "outcome": {"const": "success"},
+                "data": {
+                    "type": "object",
+                    "required": ["query", "count", "items"],
+                    "properties": {
+                        "query": {"type": "string", "pattern": "^Q-[0-9]{1,10}$"},
+                        "count": {"type": "integer", "minimum": 0, "maximum": 200},
+                        "items": {
+                            "type": "array",
+                            "maxItems": 200,
+                            "items": {
+                                "type": "object",
+                                "required": ["id", "name", "state", "score", "owner"],
+                                "properties": {
+                                    "id": {"type": "string", "pattern": "^IT-[0-9]{1,8}$"},
+                                    "name": {"type": "string", "maxLength": 64},
+                                    "state": {"enum": ["open", "closed", "blocked"]},
+                                    "score": {"type": "number", "minimum": 0, "maximum": 100},
+                                    "owner": {"type": "string", "maxLength": 64},
+                                },
+                                "additionalProperties": False,
+                            },
+                        },
+                    },
+                    "additionalProperties": False,
+                },
+            },
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "required": ["tool", "request_id", "outcome", "error"],
+            "properties": {
+                "tool": {"const": "bench_items"},
+                "request_id": _ID,
+                "outcome": {"const": "failure"},
+                "error": {
+                    "type": "object",
+                    "required": ["code", "retryable"],
+                    "properties": {
+                        "code": {"enum": ["NOT_FOUND", "UPSTREAM_UNAVAILABLE"]},
+                        "retryable": {"type": "boolean"},
+                    },
+                    "additionalProperties": False,
+                },
+            },
+            "additionalProperties": False,
+        },
+    ],
+}
+
+
+def write_large_contract(root: Path) -> Path:
+    """Write ``bench_items/v1`` (contract.yaml + schema.json) under ``root``."""
+    folder = root / "bench_items" / "v1"
+    folder.mkdir(parents=True)
+    (folder / "contract.yaml").write_text(LARGE_CONTRACT)
+    (folder / "schema.json").write_text(json.dumps(LARGE_SCHEMA, indent=1))
+    return folder
+
+
+def large_workload(contract: Contract, small: Workload) -> Workload:
+    """A ``bench_items`` result of about 20 KB (as many items as fit, at most 200)."""
+    request_id = small.request.request_id
+    items: list[dict[str, Any]] = []
+    value: dict[str, Any] = {"tool": "bench_items", "request_id": request_id,
+                             "outcome": "success", "data": {"query": "Q-77", "count": 0,
+                                                            "items": items}}
+    for i in range(200):
+        item = {"id": f"IT-{100000 + i}", "name": f"nightly build step {i:03d} of the pipeline",
+                "state": ("open", "closed", "blocked")[i % 3], "score": round(i * 0.37, 2),
+                "owner": f"team-{i % 7}@example.com"}
+        if len(msgspec.json.encode(value)) + len(msgspec.json.encode(item)) + 1 > LARGE_BYTES:
+            break
+        items.append(item)
+        value["data"]["count"] = len(items)
+    extra = {**value, "data": {**value["data"], "admin_override": True}}
+    request = msgspec.structs.replace(small.request, tool="bench_items", bind={"query": "Q-77"})
+    headers = {"tg-tool": "bench_items", "tg-request-id": request_id,
+               "tg-adapter": "bench-adapter", "tg-adapter-version": "1.0.0",
+               "tg-source": "https://bench.invalid/items"}
+    return Workload(contract, msgspec.json.encode(value), msgspec.json.encode(extra),
+                    headers, request, small.now)
+
+
+# ------------------------------------------------------------ python-jsonschema swap
+
+class _Kind:
+    __slots__ = ("context",)
+
+    def __init__(self, context: list[list[_PyError]]) -> None:
+        self.context = context
+
+
+class _PyError:
+    """A python-jsonschema error in the shape the gate reads from jsonschema-rs."""
+
+    __slots__ = ("instance_path", "kind", "message", "schema_path")
+
+    def __init__(self, error: jsonschema.ValidationError) -> None:
+        self.message = error.message
+        self.instance_path = list(error.absolute_path)
+        self.schema_path = list(error.absolute_schema_path)
+        branches: dict[int, list[_PyError]] = {}
+        for sub in error.context or ():
+            branches.setdefault(int(sub.relative_schema_path[0]), []).append(_PyError(sub))
+        self.kind = _Kind([branches[i] for i in sorted(branches)])
+
+
+class PythonJsonschema:
+    """``is_valid`` / ``iter_errors`` of python-jsonschema, formats asserted."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        cls = jsonschema.Draft202012Validator
+        self._validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+    def is_valid(self, value: Any) -> bool:
+        return bool(self._validator.is_valid(value))
+
+    def iter_errors(self, value: Any) -> Iterator[_PyError]:
+        return (_PyError(e) for e in self._validator.iter_errors(value))
+
+
+def with_python_jsonschema(contracts: list[Contract]) -> list[Contract]:
+    """Swap every contract's compiled validator (the objects are private to this run)."""
+    for contract in contracts:
+        contract.validator = PythonJsonschema(contract.schema)
+    return contracts
+
+
+# -------------------------------------------------------------------------- timing
+
+class Case:
+    def __init__(self, name: str, size: int, call: Callable[[], object],
+                 floor: str | None) -> None:
+        self.name = name
+        self.size = size
+        self.call = call
+        self.floor = floor  # the name of the case this one is compared to
+        self.loops = 1
+        self.samples: list[float] = []
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.samples)
+
+
+def calibrate(case: Case, seconds: float) -> None:
+    """Loop count so that one timed loop lasts about ``seconds``."""
+    loops = 1
+    while True:
+        elapsed = timed(case.call, loops)
+        if elapsed > 0.02:
+            break
+        loops *= 4
+    case.loops = max(1, int(loops * seconds / elapsed))
+
+
+def timed(call: Callable[[], object], loops: int) -> float:
+    started = time.perf_counter()
+    for _ in itertools.repeat(None, loops):
+        call()
+    return time.perf_counter() - started
+
+
+def measure(cases: list[Case], seconds: float, repeat: int) -> None:
+    for case in cases:
+        calibrate(case, seconds)
+    for _ in range(repeat):
+        for case in cases:
+            gc.collect()
+            case.samples.append(timed(case.call, case.loops) / case.loops * 1e6)
+
+
+# --------------------------------------------------------------------------- cases
+
+def pin(cpu: int | None) -> int:
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = allowed[-1] if cpu is None else cpu
+    os.sched_setaffinity(0, {chosen})
+    return chosen
+
+
+def load_contracts() -> tuple[ContractSet, str]:
+    try:
+        return ContractSet.load(ROOT / "contracts"), "contracts/"
+    except ContractError as exc:  # another contract is half-written: bench the sample alone
+        return ContractSet([load_contract(SAMPLE)]), f"{SAMPLE.relative_to(ROOT)} only ({exc})"
+
+
+def build_cases(tmp: Path) -> tuple[list[Case], str]:
+    contracts, source = load_contracts()
+    small = small_workload(contracts)
+    large_folder = write_large_contract(tmp)
+    large = large_workload(load_contract(large_folder), small)
+
+    rs_gate = Gate(contracts)
+    rs_large_gate = Gate(ContractSet([large.contract]))
+    py_small = with_python_jsonschema(
+        [load_contract(c.folder) for c in contracts])
+    py_gate = Gate(ContractSet(py_small))
+    py_large_gate = Gate(ContractSet(with_python_jsonschema([load_contract(large_folder)])))
+
+    for gate, work in ((rs_gate, small), (rs_large_gate, large), (py_gate, small),
+                       (py_large_gate, large)):
+        verdict = gate.evaluate(work.accepted, work.request, work.now)
+        assert verdict.accepted, (verdict.stage, verdict.code, verdict.diagnostics)
+        rejected = gate.evaluate(work.rejected, work.request, work.now)
+        assert (rejected.stage, rejected.code) == ("schema", "SCHEMA_VIOLATION"), rejected
+
+    cases: list[Case] = []
+    for label, work, gate, py in (("", small, rs_gate, py_gate),
+                                  (" 20KB", large, rs_large_gate, py_large_gate)):
+        raw, validator = work.raw, work.contract.validator
+        floor = f"floor{label}"
+
+        def floor_call(raw: bytes = raw, is_valid: Any = validator.is_valid) -> object:
+            return is_valid(jiter.from_json(raw, allow_inf_nan=False, catch_duplicate_keys=True))
+
+        def gate_call(gate: Gate = gate, work: Workload = work) -> object:
+            return gate.evaluate(work.accepted, work.request, work.now)
+
+        def reject_call(gate: Gate = gate, work: Workload = work) -> object:
+            return gate.evaluate(work.rejected, work.request, work.now)
+
+        def py_call(gate: Gate = py, work: Workload = work) -> object:
+            return gate.evaluate(work.accepted, work.request, work.now)
+
+        assert floor_call()
+        size = len(raw)
+        cases += [Case(floor, size, floor_call, None),
+                  Case(f"gate{label}", size, gate_call, floor),
+                  Case(f"gate{label} (rejected)", len(work.rejected.value or b""), reject_call,
+                       floor),
+                  Case(f"gate{label}, python-jsonschema", size, py_call, floor)]
+    return cases, source
+
+
+def report(cases: list[Case], cpu: int, source: str, seconds: float,
+           repeat: int) -> dict[str, Any]:
+    by_name = {c.name: c for c in cases}
+
+    def ratio(a: str, b: str) -> float:
+        return by_name[a].median_us / by_name[b].median_us
+
+    rows = [{"case": c.name, "bytes": c.size, "us_per_result": round(c.median_us, 3),
+             "results_per_s": round(1e6 / c.median_us),
+             "ratio_to_floor": round(ratio(c.name, c.floor), 2) if c.floor else 1.0,
+             "min_us": round(min(c.samples), 3), "max_us": round(max(c.samples), 3),
+             "loops": c.loops}
+            for c in cases]
+    return {
+        "cpu": cpu, "contracts": source, "seconds": seconds, "repeat": repeat,
+        "python": sys.version.split()[0], "cases": rows,
+        "gate_over_floor": round(ratio("gate", "floor"), 2),
+        "gate_over_floor_target": GATE_TARGET_RATIO,
+        "accepted_verdicts_per_s": round(1e6 / by_name["gate"].median_us),
+        "accepted_verdicts_per_s_target": VERDICTS_TARGET,
+        "gate_over_floor_20kb": round(ratio("gate 20KB", "floor 20KB"), 2),
+        "python_jsonschema_over_rs": round(ratio("gate, python-jsonschema", "gate"), 1),
+        "python_jsonschema_over_rs_20kb": round(
+            ratio("gate 20KB, python-jsonschema", "gate 20KB"), 1),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    print(f"pinned to CPU {result['cpu']}; contracts: {result['contracts']}; "
+          f"Python {result['python']}; median of {result['repeat']} interleaved loops "
+          f"of ~{result['seconds']}s each; gc on")
+    print("python-jsonschema cases swap the contract validator only; "
+          "the closed output-schema check stays on jsonschema-rs")
+    print()
+    header = f"{'case':<34}{'bytes':>7}{'us/result':>12}{'results/s':>12}{'x floor':>9}"
+    print(header)
+    print("-" * len(header))
+    for row in result["cases"]:
+        print(f"{row['case']:<34}{row['bytes']:>7}{row['us_per_result']:>12.2f}"
+              f"{row['results_per_s']:>12,}{row['ratio_to_floor']:>9.2f}")
+    print()
+    print(f"gate/floor = {result['gate_over_floor']:.2f} (target <= {GATE_TARGET_RATIO})")
+    print(f"accepted verdicts/s = {result['accepted_verdicts_per_s']:,} "
+          f"(target >= {VERDICTS_TARGET:,})")
+    print(f"gate/floor at 20KB = {result['gate_over_floor_20kb']:.2f}")
+    print(f"python-jsonschema gate / jsonschema-rs gate = "
+          f"{result['python_jsonschema_over_rs']:.1f} "
+          f"(20KB: {result['python_jsonschema_over_rs_20kb']:.1f})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=0.2,
+                        help="length of one timed loop (default 0.2)")
+    parser.add_argument("--repeat", type=int, default=7,
+                        help="timed loops per case; the median is reported (default 7)")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="core to pin to (default: the last one allowed)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.repeat < 1:
+        parser.error("--seconds must be positive and --repeat at least 1")
+    cpu = pin(args.cpu)
+    with tempfile.TemporaryDirectory(prefix="gate-bench-") as tmp:
+        cases, source = build_cases(Path(tmp))
+        measure(cases, args.seconds, args.repeat)
+    result = report(cases, cpu, source, args.seconds, args.repeat)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
