@@ -125,10 +125,10 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any],
         now = datetime.fromisoformat(str(merged["now"]))
     except (KeyError, ValueError) as exc:
         raise ContractError(where, "$.now", "needs an RFC 3339 `now`") from exc
-    expect = data.get("expect", {})
+    expect = merged.get("expect", {})
     if kind == "reject" and not {"stage", "code"} <= set(expect):
         raise ContractError(where, "$.expect", "reject fixtures name the stage and code")
-    key = data.get("key", headers.get("tg-request-id"))
+    key = merged.get("key", headers.get("tg-request-id"))
     message = Message(
         key=None if key is None else str(key).encode("utf-8"),
         value=raw,
@@ -144,10 +144,15 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any],
 def run_case(gate: Gate, case: Case) -> Outcome:
     """Evaluate one fixture against the real gate."""
     ledger = (lambda _rid, _attempt: True) if case.already_accepted else None
-    verdict = gate.evaluate(case.message, case.request, case.now, ledger, contract=case.contract)
+    # Active versions are chosen from the headers as in production, so fixtures also
+    # exercise version selection; shadow and retired ones are evaluated directly.
+    forced = case.contract if case.contract.spec.status != "active" else None
+    verdict = gate.evaluate(case.message, case.request, case.now, ledger, contract=forced)
     problem = ""
     if case.kind == "accept":
-        if not verdict.accepted:
+        if verdict.accepted and verdict.contract != case.contract.key:
+            problem = f"accepted by {verdict.contract}, not by {case.contract.key}"
+        elif not verdict.accepted:
             problem = f"expected accept, got {verdict.stage}/{verdict.code}"
         else:
             agent = json.loads(verdict.agent)
