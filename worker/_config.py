@@ -66,6 +66,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     contracts_dir: str = "contracts"
     keyring: str | None = None
     metrics_port: int = 9464
+    metrics_host: str = "127.0.0.1"
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)

@@ -18,6 +18,7 @@ holding only its partitions' requests) can replace the whole-topic table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -186,9 +187,12 @@ class TopicReader:
                                     isolation_level="read_committed", auto_offset_reset="earliest")
         await consumer.start()
         self._consumer = consumer
-        partitions = consumer.partitions_for_topic(self.topic)
-        if partitions is None:
+        # A group-less consumer has no metadata yet: ask for this topic's partitions.
+        cluster = await consumer._client.fetch_all_metadata()
+        partitions = cluster.partitions_for_topic(self.topic)
+        if not partitions:
             await consumer.stop()
+            self._consumer = None
             raise RuntimeError(f"topic {self.topic!r} does not exist (run: toolgate topics ensure)")
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
@@ -220,7 +224,7 @@ class TopicReader:
                     self._positions[tp] = await consumer.position(tp)
                 self._progress.notify_all()
 
-    async def catch_up(self, timeout: float) -> bool:
+    async def catch_up(self, wait_seconds: float) -> bool:
         """Wait until everything written before now has been applied; False on timeout."""
         assert self._consumer is not None
         targets = await self._consumer.end_offsets(list(self._positions))
@@ -230,7 +234,7 @@ class TopicReader:
 
         async with self._progress:
             try:
-                await asyncio.wait_for(self._progress.wait_for(reached), timeout)
+                await asyncio.wait_for(self._progress.wait_for(reached), wait_seconds)
             except TimeoutError:
                 return False
         return True
@@ -250,10 +254,8 @@ class TopicReader:
         """Stop reading and close the consumer."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         if self._consumer is not None:
             await self._consumer.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -90,6 +91,25 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("old", metavar="OLD")
     diff.add_argument("new", metavar="NEW")
 
+    run = commands.add_parser(
+        "run", formatter_class=fmt, help="run the worker: consume intake, decide, publish",
+        description="Consume the intake topic, decide every result with the gate and publish the\n"
+                    "agent envelope, quarantine record and audit event with the consumer offset in\n"
+                    "one Kafka transaction. SIGTERM/SIGINT finish the batch in hand and leave the\n"
+                    "group. Metrics, /healthz and /readyz are served on TOOLGATE_METRICS_PORT.",
+        epilog="example:\n  TOOLGATE_BOOTSTRAP=127.0.0.1:19092 toolgate run --contracts contracts")
+    run.add_argument("--contracts", metavar="DIR", help="contracts folder (TOOLGATE_CONTRACTS_DIR)")
+    run.add_argument("--keyring", metavar="FILE", help="adapter keys (TOOLGATE_KEYRING)")
+    run.add_argument("--max-messages", type=int, metavar="N", help="stop after deciding N results")
+    run.add_argument("--burst", action="store_true", help="stop once the intake topic is drained")
+    run.add_argument("--batch-size", type=int, default=500, metavar="N",
+                     help="records per transaction and partition (default 500)")
+    run.add_argument("--linger-ms", type=int, default=20, metavar="MS",
+                     help="longest wait for a batch to fill (default 20)")
+    run.add_argument("--metrics-host", default=None, metavar="HOST",
+                     help="address for the metrics port (TOOLGATE_METRICS_HOST, default 127.0.0.1)")
+    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+
     topics = commands.add_parser("topics", help="manage the Kafka topics",
                                  description="Manage toolgate's five Kafka topics.")
     tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
@@ -131,6 +151,8 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
         return _contracts_diff(args)
     if args.command == "topics":
         return _topics_ensure(config)
+    if args.command == "run":
+        return _run(args, config)
     raise AssertionError(args.command)  # argparse only lets known commands through
 
 
@@ -249,6 +271,28 @@ def _read_schema(path: Path) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise ConfigError(f"{path}: a schema must be a JSON object")
     return schema
+
+
+def _run(args: argparse.Namespace, config: Config) -> int:
+    from worker import _logs
+    from worker._gate import Gate
+    from worker._service import Worker, WorkerOptions
+    from worker._signing import Keyring
+
+    _logs.configure(args.log_level)
+    log = logging.getLogger("toolgate")
+    contracts = ContractSet.load(_contracts_dir(args, config))
+    keyring_file = args.keyring or config.keyring
+    gate = Gate(contracts, Keyring.load(keyring_file) if keyring_file else None)
+    log.info("configuration", extra={"config": json.dumps(config.masked()),
+                                     "contracts": ",".join(c.key for c in contracts)})
+    options = WorkerOptions(batch_size=args.batch_size, linger_ms=args.linger_ms,
+                            max_messages=args.max_messages, burst=args.burst,
+                            metrics_host=args.metrics_host or config.metrics_host)
+    stats = asyncio.run(Worker(config, gate, options=options).run())
+    log.info("decisions", extra={"decided": stats.decided, "accepted": stats.accepted,
+                                 "rejected": stats.rejected})
+    return EXIT_OK
 
 
 def _topics_ensure(config: Config) -> int:

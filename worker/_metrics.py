@@ -1,0 +1,149 @@
+"""Prometheus metrics and the one HTTP port that serves them with the health probes.
+
+Names follow Prometheus conventions: ``toolgate_`` prefix, ``_total`` counters,
+``_seconds`` and ``_bytes`` units. Label values are bounded: ``tool`` is a
+contract's tool name or ``unknown`` (never an attacker's header), ``stage`` and
+``code`` come from DESIGN.md's fixed lists.
+
+``toolgate_evaluation_seconds{stage}`` is the per-stage latency: the time the
+gate took on results whose evaluation ended at that stage (``project`` for
+accepted ones), so a slow stage shows as its own series.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+log = logging.getLogger("toolgate.metrics")
+
+_LATENCY_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1)
+_SIZE_BUCKETS = (128, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 8388608)
+_BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000)
+_TXN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+class Metrics:
+    """Every metric the worker exports, on its own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.results = Counter("toolgate_results", "Results decided, by tool and outcome "
+                               "(success, failure = a valid upstream failure, rejected).",
+                               ["tool", "outcome"], registry=r)
+        self.rejections = Counter("toolgate_rejections", "Rejected results by tool, stage and code.",
+                                  ["tool", "stage", "code"], registry=r)
+        self.evaluation = Histogram("toolgate_evaluation_seconds",
+                                    "Gate time per result, by the stage where evaluation ended.",
+                                    ["stage"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.result_bytes = Histogram("toolgate_result_bytes", "Raw result sizes by tool.",
+                                      ["tool"], buckets=_SIZE_BUCKETS, registry=r)
+        self.batch_size = Histogram("toolgate_batch_size", "Intake records per transaction.",
+                                    buckets=_BATCH_BUCKETS, registry=r)
+        self.transaction_seconds = Histogram("toolgate_transaction_seconds",
+                                             "Time from begin to commit of a transaction.",
+                                             buckets=_TXN_BUCKETS, registry=r)
+        self.transactions = Counter("toolgate_transactions", "Transactions by result "
+                                    "(committed, aborted).", ["result"], registry=r)
+        self.outstanding = Gauge("toolgate_outstanding_requests", "Request records held.",
+                                 registry=r)
+        self.request_store_evictions = Counter(
+            "toolgate_request_store_evictions", "Requests dropped because the store was full.",
+            registry=r)
+        self.request_waits = Counter(
+            "toolgate_request_waits", "Batches that waited for the request reader to catch up, "
+            "by result (caught_up, timeout).", ["result"], registry=r)
+        self.lag = Gauge("toolgate_consumer_lag", "Intake records not yet decided, by partition.",
+                         ["partition"], registry=r)
+        self.ready = Gauge("toolgate_ready", "1 when partitions are assigned and transactions work.",
+                           registry=r)
+        self.contract_info = Gauge("toolgate_contract_info", "Loaded contract versions.",
+                                   ["tool", "version", "status"], registry=r)
+        self.shadow_disagreements = Counter(
+            "toolgate_shadow_disagreements", "Shadow version verdicts that differ from the deciding "
+            "version's.", ["tool", "version"], registry=r)
+        self.replayed = Counter("toolgate_replayed_results", "Decided results that came from a "
+                                "quarantine replay, by outcome.", ["tool", "outcome"], registry=r)
+        self._children: dict[tuple[str, ...], tuple[Callable[[], None], ...]] = {}
+
+    def decided(self, tool: str | None, outcome: str, stage: str | None, code: str | None,
+                size: int, seconds: float) -> None:
+        """Count one decision (label children cached: ``labels()`` is slow per message)."""
+        name = tool or "unknown"
+        key = (name, outcome, stage or "", code or "")
+        children = self._children.get(key)
+        if children is None:
+            incs: list[Callable[[], None]] = [self.results.labels(name, outcome).inc]
+            if outcome == "rejected":
+                incs.append(self.rejections.labels(name, stage or "", code or "").inc)
+            children = tuple(incs)
+            self._children[key] = children
+        for inc in children:
+            inc()
+        self.evaluation.labels(stage or "project").observe(seconds)
+        self.result_bytes.labels(name).observe(size)
+
+
+class HealthServer:
+    """``/metrics``, ``/healthz`` (process alive) and ``/readyz`` (ready to decide) on one port."""
+
+    def __init__(self, metrics: Metrics, host: str, port: int,
+                 ready: Callable[[], bool]) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self._ready = ready
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        """Listen (port 0 picks a free port, then :attr:`port` holds it)."""
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 5)
+            # Drain headers (bounded) so clients that send them are not reset.
+            for _ in range(100):
+                header = await asyncio.wait_for(reader.readline(), 5)
+                if header in (b"\r\n", b"\n", b""):
+                    break
+            parts = line.decode("latin-1").split()
+            path = parts[1].split("?")[0] if len(parts) >= 2 else ""
+            if path == "/metrics":
+                status, body, ctype = "200 OK", generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST
+            elif path == "/healthz":
+                status, body, ctype = "200 OK", b"ok\n", "text/plain"
+            elif path == "/readyz":
+                ok = self._ready()
+                status = "200 OK" if ok else "503 Service Unavailable"
+                body, ctype = (b"ready\n" if ok else b"not ready\n"), "text/plain"
+            else:
+                status, body, ctype = "404 Not Found", b"not found\n", "text/plain"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}"
+                         "\r\nConnection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError, UnicodeDecodeError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()

@@ -1,0 +1,392 @@
+"""The Kafka service: a thin loop around the gate, exactly once per intake message.
+
+Per batch of one intake partition, in one Kafka transaction: the agent envelope
+of every message, the quarantine record of every rejected one, one audit event
+each, and the partition's consumer offset. A crash anywhere aborts the open
+transaction; the next owner re-reads from the committed offset and decides again,
+so a ``read_committed`` reader sees each decision exactly once.
+
+aiokafka speaks the transaction APIs at version 0 (no KIP-447 group fencing), so
+each assigned intake partition gets its own transactional producer with the id
+``<prefix>.<topic>.<partition>``. When a partition moves, the new owner's
+``init_transactions`` fences the previous owner's producer and completes or
+aborts its open transaction *before* the new owner reads the committed offset.
+A zombie can then neither commit output nor move the offset.
+
+Results whose request record has not been read yet wait, per batch and bounded
+(``request_wait_seconds``), until the request reader has caught up to the
+requests topic's end offsets; only then is a missing request ``UNKNOWN_REQUEST``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+
+from worker._config import Config
+from worker._gate import Gate
+from worker._kafka import client_settings
+from worker._metrics import HealthServer, Metrics
+from worker._outputs import outputs, replay_count
+from worker._records import Message
+from worker._store import AcceptedLedger, RequestTable, TopicReader
+
+log = logging.getLogger("toolgate.worker")
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """The real clock."""
+    return datetime.now(UTC)
+
+
+@dataclass
+class WorkerOptions:
+    """Tuning and test knobs; defaults suit production."""
+
+    # 500 records x ~1 KB keeps one transaction well under the 1 MiB default request
+    # size per partition while amortising the commit round trips.
+    batch_size: int = 500
+    # Wait at most this long for a batch to fill: bounds added latency at low rates.
+    linger_ms: int = 20
+    request_wait_seconds: float = 5.0
+    max_requests: int = 1_000_000
+    ledger_window: timedelta = timedelta(hours=24)
+    sweep_seconds: float = 30.0
+    max_messages: int | None = None  # stop after deciding this many (tests)
+    burst: bool = False  # stop when the intake is drained (tests, one-shot runs)
+    handle_signals: bool = True
+    transactional_prefix: str = "toolgate"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # None: from the configuration; 0: any free port
+    max_record_bytes: int = 1024 * 1024
+
+
+@dataclass
+class WorkerStats:
+    """Counters a test or the CLI can read after a run."""
+
+    decided: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    committed: int = 0
+    aborted: int = 0
+    by_code: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    """Consumes intake, decides with the gate, publishes in transactions.
+
+    Args:
+        config: where the cluster and topics are.
+        gate: the gate over the loaded contracts.
+        clock: the injected clock (``now`` for every decision and eviction).
+        options: tuning and test knobs.
+    """
+
+    def __init__(self, config: Config, gate: Gate, *, clock: Clock = utc_now,
+                 options: WorkerOptions | None = None, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.gate = gate
+        self.clock = clock
+        self.options = options or WorkerOptions()
+        self.metrics = metrics or Metrics()
+        self.stats = WorkerStats()
+        self.requests = RequestTable(self.options.max_requests, on_full=self._store_full)
+        self.ledger = AcceptedLedger(self.options.ledger_window)
+        self._settings = client_settings(config)
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
+        self._consumer: AIOKafkaConsumer | None = None
+        self._request_reader: TopicReader | None = None
+        self._audit_reader: TopicReader | None = None
+        self._health: HealthServer | None = None
+        self._txn_failing = False
+        self._last_sweep = 0.0
+        for contract in gate.contracts:
+            self.metrics.contract_info.labels(contract.spec.tool, str(contract.spec.version),
+                                              contract.spec.status).set(1)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port the health server listens on, once started."""
+        return self._health.port if self._health else None
+
+    def ready(self) -> bool:
+        """Assigned at least one partition and the last transaction did not fail."""
+        return bool(self._producers) and not self._txn_failing
+
+    def request_stop(self) -> None:
+        """Finish the batch in hand, commit it, leave the group and return from :meth:`run`."""
+        self._stop.set()
+
+    def _store_full(self, cap: int) -> None:
+        log.warning("request store full: dropping the oldest requests",
+                    extra={"max_requests": cap, "hint": "raise WorkerOptions.max_requests or "
+                           "check that the platform writes tombstones"})
+
+    async def run(self) -> WorkerStats:
+        """Run until stopped (signal, :meth:`request_stop`, max messages or burst end)."""
+        loop = asyncio.get_running_loop()
+        if self.options.handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop)
+        port = self.options.metrics_port
+        self._health = HealthServer(self.metrics, self.options.metrics_host,
+                                    self.config.metrics_port if port is None else port, self.ready)
+        await self._health.start()
+        try:
+            await self._start_readers()
+            await self._consume()
+        finally:
+            await self._shutdown()
+            if self.options.handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+        return self.stats
+
+    async def _start_readers(self) -> None:
+        topics = self.config.topics
+        self._request_reader = TopicReader(topics.requests, self.requests.apply, self._settings)
+        since = self.clock() - self.options.ledger_window
+        self._audit_reader = TopicReader(topics.audit, self.ledger.apply, self._settings,
+                                         start_ms=int(since.timestamp() * 1000))
+        await self._request_reader.start()
+        await self._audit_reader.start()
+        await self._request_reader.catch_up(60)
+        await self._audit_reader.catch_up(60)
+        log.info("state loaded", extra={"requests": len(self.requests), "accepted": len(self.ledger)})
+
+    async def _consume(self) -> None:
+        consumer = AIOKafkaConsumer(
+            **self._settings, group_id=self.config.group_id, enable_auto_commit=False,
+            isolation_level="read_committed", auto_offset_reset="earliest")
+        self._consumer = consumer
+        await consumer.start()
+        consumer.subscribe([self.config.topics.intake], listener=_Listener(self))
+        log.info("worker started", extra={"group": self.config.group_id,
+                                          "intake": self.config.topics.intake,
+                                          "metrics_port": self.metrics_port})
+        idle_polls = 0
+        while not self._stop.is_set():
+            batches = await consumer.getmany(timeout_ms=self.options.linger_ms,
+                                             max_records=self.options.batch_size)
+            if not batches:
+                idle_polls += 1
+                if self.options.burst and self._producers and idle_polls >= 3 and self._drained():
+                    break
+                self._sweep()
+                continue
+            idle_polls = 0
+            async with self._lock:
+                work = [(tp, records) for tp, records in batches.items() if tp in self._producers]
+                await asyncio.gather(*(self._process(tp, records) for tp, records in work))
+            self._sweep()
+            self._update_lag()
+            limit = self.options.max_messages
+            if limit is not None and self.stats.decided >= limit:
+                break
+
+    def _drained(self) -> bool:
+        assert self._consumer is not None
+        for tp in self._consumer.assignment():
+            high = self._consumer.highwater(tp)
+            if high is None or self._consumer.last_stable_offset(tp) is None:
+                return False
+        return True
+
+    async def _process(self, tp: TopicPartition, records: list[Any]) -> None:
+        """Decide one partition's batch and commit it in one transaction."""
+        if self._stop.is_set() and self.options.max_messages is None and not self.options.burst:
+            return  # stopping: leave undecided records for the next owner
+        producer = self._producers[tp]
+        if any(self.requests.get(_key_text(r.key)) is None for r in records):
+            assert self._request_reader is not None
+            caught_up = await self._request_reader.catch_up(self.options.request_wait_seconds)
+            self.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
+        now = self.clock()
+        pending: set[tuple[str, int]] = set()
+        decided: list[tuple[Any, str | None, str, str | None, str | None, int, float, int]] = []
+
+        def ledger(request_id: str, attempt: int) -> bool:
+            return (request_id, attempt) in pending or self.ledger(request_id, attempt)
+
+        topics = self.config.topics
+        started = time.perf_counter()
+        try:
+            async with producer.transaction():
+                futures = []
+                for record in records:
+                    message = Message(key=record.key, value=record.value,
+                                      headers=list(record.headers or ()),
+                                      origin=f"{tp.topic}/{tp.partition}/{record.offset}")
+                    t0 = time.perf_counter()
+                    verdict = self.gate.evaluate(message, self.requests.get(_key_text(record.key)),
+                                                 now, ledger)
+                    seconds = time.perf_counter() - t0
+                    if verdict.accepted and verdict.request_id and verdict.attempt is not None:
+                        pending.add((verdict.request_id, verdict.attempt))
+                    for out in outputs(message, verdict, agent_topic=topics.agent,
+                                       quarantine_topic=topics.quarantine, audit_topic=topics.audit,
+                                       decided_at=now, max_record_bytes=self.options.max_record_bytes):
+                        futures.append(await producer.send(out.topic, out.value, key=out.key,
+                                                           headers=out.headers))
+                    decided.append((verdict, verdict.tool, verdict.result, verdict.stage,
+                                    verdict.code, len(record.value or b""), seconds,
+                                    replay_count(message)))
+                await asyncio.gather(*futures)
+                await producer.send_offsets_to_transaction(
+                    {tp: records[-1].offset + 1}, self.config.group_id)
+        except ProducerFenced:
+            log.warning("producer fenced: partition moved to another worker",
+                        extra={"partition": tp.partition})
+            self.stats.aborted += 1
+            self.metrics.transactions.labels("aborted").inc()
+            return
+        except KafkaError as exc:
+            self._transaction_failed(tp, records[0].offset, exc)
+            return
+        self.metrics.transaction_seconds.observe(time.perf_counter() - started)
+        self.metrics.transactions.labels("committed").inc()
+        self.metrics.batch_size.observe(len(records))
+        self.stats.committed += 1
+        if self._txn_failing:
+            self._txn_failing = False
+            log.info("transactions recovered")
+        for request_id, attempt in pending:
+            self.ledger.record(request_id, attempt, now)
+        for verdict, tool, result, stage, code, size, seconds, replays in decided:
+            self.metrics.decided(tool, result, stage, code, size, seconds)
+            if replays:
+                self.metrics.replayed.labels(tool or "unknown", result).inc()
+            self.stats.decided += 1
+            if verdict.accepted:
+                self.stats.accepted += 1
+            else:
+                self.stats.rejected += 1
+                self.stats.by_code[code or ""] = self.stats.by_code.get(code or "", 0) + 1
+
+    def _transaction_failed(self, tp: TopicPartition, first_offset: int, exc: KafkaError) -> None:
+        self.stats.aborted += 1
+        self.metrics.transactions.labels("aborted").inc()
+        if not self._txn_failing:
+            self._txn_failing = True
+            log.error("transaction aborted; the batch will be decided again",
+                      extra={"partition": tp.partition, "error": repr(exc),
+                             "retriable": getattr(exc, "retriable", None)})
+        assert self._consumer is not None
+        with contextlib.suppress(KafkaError, AssertionError):
+            self._consumer.seek(tp, first_offset)
+
+    def _sweep(self) -> None:
+        mono = time.monotonic()
+        if mono - self._last_sweep < self.options.sweep_seconds:
+            self.metrics.outstanding.set(len(self.requests))
+            return
+        self._last_sweep = mono
+        now = self.clock()
+        self.requests.evict_expired(now)
+        self.ledger.evict_older_than(now - self.options.ledger_window)
+        self.metrics.outstanding.set(len(self.requests))
+
+    def _update_lag(self) -> None:
+        assert self._consumer is not None
+        for tp in self._consumer.assignment():
+            high = self._consumer.highwater(tp)
+            if high is None:
+                continue
+            with contextlib.suppress(KafkaError, AssertionError):
+                position = self._consumer._subscription.subscription.assignment.state_value(tp)
+                if position is not None and position.has_valid_position:
+                    self.metrics.lag.labels(str(tp.partition)).set(max(0, high - position.position))
+
+    async def _assign(self, partitions: set[TopicPartition]) -> None:
+        assert self._consumer is not None
+        async with self._lock:
+            for tp in sorted(partitions):
+                producer = AIOKafkaProducer(
+                    **self._settings, enable_idempotence=True, acks="all",
+                    max_request_size=self.options.max_record_bytes,
+                    transactional_id=f"{self.options.transactional_prefix}.{tp.topic}.{tp.partition}")
+                # start() runs init_transactions: fences the previous owner and settles its
+                # open transaction, so the committed offset read next is final.
+                await producer.start()
+                self._producers[tp] = producer
+                committed = await self._consumer.committed(tp)
+                if committed is None:
+                    await self._consumer.seek_to_beginning(tp)
+                else:
+                    self._consumer.seek(tp, committed)
+            if partitions and self._audit_reader is not None:
+                # Results the previous owner accepted must be in the ledger before we decide.
+                await self._audit_reader.catch_up(30)
+        log.info("partitions assigned", extra={"partitions": sorted(p.partition for p in partitions)})
+        self.metrics.ready.set(1 if self.ready() else 0)
+
+    async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        async with self._lock:
+            for tp in partitions:
+                producer = self._producers.pop(tp, None)
+                if producer is not None:
+                    await producer.stop()
+                self.metrics.lag.remove(str(tp.partition)) if str(tp.partition) in _lag_labels(
+                    self.metrics) else None
+        if partitions:
+            log.info("partitions revoked", extra={"partitions": sorted(p.partition for p in partitions)})
+        self.metrics.ready.set(1 if self.ready() else 0)
+
+    async def _shutdown(self) -> None:
+        if self._consumer is not None:
+            with contextlib.suppress(KafkaError):
+                await self._consumer.stop()  # leaves the group
+            self._consumer = None
+        for producer in list(self._producers.values()):
+            with contextlib.suppress(KafkaError):
+                await producer.stop()
+        self._producers.clear()
+        for reader in (self._request_reader, self._audit_reader):
+            if reader is not None:
+                await reader.stop()
+        if self._health is not None:
+            await self._health.stop()
+        self.metrics.ready.set(0)
+        log.info("worker stopped", extra={"decided": self.stats.decided,
+                                          "committed": self.stats.committed,
+                                          "aborted": self.stats.aborted})
+
+
+def _lag_labels(metrics: Metrics) -> set[str]:
+    return {labels[0] for labels in metrics.lag._metrics}
+
+
+def _key_text(key: bytes | None) -> str:
+    if key is None:
+        return ""
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Creates and retires the per-partition transactional producers on rebalance."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.worker._revoke(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.worker._assign(set(assigned))
