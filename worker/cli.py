@@ -110,6 +110,20 @@ def _parser() -> argparse.ArgumentParser:
                      help="address for the metrics port (TOOLGATE_METRICS_HOST, default 127.0.0.1)")
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
 
+    demo = commands.add_parser(
+        "demo", formatter_class=fmt, help="send sample traffic to a running worker, show decisions",
+        description="Publish request records and a mix of good and hostile results (the seed's\n"
+                    "hazards: injected approvals, duplicate keys, banners, wrong project, stale\n"
+                    "and unsigned results, ...), wait for the worker's decisions on the audit topic\n"
+                    "and print them by tool, outcome and code. Exit 1 if any was not decided as\n"
+                    "the sample expected.")
+    demo.add_argument("--count", type=int, default=200, metavar="N", help="results to send (200)")
+    demo.add_argument("--wait", type=float, default=60.0, metavar="S",
+                      help="seconds to wait for the decisions (60)")
+    demo.add_argument("--seed", type=int, default=7, help="seed of the traffic mix")
+    demo.add_argument("--keyring", metavar="FILE",
+                      help="keys to sign samples (default: contracts/fixtures-keyring.toml)")
+
     topics = commands.add_parser("topics", help="manage the Kafka topics",
                                  description="Manage toolgate's five Kafka topics.")
     tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
@@ -153,6 +167,12 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
         return _topics_ensure(config)
     if args.command == "run":
         return _run(args, config)
+    if args.command == "demo":
+        from worker._demo import main_demo
+        from worker._signing import Keyring
+
+        keyring = Keyring.load(args.keyring or Path(config.contracts_dir) / "fixtures-keyring.toml")
+        return main_demo(config, keyring, args.count, args.wait, args.seed)
     raise AssertionError(args.command)  # argparse only lets known commands through
 
 
