@@ -7,10 +7,11 @@ STAMP := $(VENV)/.installed-stamp
 KAFKA := ops/kafka/kafka.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install jars broker broker-stop topics lint contracts test unit run bench-gate clean
+.PHONY: help install jars broker broker-stop topics lint contracts test unit run stop bench-gate clean
 
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
+	@echo "make stop       stop the worker and the broker"
 	@echo "make test       lint, contract fixtures and the whole test suite on a real local broker"
 	@echo "make lint       ruff and mypy --strict"
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
@@ -52,11 +53,20 @@ test: install jars lint contracts
 	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest $(PYTEST_ARGS)
 
 run: install broker topics
-	@echo "broker running on 127.0.0.1:19092 with the toolgate topics; stop it with: make broker-stop"
+	bash ops/worker.sh start
+	$(BIN)/toolgate demo
+	@echo
+	@echo "The worker keeps running: curl -s 127.0.0.1:9464/metrics | grep ^toolgate_"
+	@echo "  more traffic: $(BIN)/toolgate demo     logs: bash ops/worker.sh logs     stop all: make stop"
+
+stop:
+	bash ops/worker.sh stop
+	bash $(KAFKA) stop
 
 bench-gate: install
 	$(BIN)/python ops/bench/gate_bench.py
 
 clean:
+	-bash ops/worker.sh stop
 	-bash $(KAFKA) stop
 	rm -rf $(VENV) ops/kafka/.data .pytest_cache .mypy_cache .ruff_cache .hypothesis
