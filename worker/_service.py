@@ -108,6 +108,9 @@ class Worker:
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
+        # The offset each owned partition must continue from: records a fetch returned
+        # from before a seek (assignment, abort) are dropped, never decided twice.
+        self._next_offset: dict[TopicPartition, int] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._request_reader: TopicReader | None = None
         self._audit_reader: TopicReader | None = None
@@ -211,6 +214,15 @@ class Worker:
         if self._stop.is_set() and self.options.max_messages is None and not self.options.burst:
             return  # stopping: leave undecided records for the next owner
         producer = self._producers[tp]
+        expected = self._next_offset.get(tp)
+        if expected is not None:
+            records = [r for r in records if r.offset >= expected]
+            if not records:
+                return
+            if records[0].offset != expected:
+                # Compacted or aborted-transaction gaps are normal in read_committed; log once.
+                log.debug("offset gap", extra={"partition": tp.partition, "expected": expected,
+                                               "got": records[0].offset})
         if any(self.requests.get(_key_text(r.key)) is None for r in records):
             assert self._request_reader is not None
             caught_up = await self._request_reader.catch_up(self.options.request_wait_seconds)
@@ -257,6 +269,7 @@ class Worker:
         except KafkaError as exc:
             self._transaction_failed(tp, records[0].offset, exc)
             return
+        self._next_offset[tp] = records[-1].offset + 1
         self.metrics.transaction_seconds.observe(time.perf_counter() - started)
         self.metrics.transactions.labels("committed").inc()
         self.metrics.batch_size.observe(len(records))
@@ -325,9 +338,9 @@ class Worker:
                 self._producers[tp] = producer
                 committed = await self._consumer.committed(tp)
                 if committed is None:
-                    await self._consumer.seek_to_beginning(tp)
-                else:
-                    self._consumer.seek(tp, committed)
+                    committed = (await self._consumer.beginning_offsets([tp]))[tp]
+                self._consumer.seek(tp, committed)
+                self._next_offset[tp] = committed
             if partitions and self._audit_reader is not None:
                 # Results the previous owner accepted must be in the ledger before we decide.
                 await self._audit_reader.catch_up(30)
@@ -337,6 +350,7 @@ class Worker:
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         async with self._lock:
             for tp in partitions:
+                self._next_offset.pop(tp, None)
                 producer = self._producers.pop(tp, None)
                 if producer is not None:
                     await producer.stop()

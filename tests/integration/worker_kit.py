@@ -1,0 +1,182 @@
+"""Helpers for worker tests on the real broker: private topics, traffic, read-back, subprocess workers."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from worker._config import Config, Partitions, Topics
+from worker._kafka import ensure_topics
+from worker._signing import Keyring
+from worker._traffic import Sample, TrafficGenerator
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACTS = ROOT / "contracts"
+KEYRING = CONTRACTS / "fixtures-keyring.toml"
+
+
+async def private_config(bootstrap: str, *, partitions: int = 3) -> Config:
+    """A configuration with uniquely named topics (created) and group, so tests never meet."""
+    tag = uuid.uuid4().hex[:10]
+    topics = Topics(requests=f"tg-t-{tag}.requests", intake=f"tg-t-{tag}.intake",
+                    agent=f"tg-t-{tag}.agent", quarantine=f"tg-t-{tag}.quarantine",
+                    audit=f"tg-t-{tag}.audit")
+    config = Config(bootstrap=bootstrap, group_id=f"tg-t-{tag}", topics=topics,
+                    partitions=Partitions(requests=partitions, intake=partitions, agent=partitions,
+                                          quarantine=1, audit=partitions),
+                    contracts_dir=str(CONTRACTS), keyring=str(KEYRING))
+    await ensure_topics(config)
+    return config
+
+
+async def drop_topics(config: Config) -> None:
+    """Delete a private configuration's topics."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=config.bootstrap)
+    await admin.start()
+    try:
+        t = config.topics
+        await admin.delete_topics([t.requests, t.intake, t.agent, t.quarantine, t.audit])
+    finally:
+        await admin.close()
+
+
+def samples(count: int, *, seed: int = 11) -> list[Sample]:
+    """``count`` samples of the realistic mix, fresh against the real clock."""
+    traffic = TrafficGenerator(Keyring.load(KEYRING, environ={}), seed=seed,
+                               run_id=uuid.uuid4().hex[:8])
+    return list(traffic.mix(count, datetime.now(UTC)))
+
+
+async def publish(config: Config, items: list[Sample], *, requests: bool = True,
+                  results: bool = True) -> None:
+    """Write the request records, then the results (keys = request ids)."""
+    producer = AIOKafkaProducer(bootstrap_servers=config.bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        if requests:
+            for sample in items:
+                raw = sample.request_bytes()
+                if raw is not None:
+                    await producer.send(config.topics.requests, raw, key=sample.request_id.encode())
+        if results:
+            for sample in items:
+                await producer.send(config.topics.intake, sample.message.value,
+                                    key=sample.message.key, headers=list(sample.message.headers))
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+@dataclass
+class Record:
+    """A record read back, with its transaction-visible identity."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str
+    value: bytes | None
+    headers: dict[str, bytes] = field(default_factory=dict)
+
+
+async def read_all(config: Config, topic: str, *, isolation: str = "read_committed") -> list[Record]:
+    """Every record of ``topic`` visible at this isolation level, up to the end offsets now."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=config.bootstrap, group_id=None,
+                                isolation_level=isolation, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    out: list[Record] = []
+    try:
+        cluster = await consumer._client.fetch_all_metadata()
+        tps = [TopicPartition(topic, p) for p in sorted(cluster.partitions_for_topic(topic) or ())]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        while True:
+            positions = {tp: await consumer.position(tp) for tp in tps}
+            if all(positions[tp] >= ends[tp] for tp in tps):
+                break
+            batches = await consumer.getmany(timeout_ms=500, max_records=5000)
+            for tp, records in batches.items():
+                for r in records:
+                    out.append(Record(topic, tp.partition, r.offset, (r.key or b"").decode(),
+                                      r.value, dict(r.headers or ())))
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def wait_for_count(config: Config, topic: str, count: int, seconds: float) -> int:
+    """Poll until ``topic`` holds ``count`` committed records (or time is up); return the count."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    seen = 0
+    while asyncio.get_running_loop().time() < deadline:
+        seen = len(await read_all(config, topic))
+        if seen >= count:
+            break
+        await asyncio.sleep(0.2)  # polling a broker, not waiting for time to pass
+    return seen
+
+
+def count_by_key(records: list[Record]) -> collections.Counter[str]:
+    """How many records each key has."""
+    return collections.Counter(r.key for r in records)
+
+
+def worker_env(config: Config) -> dict[str, str]:
+    """Environment that points a ``toolgate run`` subprocess at a private configuration."""
+    t = config.topics
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+    env.update({
+        "TOOLGATE_BOOTSTRAP": config.bootstrap, "TOOLGATE_GROUP_ID": config.group_id,
+        "TOOLGATE_TOPIC_REQUESTS": t.requests, "TOOLGATE_TOPIC_INTAKE": t.intake,
+        "TOOLGATE_TOPIC_AGENT": t.agent, "TOOLGATE_TOPIC_QUARANTINE": t.quarantine,
+        "TOOLGATE_TOPIC_AUDIT": t.audit, "TOOLGATE_CONTRACTS_DIR": str(CONTRACTS),
+        "TOOLGATE_KEYRING": str(KEYRING), "TOOLGATE_METRICS_PORT": "0",
+    })
+    return env
+
+
+def start_worker(config: Config, *args: str, log: Path) -> subprocess.Popen[bytes]:
+    """A ``toolgate run`` subprocess on a private configuration, logging to ``log``."""
+    with log.open("ab") as handle:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "worker.cli", "run", *args], cwd=ROOT,
+                                env=worker_env(config), stdout=handle, stderr=subprocess.STDOUT)
+
+
+def expected_rejections(items: list[Sample]) -> dict[str, tuple[str, str]]:
+    """Request id -> (stage, code) for the samples that must be rejected."""
+    return {s.request_id: s.expect for s in items if s.expect is not None}
+
+
+def check_exactly_once(items: list[Sample], agent: list[Record], quarantine: list[Record],
+                       audit: list[Record]) -> dict[str, Any]:
+    """The invariants of DESIGN.md, as counts: one agent envelope and one audit event per
+    result, a quarantine record for exactly the rejected ones."""
+    ids = [s.request_id for s in items]
+    agent_n, audit_n, quarantine_n = count_by_key(agent), count_by_key(audit), count_by_key(quarantine)
+    rejected = expected_rejections(items)
+    return {
+        "results": len(ids),
+        "agent_missing": sum(1 for i in ids if agent_n[i] == 0),
+        "agent_duplicates": sum(max(0, agent_n[i] - 1) for i in ids),
+        "audit_missing": sum(1 for i in ids if audit_n[i] == 0),
+        "audit_duplicates": sum(max(0, audit_n[i] - 1) for i in ids),
+        "quarantine_wrong": sum(1 for i in ids if quarantine_n[i] != (1 if i in rejected else 0)),
+        "strays": len(set(agent_n) - set(ids)),
+    }
+
+
+CLEAN = {"agent_missing": 0, "agent_duplicates": 0, "audit_missing": 0, "audit_duplicates": 0,
+         "quarantine_wrong": 0, "strays": 0}
