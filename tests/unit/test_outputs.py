@@ -1,0 +1,76 @@
+"""What one decision writes, without a broker: agent, quarantine and audit records."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+
+from tests.unit.builders import NOW, message, review_request, review_value
+from worker._gate import Gate
+from worker._outputs import DIAGNOSTIC_HEADERS, outputs, replay_count
+
+TOPICS = {"agent_topic": "a", "quarantine_topic": "q", "audit_topic": "au"}
+
+
+class TestOutputs:
+    def test_accepted_writes_agent_and_audit(self, gate: Gate) -> None:
+        """An accepted result writes the agent envelope and one audit event, no quarantine."""
+        msg = message()
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        records = outputs(msg, verdict, decided_at=NOW, **TOPICS)
+        assert [r.topic for r in records] == ["a", "au"]
+        assert records[0].value == verdict.agent and records[0].key == msg.key
+        audit = json.loads(records[1].value or b"")
+        assert audit["outcome"] == "success" and audit["raw_sha256"] == verdict.raw_sha256
+        assert audit["projected_sha256"] == verdict.projected_sha256
+
+    def test_rejected_writes_quarantine_with_original(self, gate: Gate) -> None:
+        """A rejection keeps the original key, bytes and headers and adds the diagnosis."""
+        msg = message(review_value(admin_override=True))
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        agent, quarantine, audit = outputs(msg, verdict, decided_at=NOW, **TOPICS)
+        assert quarantine.topic == "q" and quarantine.value == msg.value and quarantine.key == msg.key
+        headers = dict(quarantine.headers)
+        for name, value in msg.headers:
+            assert headers[name] == value
+        assert headers["tg-error-stage"] == b"schema"
+        assert headers["tg-error-code"] == b"SCHEMA_VIOLATION"
+        assert json.loads(headers["tg-error-detail"])["keyword"] == "additionalProperties"
+        assert headers["tg-contract"] == b"review_status@v1"
+        assert json.loads(audit.value or b"")["code"] == "SCHEMA_VIOLATION"
+        assert b"admin_override" not in (audit.value or b"")
+
+    def test_forged_diagnostics_are_dropped(self, gate: Gate) -> None:
+        """An adapter cannot forge the diagnosis operators read."""
+        msg = message(review_value(admin_override=True), tg_error_code="OK")
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        quarantine = outputs(msg, verdict, decided_at=NOW, **TOPICS)[1]
+        codes = [v for n, v in quarantine.headers if n == "tg-error-code"]
+        assert codes == [b"SCHEMA_VIOLATION"]
+        assert "tg-error-code" in DIAGNOSTIC_HEADERS
+
+    def test_oversize_quarantine_is_truncated_with_digest(self, gate: Gate) -> None:
+        """A record too large for the broker keeps its first bytes, its length and its digest."""
+        msg = message(raw=b"x" * 300_000, tool="nope")
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        quarantine = outputs(msg, verdict, decided_at=NOW, max_record_bytes=200_000, **TOPICS)[1]
+        headers = dict(quarantine.headers)
+        assert headers["tg-truncated"] == b"300000"
+        assert len(quarantine.value or b"") < 200_000
+        assert headers["tg-raw-sha256"].decode() == verdict.raw_sha256
+
+    def test_replay_count(self) -> None:
+        """The replay count comes from tg-replay-count, 0 when absent or garbled."""
+        assert replay_count(message()) == 0
+        assert replay_count(message(tg_replay_count="2")) == 2
+        assert replay_count(message(tg_replay_count="x")) == 0
+
+    def test_audit_is_json_with_fixed_fields(self, gate: Gate) -> None:
+        """The audit event decodes as JSON with the DESIGN.md fields."""
+        msg = message()
+        audit = outputs(msg, gate.evaluate(msg, review_request(), NOW), decided_at=NOW, **TOPICS)[-1]
+        event = msgspec.json.decode(audit.value or b"")
+        assert set(event) >= {"request_id", "tool", "adapter", "adapter_version", "source", "contract",
+                              "outcome", "stage", "code", "raw_sha256", "projected_sha256", "origin",
+                              "decided_at", "worker_version"}

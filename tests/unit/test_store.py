@@ -1,0 +1,81 @@
+"""The request table and the accepted ledger, fed record by record."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from tests.unit.builders import NOW
+from worker._store import AcceptedLedger, RequestTable
+
+
+def request_bytes(rid: str, minutes: int = 5, **extra: object) -> bytes:
+    return json.dumps({"request_id": rid, "tool": "review_status",
+                       "issued_at": (NOW - timedelta(minutes=1)).isoformat(),
+                       "expires_at": (NOW + timedelta(minutes=minutes)).isoformat(), **extra}).encode()
+
+
+class TestRequestTable:
+    def test_record_then_tombstone(self) -> None:
+        """A request record is held until its tombstone."""
+        table = RequestTable()
+        table.apply(b"req.a", request_bytes("req.a"))
+        assert table.get("req.a") is not None
+        table.apply(b"req.a", None)
+        assert table.get("req.a") is None
+
+    def test_strict_decoding(self) -> None:
+        """Unknown fields, naive timestamps and key mismatches are skipped and counted."""
+        table = RequestTable()
+        table.apply(b"req.a", request_bytes("req.a", admin=True))
+        table.apply(b"req.b", json.dumps({"request_id": "req.b", "tool": "t",
+                                          "issued_at": "2026-05-01T11:00:00",
+                                          "expires_at": "2026-05-01T13:00:00"}).encode())
+        table.apply(b"req.c", request_bytes("req.other"))
+        table.apply(b"req.d", b"not json")
+        assert len(table) == 0 and table.invalid_records == 4
+
+    def test_expired_are_evicted(self) -> None:
+        """Eviction drops the requests whose expires_at has passed on the injected clock."""
+        table = RequestTable()
+        table.apply(b"req.short", request_bytes("req.short", minutes=1))
+        table.apply(b"req.long", request_bytes("req.long", minutes=60))
+        assert table.evict_expired(NOW + timedelta(minutes=2)) == 1
+        assert table.get("req.long") is not None and table.get("req.short") is None
+
+    def test_cap_drops_oldest_and_reports_once(self) -> None:
+        """A full table drops its oldest request and calls on_full once per time it fills."""
+        calls: list[int] = []
+        table = RequestTable(max_requests=2, on_full=calls.append)
+        for rid in ("req.1", "req.2", "req.3", "req.4"):
+            table.apply(rid.encode(), request_bytes(rid))
+        assert len(table) == 2 and table.get("req.1") is None and table.get("req.4") is not None
+        assert calls == [2] and table.evicted_for_space == 2
+
+
+class TestAcceptedLedger:
+    def event(self, outcome: str, attempt: int | None = 1) -> bytes:
+        return json.dumps({"request_id": "req.a", "outcome": outcome, "attempt": attempt,
+                           "decided_at": NOW.isoformat(), "tool": "x"}).encode()
+
+    def test_accepted_events_are_remembered(self) -> None:
+        """Success and failure audit events mark the attempt answered; rejections do not."""
+        ledger = AcceptedLedger()
+        ledger.apply(b"req.a", self.event("rejected"))
+        assert not ledger("req.a", 1)
+        ledger.apply(b"req.a", self.event("success"))
+        assert ledger("req.a", 1) and not ledger("req.a", 2)
+
+    def test_old_entries_are_forgotten(self) -> None:
+        """Entries older than the cutoff are dropped."""
+        ledger = AcceptedLedger()
+        ledger.record("req.a", 1, NOW - timedelta(days=2))
+        ledger.record("req.b", 1, NOW)
+        assert ledger.evict_older_than(NOW - timedelta(days=1)) == 1
+        assert not ledger("req.a", 1) and ledger("req.b", 1)
+
+    def test_garbage_is_ignored(self) -> None:
+        """An undecodable audit event changes nothing."""
+        ledger = AcceptedLedger()
+        ledger.apply(None, b"{")
+        assert len(ledger) == 0
