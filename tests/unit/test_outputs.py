@@ -20,17 +20,21 @@ class TestOutputs:
         verdict = gate.evaluate(msg, review_request(), NOW)
         records = outputs(msg, verdict, decided_at=NOW, **TOPICS)
         assert [r.topic for r in records] == ["a", "au"]
-        assert records[0].value == verdict.agent and records[0].key == msg.key
+        assert records[0].value == verdict.agent
+        assert records[0].key == msg.key
         audit = json.loads(records[1].value or b"")
-        assert audit["outcome"] == "success" and audit["raw_sha256"] == verdict.raw_sha256
+        assert audit["outcome"] == "success"
+        assert audit["raw_sha256"] == verdict.raw_sha256
         assert audit["projected_sha256"] == verdict.projected_sha256
 
     def test_rejected_writes_quarantine_with_original(self, gate: Gate) -> None:
         """A rejection keeps the original key, bytes and headers and adds the diagnosis."""
         msg = message(review_value(admin_override=True))
         verdict = gate.evaluate(msg, review_request(), NOW)
-        agent, quarantine, audit = outputs(msg, verdict, decided_at=NOW, **TOPICS)
-        assert quarantine.topic == "q" and quarantine.value == msg.value and quarantine.key == msg.key
+        _agent, quarantine, audit = outputs(msg, verdict, decided_at=NOW, **TOPICS)
+        assert quarantine.topic == "q"
+        assert quarantine.value == msg.value
+        assert quarantine.key == msg.key
         headers = dict(quarantine.headers)
         for name, value in msg.headers:
             assert headers[name] == value

@@ -38,7 +38,7 @@ class TestKeyring:
         """An unknown key field fails naming the file."""
         path = tmp_path / "keys.toml"
         path.write_text('[keys.k1]\nalgorithm = "hmac-sha256"\nadapter = "a"\nsecrett = "x"\n')
-        with pytest.raises(ConfigError, match="keys.toml"):
+        with pytest.raises(ConfigError, match=r"keys\.toml"):
             Keyring.load(path, environ={})
 
     def test_signature_alphabets(self) -> None:

@@ -33,7 +33,8 @@ class TestRequestTable:
                                           "expires_at": "2026-05-01T13:00:00"}).encode())
         table.apply(b"req.c", request_bytes("req.other"))
         table.apply(b"req.d", b"not json")
-        assert len(table) == 0 and table.invalid_records == 4
+        assert len(table) == 0
+        assert table.invalid_records == 4
 
     def test_expired_are_evicted(self) -> None:
         """Eviction drops the requests whose expires_at has passed on the injected clock."""
@@ -41,7 +42,8 @@ class TestRequestTable:
         table.apply(b"req.short", request_bytes("req.short", minutes=1))
         table.apply(b"req.long", request_bytes("req.long", minutes=60))
         assert table.evict_expired(NOW + timedelta(minutes=2)) == 1
-        assert table.get("req.long") is not None and table.get("req.short") is None
+        assert table.get("req.long") is not None
+        assert table.get("req.short") is None
 
     def test_cap_drops_oldest_and_reports_once(self) -> None:
         """A full table drops its oldest request and calls on_full once per time it fills."""
@@ -49,8 +51,11 @@ class TestRequestTable:
         table = RequestTable(max_requests=2, on_full=calls.append)
         for rid in ("req.1", "req.2", "req.3", "req.4"):
             table.apply(rid.encode(), request_bytes(rid))
-        assert len(table) == 2 and table.get("req.1") is None and table.get("req.4") is not None
-        assert calls == [2] and table.evicted_for_space == 2
+        assert len(table) == 2
+        assert table.get("req.1") is None
+        assert table.get("req.4") is not None
+        assert calls == [2]
+        assert table.evicted_for_space == 2
 
 
 class TestAcceptedLedger:
@@ -64,7 +69,8 @@ class TestAcceptedLedger:
         ledger.apply(b"req.a", self.event("rejected"))
         assert not ledger("req.a", 1)
         ledger.apply(b"req.a", self.event("success"))
-        assert ledger("req.a", 1) and not ledger("req.a", 2)
+        assert ledger("req.a", 1)
+        assert not ledger("req.a", 2)
 
     def test_old_entries_are_forgotten(self) -> None:
         """Entries older than the cutoff are dropped."""
@@ -72,7 +78,8 @@ class TestAcceptedLedger:
         ledger.record("req.a", 1, NOW - timedelta(days=2))
         ledger.record("req.b", 1, NOW)
         assert ledger.evict_older_than(NOW - timedelta(days=1)) == 1
-        assert not ledger("req.a", 1) and ledger("req.b", 1)
+        assert not ledger("req.a", 1)
+        assert ledger("req.b", 1)
 
     def test_garbage_is_ignored(self) -> None:
         """An undecodable audit event changes nothing."""
