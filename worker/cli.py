@@ -274,10 +274,12 @@ def _contracts_diff(args: argparse.Namespace) -> int:
     else:
         raise ConfigError(f"{old} and {new}: give two contract version folders or two schema files")
     for change in changes:
-        label = "BREAKING" if change.breaking else "change  "
+        label = "BREAKING" if change.breaking else "widens  " if change.widens else "change  "
         print(f"{label} {change.pointer or '/'}: {change.kind}: {change.message}")
     breaking = sum(c.breaking for c in changes)
-    print(f"{len(changes)} changes, {breaking} breaking")
+    widening = sum(c.widens and not c.breaking for c in changes)
+    print(f"{len(changes)} changes, {breaking} breaking, {widening} widening what reaches the agent "
+          "(review them)")
     return EXIT_PROBLEM if breaking else EXIT_OK
 
 

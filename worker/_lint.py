@@ -1,0 +1,682 @@
+"""Schema lint: hold every contract schema to the seed's rules before it ships.
+
+A schema that validates is not yet a contract. An open object lets an upstream add a
+field the agent then reads; an unbounded string can carry a page of instructions; a
+free-form map carries anything. :func:`lint_schema` walks every subschema and names
+each one that breaks a rule; :func:`lint_contracts` does it for a whole
+:class:`~worker._contracts.ContractSet` and also checks the contracts' own pointers.
+
+Rules (``Finding.rule``)::
+
+    open-object           an object with declared properties that is not closed: add
+                          additionalProperties: false (unevaluatedProperties: false over allOf)
+    free-form-map         additionalProperties/unevaluatedProperties set to a schema,
+                          patternProperties, or an open object that declares no property
+    additional-properties-with-allof
+                          additionalProperties: false beside or inside allOf, while another
+                          part of the composition declares properties it cannot see
+    unbounded-string      a string with no maxLength, enum, const or anchored bounded pattern
+    unanchored-pattern    a pattern that does not match the whole string (^...$)
+    unbounded-array       an array with no maxItems (or const/enum), or with unconstrained items
+    untyped-value         no type, const, enum or $ref: it accepts any JSON value
+    format-not-asserted   format where the validator treats it as an annotation only
+    remote-ref            a $ref or $dynamicRef that is not local (#...)
+    unresolved-ref        a local $ref that points nowhere
+    pointer-not-in-schema (contracts only) a projection, display_text or rule pointer that
+                          the success branch of the schema does not declare
+
+How subschemas are judged:
+
+* An object, string or array schema is any subschema whose ``type`` allows one, or that
+  has no ``type`` at all: without ``type`` a schema accepts every JSON value, which is
+  reported once as ``untyped-value``. ``const`` and ``enum`` bound every kind.
+* A subschema is bounded for a kind if it bounds itself, if any ``allOf`` branch does, if
+  every ``oneOf``/``anyOf`` branch does, if ``then`` and ``else`` both do, or if its
+  ``$ref`` target does. Subschemas applied to the same instance (``allOf``, ``anyOf``,
+  ``oneOf``, ``then``, ``else``, ``dependentSchemas``) are covered by an ancestor that
+  bounds or reports, so each problem is reported once, at its most specific place: a
+  ``$ref`` at its target (which passes only if every use of it is covered), a
+  ``oneOf``/``anyOf`` at the branches that fail, an ``allOf`` at the composition.
+* ``if``, ``not``, ``contains`` and ``propertyNames`` only decide, they never admit a
+  value, so only the ``$ref`` and ``format`` rules apply inside them.
+* A member is judged at each schema that declares it: ``then: {properties: {a: ...}}``
+  must bound ``a`` by itself even when the parent's ``properties`` already does.
+* ``{"type": "object", "additionalProperties": false}`` without properties is the empty
+  object: closed, not a map.
+* Pattern heuristic (the text is read, not compiled): anchored means every top-level
+  alternative starts with ``^`` (or ``\\A``) and ends with an unescaped ``$`` (or
+  ``\\z``); bounded means no ``*``, ``+`` or ``{n,}`` outside a character class. It is
+  deliberately conservative: a ``*`` inside a lookahead counts too (add ``maxLength``).
+
+``Finding.pointer`` is the JSON Pointer of the offending subschema within the schema
+(``/$defs/status/properties/state``); for ``pointer-not-in-schema`` it is the path of the
+entry within ``contract.yaml`` (``$.projection[1]``), as
+:class:`~worker._errors.ContractError` writes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any, Final, Literal, NamedTuple
+from urllib.parse import unquote
+
+import msgspec
+
+from worker._contracts import MISSING, Contract, ContractSet, parse_pointer, resolve
+
+__all__ = ["Finding", "SchemaDocument", "lint_contracts", "lint_schema", "scan_pattern"]
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    """One rule broken at one place.
+
+    Attributes:
+        file: The schema file (or ``contract.yaml``) the finding is in.
+        pointer: Where in ``file``: a JSON Pointer into the schema, or the ``$.``-path of a
+            ``contract.yaml`` entry for ``pointer-not-in-schema``.
+        rule: A short stable id, e.g. ``open-object`` (see the module docstring).
+        message: What is wrong and how to fix it, for a reviewer.
+    """
+
+    file: str
+    pointer: str
+    rule: str
+    message: str
+
+
+Kind = Literal["object", "string", "array", "items"]
+_KINDS: Final[tuple[Kind, ...]] = ("object", "string", "array", "items")
+_JSON_TYPE: Final[dict[Kind, str]] = {"object": "object", "string": "string", "array": "array",
+                                      "items": "array"}
+_ALL_KINDS: Final = frozenset(_KINDS)
+_UNTYPED_SHAPES: Final[dict[Kind, str]] = {
+    "object": "any object", "string": "a string of any length", "array": "an array of any length",
+    "items": "array items of any kind"}
+# Keywords that, when present, make a subschema more than "any value with annotations".
+_TYPING_KEYWORDS: Final = ("type", "const", "enum", "$ref", "allOf", "anyOf", "oneOf")
+_BRANCH_LISTS: Final = ("allOf", "anyOf", "oneOf")
+_CONDITIONS: Final = ("if", "not", "contains", "propertyNames")
+_DEFINITIONS: Final = ("$defs", "definitions")
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _join(pointer: str, *tokens: str | int) -> str:
+    return pointer + "".join(f"/{_escape(str(t))}" for t in tokens)
+
+
+def _types(node: dict[str, Any]) -> set[str] | None:
+    """The JSON types ``node`` allows by its ``type`` keyword, or None when it has none."""
+    declared = node.get("type")
+    if isinstance(declared, str):
+        return {declared}
+    if isinstance(declared, list):
+        return {t for t in declared if isinstance(t, str)}
+    return None
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_QUANTIFIER = re.compile(r"\{(\d*)(,(\d*))?\}")
+_BRACED_ESCAPES = frozenset("pPuxk")
+_INLINE_FLAGS = re.compile(r"^\(\?[a-zA-Z]+\)")
+
+
+def scan_pattern(pattern: str) -> tuple[bool, bool]:
+    """Read a regex's text: is it anchored at both ends, and is its match length bounded?
+
+    The heuristic is documented in the module docstring; it never compiles the pattern.
+    """
+    text = _INLINE_FLAGS.sub("", pattern)
+    alternatives: list[str] = []
+    start, depth, in_class, bounded = 0, 0, False, True
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            if i + 2 < len(text) and text[i + 1] in _BRACED_ESCAPES and text[i + 2] == "{":
+                close = text.find("}", i + 2)
+                i = close + 1 if close > 0 else len(text)
+            else:
+                i += 2
+            continue
+        if in_class:
+            if char == "]":
+                in_class = False
+        elif char == "[":
+            in_class = True
+            # A ']' right after '[' or '[^' is a literal in the Rust and Python flavours.
+            if text[i + 1:i + 2] == "^":
+                i += 1
+            if text[i + 1:i + 2] == "]":
+                i += 1
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        elif char in "*+":
+            bounded = False
+        elif char == "{":
+            match = _QUANTIFIER.match(text, i)
+            if match and match.group(2) and not match.group(3) and match.group(1):
+                bounded = False
+        elif char == "|" and depth == 0:
+            alternatives.append(text[start:i])
+            start = i + 1
+        i += 1
+    alternatives.append(text[start:])
+    anchored = all(_anchored(alt) for alt in alternatives)
+    return anchored, bounded
+
+
+def _anchored(alternative: str) -> bool:
+    if not alternative.startswith(("^", "\\A")):
+        return False
+    if alternative.endswith("\\z"):
+        body = alternative[:-2]
+    elif alternative.endswith("$"):
+        body = alternative[:-1]
+    else:
+        return False
+    backslashes = len(body) - len(body.rstrip("\\"))
+    return backslashes % 2 == 0
+
+
+class SchemaDocument:
+    """One schema document: resolves its local ``$ref``\\ s to (pointer, subschema).
+
+    A ``$ref`` is local when it is a fragment (``#/$defs/x``, ``#anchor``) or names the
+    document's own ``$id``; everything else is remote, which toolgate refuses.
+    """
+
+    __slots__ = ("anchors", "base", "root")
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        base = root.get("$id") if isinstance(root, dict) else None
+        self.base = base.partition("#")[0] if isinstance(base, str) else None
+        self.anchors: dict[str, str] = {}
+        for pointer, node in _all_subschemas("", root):
+            anchor = node.get("$anchor")
+            if isinstance(anchor, str):
+                self.anchors.setdefault(anchor, pointer)
+
+    def is_local(self, ref: str) -> bool:
+        """True when ``ref`` stays inside this document."""
+        uri = ref.partition("#")[0]
+        return uri == "" or uri == self.base
+
+    def target(self, ref: str) -> tuple[str, Any] | None:
+        """The (pointer, subschema) a local ``ref`` names, or None when it names nothing."""
+        if not self.is_local(ref):
+            return None
+        fragment = unquote(ref.partition("#")[2])
+        if fragment and not fragment.startswith("/"):
+            pointer = self.anchors.get(fragment)
+            return None if pointer is None else (pointer, self.get(pointer))
+        try:
+            node = resolve(self.root, parse_pointer(fragment))
+        except ValueError:
+            return None
+        return None if node is MISSING else (fragment, node)
+
+    def get(self, pointer: str) -> Any:
+        """The subschema at ``pointer`` (which must exist)."""
+        return resolve(self.root, parse_pointer(pointer))
+
+    def deref(self, pointer: str, node: Any) -> tuple[str, Any]:
+        """Follow a chain of ``$ref``\\ s from ``node`` to the first subschema without one."""
+        seen = {pointer}
+        while isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            found = self.target(node["$ref"])
+            if found is None or found[0] in seen:
+                break
+            pointer, node = found
+            seen.add(pointer)
+        return pointer, node
+
+    def in_place(self, pointer: str, node: Any) -> Iterator[tuple[str, Any]]:
+        """``node`` and every subschema applied to the same instance (through allOf, anyOf,
+        oneOf, then, else, dependentSchemas and ``$ref``), each once."""
+        seen: set[str] = set()
+        stack = [(pointer, node)]
+        while stack:
+            pointer, node = stack.pop()
+            if pointer in seen or not isinstance(node, dict):
+                continue
+            seen.add(pointer)
+            yield pointer, node
+            children = list(_in_place_children(pointer, node))
+            if isinstance(node.get("$ref"), str):
+                found = self.target(node["$ref"])
+                if found is not None:
+                    children.append(found)
+            stack.extend(reversed(children))
+
+
+def _in_place_children(pointer: str, node: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    for keyword in _BRANCH_LISTS:
+        branches = node.get(keyword)
+        if isinstance(branches, list):
+            for i, branch in enumerate(branches):
+                yield _join(pointer, keyword, i), branch
+    if "if" in node:
+        for keyword in ("then", "else"):
+            if keyword in node:
+                yield _join(pointer, keyword), node[keyword]
+    dependent = node.get("dependentSchemas")
+    if isinstance(dependent, dict):
+        for name, sub in dependent.items():
+            yield _join(pointer, "dependentSchemas", name), sub
+
+
+def _branch_prefixes(pointer: str) -> tuple[str, ...]:
+    return tuple(_join(pointer, keyword) + "/" for keyword in _BRANCH_LISTS)
+
+
+def _value_children(pointer: str, node: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Subschemas that judge a member or an item of the instance (a new instance)."""
+    for keyword in ("properties", "patternProperties"):
+        members = node.get(keyword)
+        if isinstance(members, dict):
+            for name, sub in members.items():
+                yield _join(pointer, keyword, name), sub
+    for keyword in ("prefixItems", "items"):
+        entries = node.get(keyword)
+        if isinstance(entries, list):
+            for i, sub in enumerate(entries):
+                yield _join(pointer, keyword, i), sub
+    for keyword in ("items", "additionalItems", "unevaluatedItems",
+                    "additionalProperties", "unevaluatedProperties"):
+        if isinstance(node.get(keyword), dict):
+            yield _join(pointer, keyword), node[keyword]
+
+
+def _all_subschemas(pointer: str, node: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    stack = [(pointer, node)]
+    while stack:
+        pointer, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        yield pointer, node
+        children = [*_in_place_children(pointer, node), *_value_children(pointer, node)]
+        for keyword in _CONDITIONS:
+            if keyword in node:
+                children.append((_join(pointer, keyword), node[keyword]))
+        for keyword in _DEFINITIONS:
+            defs = node.get(keyword)
+            if isinstance(defs, dict):
+                children.extend((_join(pointer, keyword, name), sub) for name, sub in defs.items())
+        stack.extend(reversed(children))
+
+
+class _Context(NamedTuple):
+    covered: frozenset[Kind]
+    """Kinds an ancestor on the same instance already bounds or reports."""
+    condition: bool
+    """Inside if/not/contains/propertyNames: the subschema only decides."""
+
+
+_FRESH: Final = _Context(frozenset(), False)
+
+
+class _Linter:
+    """One pass over one schema document."""
+
+    def __init__(self, root: dict[str, Any], file: str, formats_asserted: bool) -> None:
+        self.doc = SchemaDocument(root)
+        self.file = file
+        self.formats_asserted = formats_asserted
+        self.nodes: dict[str, Any] = {}
+        self.contexts: dict[str, list[_Context]] = {}
+        self.seen: set[tuple[str, _Context]] = set()
+        self.definitions: list[tuple[str, Any]] = []
+        self.bounds_memo: dict[tuple[str, Kind], bool] = {}
+        self.names_memo: dict[str, frozenset[str]] = {}
+        self.findings: list[Finding] = []
+
+    def run(self) -> list[Finding]:
+        self.walk("", self.doc.root, _FRESH)
+        # Definitions are judged where they are used; one never used is judged on its own.
+        while self.definitions:
+            pending, self.definitions = self.definitions, []
+            for pointer, node in pending:
+                if pointer not in self.contexts:
+                    self.walk(pointer, node, _FRESH)
+        for pointer, contexts in self.contexts.items():
+            merged = _Context(frozenset.intersection(*(c.covered for c in contexts)),
+                              all(c.condition for c in contexts))
+            self.judge(pointer, self.nodes[pointer], merged)
+        return self.findings
+
+    # ------------------------------------------------------------------ traversal
+
+    def walk(self, pointer: str, node: Any, context: _Context) -> None:
+        stack = [(pointer, node, context)]
+        while stack:
+            pointer, node, context = stack.pop()
+            if (pointer, context) in self.seen:
+                continue
+            self.seen.add((pointer, context))
+            self.nodes[pointer] = node
+            self.contexts.setdefault(pointer, []).append(context)
+            if isinstance(node, dict):
+                stack.extend(reversed(list(self.children(pointer, node, context))))
+
+    def children(self, pointer: str, node: dict[str, Any],
+                 context: _Context) -> Iterator[tuple[str, Any, _Context]]:
+        for keyword in _DEFINITIONS:
+            defs = node.get(keyword)
+            if isinstance(defs, dict):
+                self.definitions.extend((_join(pointer, keyword, name), sub) for name, sub in defs.items())
+        covered = context.covered | {k for k in _KINDS if self.bounds(pointer, node, k)}
+        # Every kind is now bounded, reported at this node, or delegated to the oneOf/anyOf
+        # branches or the $ref target, which alone see the delegated kinds as uncovered.
+        delegated = {k for k in _KINDS if k not in covered and self.delegates(node, k)}
+        to_delegates = _Context(_ALL_KINDS - delegated, context.condition)
+        same_instance = _Context(_ALL_KINDS, context.condition)
+        fresh = _Context(frozenset(), context.condition)
+        for keyword in _BRANCH_LISTS:
+            branches = node.get(keyword)
+            if isinstance(branches, list):
+                inner = same_instance if keyword == "allOf" else to_delegates
+                for i, branch in enumerate(branches):
+                    yield _join(pointer, keyword, i), branch, inner
+        for keyword, sub in _in_place_children(pointer, node):
+            if not keyword.startswith(_branch_prefixes(pointer)):
+                yield keyword, sub, same_instance
+        ref = node.get("$ref")
+        found = self.doc.target(ref) if isinstance(ref, str) else None
+        if found is not None:
+            yield found[0], found[1], to_delegates
+        for child_pointer, child in _value_children(pointer, node):
+            yield child_pointer, child, fresh
+        # `true` as a member or tuple item accepts anything; elsewhere its parent reports it.
+        for keyword in ("properties", "prefixItems"):
+            entries = node.get(keyword)
+            pairs = entries.items() if isinstance(entries, dict) else (
+                enumerate(entries) if isinstance(entries, list) else ())
+            for token, sub in pairs:
+                if sub is True:
+                    yield _join(pointer, keyword, token), sub, fresh
+        for keyword in _CONDITIONS:
+            if keyword in node:
+                yield _join(pointer, keyword), node[keyword], _Context(_ALL_KINDS, True)
+
+    def delegates(self, node: dict[str, Any], kind: Kind) -> bool:
+        """Whether an unbounded ``kind`` is reported below ``node`` rather than at it."""
+        if isinstance(node.get("$ref"), str):
+            return True
+        if kind == "object" and "properties" in node:
+            return False  # the object that declares the properties is the one to close
+        return any(isinstance(node.get(k), list) and node[k] for k in ("oneOf", "anyOf"))
+
+    # ------------------------------------------------------------------ bounds
+
+    def bounds(self, pointer: str, node: Any, kind: Kind) -> bool:
+        """Whether every instance ``node`` accepts is bounded for ``kind`` (see module docs)."""
+        if not isinstance(node, dict):
+            return node is not True
+        key = (pointer, kind)
+        if key in self.bounds_memo:
+            return self.bounds_memo[key]
+        self.bounds_memo[key] = False  # a cycle through $ref bounds nothing
+        result = _bounds_itself(node, kind) or self._bounds_through(pointer, node, kind)
+        self.bounds_memo[key] = result
+        return result
+
+    def _bounds_through(self, pointer: str, node: dict[str, Any], kind: Kind) -> bool:
+        all_of = node.get("allOf")
+        if isinstance(all_of, list) and any(
+                self.bounds(_join(pointer, "allOf", i), b, kind) for i, b in enumerate(all_of)):
+            return True
+        for keyword in ("oneOf", "anyOf"):
+            branches = node.get(keyword)
+            if isinstance(branches, list) and branches and all(
+                    self.bounds(_join(pointer, keyword, i), b, kind) for i, b in enumerate(branches)):
+                return True
+        if "if" in node and "then" in node and "else" in node and all(
+                self.bounds(_join(pointer, k), node[k], kind) for k in ("then", "else")):
+            return True
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            found = self.doc.target(ref)
+            if found is not None and self.bounds(found[0], found[1], kind):
+                return True
+        return False
+
+    def declared_names(self, pointer: str, node: Any) -> frozenset[str]:
+        """Property names ``node`` declares for its instance, through in-place subschemas."""
+        if pointer in self.names_memo:
+            return self.names_memo[pointer]
+        names: set[str] = set()
+        for _, sub in self.doc.in_place(pointer, node):
+            properties = sub.get("properties")
+            if isinstance(properties, dict):
+                names.update(properties)
+        self.names_memo[pointer] = frozenset(names)
+        return self.names_memo[pointer]
+
+    # ------------------------------------------------------------------ rules
+
+    def report(self, pointer: str, rule: str, message: str) -> None:
+        self.findings.append(Finding(file=self.file, pointer=pointer, rule=rule, message=message))
+
+    def judge(self, pointer: str, node: Any, context: _Context) -> None:
+        if node is True and not context.condition and context.covered != _ALL_KINDS:
+            self.report(pointer, "untyped-value", "`true` accepts any JSON value: give it a type and bounds")
+        if not isinstance(node, dict):
+            return
+        self.judge_refs(pointer, node)
+        if "format" in node and not self.formats_asserted:
+            self.report(pointer, "format-not-asserted",
+                        f"format {node['format']!r} is only an annotation where assertion is off: "
+                        "turn assertion on or check the value with a pattern and maxLength")
+        if context.condition:
+            return
+        self.judge_maps(pointer, node)
+        self.judge_all_of(pointer, node)
+        types = _types(node)
+        pattern = node.get("pattern")
+        anchored = scan_pattern(pattern)[0] if isinstance(pattern, str) else True
+        if not anchored and (types is None or "string" in types):
+            self.report(pointer, "unanchored-pattern",
+                        f"pattern {pattern!r} matches anywhere in the string: anchor it as ^...$")
+        failing = [k for k in _KINDS if k not in context.covered and not self.bounds(pointer, node, k)
+                   and not self.delegates(node, k)]
+        if not failing:
+            return
+        if not any(k in node for k in _TYPING_KEYWORDS):
+            shown = [k for k in failing if not (k == "items" and "array" in failing)]
+            shapes = ", ".join(_UNTYPED_SHAPES[k] for k in shown)
+            self.report(pointer, "untyped-value",
+                        f"no type: this accepts any JSON value, including {shapes}; declare its type")
+            return
+        if "object" in failing and not self.has_map_keyword(node):
+            if self.declared_names(pointer, node):
+                hint = ("unevaluatedProperties: false beside allOf" if "allOf" in node
+                        else "additionalProperties: false")
+                self.report(pointer, "open-object",
+                            f"object accepts properties it does not declare: add {hint}")
+            else:
+                self.report(pointer, "free-form-map",
+                            "object declares no properties and is not closed: a free-form map; "
+                            "name each member and add additionalProperties: false")
+        if "string" in failing:
+            why = (f"its pattern {pattern!r} is not bounded (no *, + or {{n,}})" if isinstance(pattern, str)
+                   and anchored else "it has no maxLength, enum, const or anchored bounded pattern")
+            self.report(pointer, "unbounded-string", f"string length is not bounded: {why}")
+        if "array" in failing:
+            self.report(pointer, "unbounded-array", "array length is not bounded: add maxItems")
+        if "items" in failing:
+            self.report(pointer, "unbounded-array",
+                        "array items are unconstrained: give items a schema (or prefixItems with "
+                        "items: false)")
+
+    def judge_refs(self, pointer: str, node: dict[str, Any]) -> None:
+        for keyword in ("$ref", "$dynamicRef"):
+            ref = node.get(keyword)
+            if not isinstance(ref, str):
+                continue
+            if not self.doc.is_local(ref):
+                self.report(pointer, "remote-ref",
+                            f"{keyword} {ref!r} is not local: remote and file references are refused; "
+                            "copy the definition into $defs")
+            elif keyword == "$ref" and self.doc.target(ref) is None:
+                self.report(pointer, "unresolved-ref", f"$ref {ref!r} points at nothing in this schema")
+
+    @staticmethod
+    def has_map_keyword(node: dict[str, Any]) -> bool:
+        return (isinstance(node.get("additionalProperties"), dict)
+                or isinstance(node.get("unevaluatedProperties"), dict)
+                or "patternProperties" in node)
+
+    def judge_maps(self, pointer: str, node: dict[str, Any]) -> None:
+        for keyword in ("additionalProperties", "unevaluatedProperties"):
+            if isinstance(node.get(keyword), dict):
+                self.report(pointer, "free-form-map",
+                            f"{keyword} is a schema: any member name is accepted; name each member "
+                            f"and set {keyword}: false")
+        if "patternProperties" in node:
+            self.report(pointer, "free-form-map",
+                        "patternProperties accepts members by name pattern: name each member instead")
+
+    def judge_all_of(self, pointer: str, node: dict[str, Any]) -> None:
+        branches = node.get("allOf")
+        if not isinstance(branches, list):
+            return
+        own = node.get("properties")
+        own_names = set(own) if isinstance(own, dict) else set()
+        names = [self.declared_names(_join(pointer, "allOf", i), b) for i, b in enumerate(branches)]
+        for i, branch in enumerate(branches):
+            _, target = self.doc.deref(_join(pointer, "allOf", i), branch)
+            if not (isinstance(target, dict) and target.get("additionalProperties") is False):
+                continue
+            others = own_names.union(*(n for j, n in enumerate(names) if j != i))
+            unseen = sorted(others - names[i])
+            if unseen:
+                self.report(_join(pointer, "allOf", i), "additional-properties-with-allof",
+                            f"additionalProperties: false in an allOf branch rejects {unseen}, which "
+                            "other parts of the composition declare; remove it and put "
+                            "unevaluatedProperties: false beside allOf")
+        if node.get("additionalProperties") is False:
+            unseen = sorted(frozenset().union(*names) - own_names)
+            if unseen:
+                self.report(pointer, "additional-properties-with-allof",
+                            f"additionalProperties: false beside allOf rejects {unseen}, which the "
+                            "allOf branches declare; use unevaluatedProperties: false instead")
+
+
+def _bounds_itself(node: dict[str, Any], kind: Kind) -> bool:
+    if "const" in node or "enum" in node:
+        return True
+    types = _types(node)
+    if types is not None and _JSON_TYPE[kind] not in types:
+        return True
+    if kind == "object":
+        return node.get("additionalProperties") is False or node.get("unevaluatedProperties") is False
+    if kind == "string":
+        pattern = node.get("pattern")
+        return _is_count(node.get("maxLength")) or (
+            isinstance(pattern, str) and scan_pattern(pattern) == (True, True))
+    items = node.get("items")
+    if kind == "array":
+        return (_is_count(node.get("maxItems")) or items is False
+                or (isinstance(items, list) and node.get("additionalItems") is False))
+    # kind == "items": each item is judged by its own subschema when there is one.
+    if node.get("maxItems") == 0 or items is False:
+        return True
+    if isinstance(items, list):
+        return "additionalItems" in node and node["additionalItems"] is not True
+    return (("items" in node and items is not True)
+            or ("unevaluatedItems" in node and node["unevaluatedItems"] is not True))
+
+
+def lint_schema(schema: dict[str, Any], *, formats_asserted: bool = True, file: str = "") -> list[Finding]:
+    """Hold one schema to the seed's rules.
+
+    Args:
+        schema: The schema document (Draft 2020-12; ``definitions`` and array ``items``
+            of older drafts are walked too).
+        formats_asserted: Whether the validator asserts ``format`` (toolgate's does);
+            when False every ``format`` is a ``format-not-asserted`` finding.
+        file: Name put in each finding's ``file``.
+
+    Returns:
+        Findings in document order (a subschema's findings before its children's); empty
+        when the schema is clean.
+    """
+    return _Linter(schema, file, formats_asserted).run()
+
+
+def lint_contracts(contracts: ContractSet) -> list[Finding]:
+    """Lint every contract version: its schema, and its pointers against the schema.
+
+    Schemas are linted with ``format`` asserted, as :func:`~worker._contracts.compile_schema`
+    compiles them. Each ``projection``, ``display_text`` and rule pointer must name a
+    property the schema's success branch declares under ``/data`` (rule
+    ``pointer-not-in-schema``, reported against ``contract.yaml``).
+
+    Returns:
+        Findings, contract by contract in the set's order; empty when all are clean.
+    """
+    findings: list[Finding] = []
+    for contract in contracts:
+        findings.extend(lint_schema(contract.schema, file=str(contract.schema_path)))
+        findings.extend(_check_pointers(contract))
+    return findings
+
+
+def _contract_pointers(contract: Contract) -> Iterator[tuple[str, str]]:
+    spec = contract.spec
+    for i, pointer in enumerate(spec.projection):
+        yield f"$.projection[{i}]", pointer
+    for i, display in enumerate(spec.display_text):
+        yield f"$.display_text[{i}].pointer", display.pointer
+    for i, rule in enumerate(spec.rules):
+        yield f"$.rules[{i}].pointer", rule.pointer
+
+
+def _check_pointers(contract: Contract) -> Iterator[Finding]:
+    doc = SchemaDocument(contract.schema)
+    for path, pointer in _contract_pointers(contract):
+        if not _declares(doc, parse_pointer(pointer)):
+            yield Finding(file=str(contract.path), pointer=path, rule="pointer-not-in-schema",
+                          message=f"{pointer} is not a property the schema's success branch declares")
+
+
+def _is_failure_branch(node: dict[str, Any]) -> bool:
+    properties = node.get("properties")
+    outcome = properties.get("outcome") if isinstance(properties, dict) else None
+    if not isinstance(outcome, dict):
+        return False
+    if "const" in outcome:
+        return bool(outcome["const"] != "success")
+    enum = outcome.get("enum")
+    return isinstance(enum, list) and "success" not in enum
+
+
+def _declares(doc: SchemaDocument, tokens: tuple[str, ...]) -> bool:
+    """Whether some path of subschemas, outside failure branches, declares ``tokens``."""
+    level = [(p, n) for p, n in doc.in_place("", doc.root) if not _is_failure_branch(n)]
+    for token in tokens:
+        found: list[tuple[str, Any]] = []
+        for pointer, node in level:
+            properties = node.get("properties")
+            if isinstance(properties, dict) and token in properties:
+                found.append((_join(pointer, "properties", token), properties[token]))
+            elif token.isdigit():
+                prefix = node.get("prefixItems")
+                if isinstance(prefix, list) and int(token) < len(prefix):
+                    found.append((_join(pointer, "prefixItems", token), prefix[int(token)]))
+                elif isinstance(node.get("items"), dict):
+                    found.append((_join(pointer, "items"), node["items"]))
+        level = [pair for p, n in found for pair in doc.in_place(p, n)]
+        if not found:
+            return False
+    return True
