@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
 
 from worker._config import Config
 from worker._gate import Gate
@@ -116,6 +116,7 @@ class Worker:
         self._audit_reader: TopicReader | None = None
         self._health: HealthServer | None = None
         self._txn_failing = False
+        self._backoff = 0.0
         self._last_sweep = 0.0
         for contract in gate.contracts:
             self.metrics.contract_info.labels(contract.spec.tool, str(contract.spec.version),
@@ -261,19 +262,29 @@ class Worker:
                 await producer.send_offsets_to_transaction(
                     {tp: records[-1].offset + 1}, self.config.group_id)
         except ProducerFenced:
+            # Another owner started a producer with this partition's transactional id: we
+            # are a zombie for it. Stop deciding it; the group's next assignment settles it.
             log.warning("producer fenced: partition moved to another worker",
                         extra={"partition": tp.partition})
             self.stats.aborted += 1
             self.metrics.transactions.labels("aborted").inc()
+            fenced = self._producers.pop(tp, None)
+            self._next_offset.pop(tp, None)
+            if fenced is not None:
+                with contextlib.suppress(Exception):
+                    await fenced.stop()
             return
-        except KafkaError as exc:
-            self._transaction_failed(tp, records[0].offset, exc)
+        except (KafkaError, AssertionError) as exc:
+            # AssertionError: aiokafka's transaction manager in an invalid state after a
+            # failure mid-transaction; the batch is decided again either way.
+            await self._transaction_failed(tp, records[0].offset, exc)
             return
         self._next_offset[tp] = records[-1].offset + 1
         self.metrics.transaction_seconds.observe(time.perf_counter() - started)
         self.metrics.transactions.labels("committed").inc()
         self.metrics.batch_size.observe(len(records))
         self.stats.committed += 1
+        self._backoff = 0.0
         if self._txn_failing:
             self._txn_failing = False
             log.info("transactions recovered")
@@ -290,17 +301,46 @@ class Worker:
                 self.stats.rejected += 1
                 self.stats.by_code[code or ""] = self.stats.by_code.get(code or "", 0) + 1
 
-    def _transaction_failed(self, tp: TopicPartition, first_offset: int, exc: KafkaError) -> None:
+    async def _transaction_failed(self, tp: TopicPartition, first_offset: int,
+                                  exc: Exception) -> None:
+        """Abort path: count, log once per state change, back off, replace the producer.
+
+        The batch is decided again from ``first_offset``. The producer is replaced
+        because after a failed commit or abort its transaction state is unknown; the new
+        one's ``init_transactions`` settles whatever the old one left open.
+        """
         self.stats.aborted += 1
         self.metrics.transactions.labels("aborted").inc()
         if not self._txn_failing:
             self._txn_failing = True
             log.error("transaction aborted; the batch will be decided again",
-                      extra={"partition": tp.partition, "error": repr(exc),
+                      extra={"partition": tp.partition, "error": repr(exc)[:300],
                              "retriable": getattr(exc, "retriable", None)})
         assert self._consumer is not None
-        with contextlib.suppress(KafkaError, AssertionError):
+        with contextlib.suppress(KafkaError, AssertionError, IllegalStateError):
             self._consumer.seek(tp, first_offset)
+        self._next_offset[tp] = first_offset
+        self._backoff = min(max(self._backoff * 2, 0.1), 5.0)
+        await asyncio.sleep(self._backoff)  # back off before retrying a failing cluster
+        old = self._producers.get(tp)
+        if old is None:
+            return
+        with contextlib.suppress(Exception):
+            await old.stop()
+        try:
+            self._producers[tp] = await self._new_producer(tp)
+        except KafkaError as start_exc:
+            log.debug("producer restart failed", extra={"error": repr(start_exc)[:300]})
+
+    async def _new_producer(self, tp: TopicPartition) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            **self._settings, enable_idempotence=True, acks="all",
+            max_request_size=self.options.max_record_bytes,
+            transactional_id=f"{self.options.transactional_prefix}.{tp.topic}.{tp.partition}")
+        # start() runs init_transactions: fences the previous owner and settles its
+        # open transaction, so the committed offset read next is final.
+        await producer.start()
+        return producer
 
     def _sweep(self) -> None:
         mono = time.monotonic()
@@ -328,14 +368,7 @@ class Worker:
         assert self._consumer is not None
         async with self._lock:
             for tp in sorted(partitions):
-                producer = AIOKafkaProducer(
-                    **self._settings, enable_idempotence=True, acks="all",
-                    max_request_size=self.options.max_record_bytes,
-                    transactional_id=f"{self.options.transactional_prefix}.{tp.topic}.{tp.partition}")
-                # start() runs init_transactions: fences the previous owner and settles its
-                # open transaction, so the committed offset read next is final.
-                await producer.start()
-                self._producers[tp] = producer
+                self._producers[tp] = await self._new_producer(tp)
                 committed = await self._consumer.committed(tp)
                 if committed is None:
                     committed = (await self._consumer.beginning_offsets([tp]))[tp]

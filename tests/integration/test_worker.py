@@ -144,7 +144,8 @@ class TestEndToEnd:
 class TestRequestOrdering:
     async def test_result_waits_for_lagging_request_reader(self, config: Config) -> None:
         """A result whose request record is behind a backlog is accepted, not UNKNOWN_REQUEST."""
-        worker = make_worker(config)
+        # A generous wait bound: this test is about the order of events, not about speed.
+        worker = make_worker(config, request_wait_seconds=60.0)
         task = asyncio.create_task(worker.run())
         try:
             async with asyncio.timeout(30):
