@@ -33,11 +33,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
 
+from worker._batch import decide_batch, request_key
 from worker._config import Config
 from worker._gate import Gate
 from worker._kafka import client_settings
 from worker._metrics import HealthServer, Metrics
-from worker._outputs import outputs, replay_count
 from worker._records import Message
 from worker._store import AcceptedLedger, RequestTable, TopicReader
 
@@ -224,40 +224,20 @@ class Worker:
                 # Compacted or aborted-transaction gaps are normal in read_committed; log once.
                 log.debug("offset gap", extra={"partition": tp.partition, "expected": expected,
                                                "got": records[0].offset})
-        if any(self.requests.get(_key_text(r.key)) is None for r in records):
+        if any(self.requests.get(request_key(r.key)) is None for r in records):
             assert self._request_reader is not None
             caught_up = await self._request_reader.catch_up(self.options.request_wait_seconds)
             self.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
+        messages = [Message(key=r.key, value=r.value, headers=list(r.headers or ()),
+                            origin=f"{tp.topic}/{tp.partition}/{r.offset}") for r in records]
         now = self.clock()
-        pending: set[tuple[str, int]] = set()
-        decided: list[tuple[Any, str | None, str, str | None, str | None, int, float, int]] = []
-
-        def ledger(request_id: str, attempt: int) -> bool:
-            return (request_id, attempt) in pending or self.ledger(request_id, attempt)
-
-        topics = self.config.topics
+        batch = decide_batch(self.gate, messages, self.requests.get, self.ledger, now,
+                             topics=self.config.topics, max_record_bytes=self.options.max_record_bytes)
         started = time.perf_counter()
         try:
             async with producer.transaction():
-                futures = []
-                for record in records:
-                    message = Message(key=record.key, value=record.value,
-                                      headers=list(record.headers or ()),
-                                      origin=f"{tp.topic}/{tp.partition}/{record.offset}")
-                    t0 = time.perf_counter()
-                    verdict = self.gate.evaluate(message, self.requests.get(_key_text(record.key)),
-                                                 now, ledger)
-                    seconds = time.perf_counter() - t0
-                    if verdict.accepted and verdict.request_id and verdict.attempt is not None:
-                        pending.add((verdict.request_id, verdict.attempt))
-                    for out in outputs(message, verdict, agent_topic=topics.agent,
-                                       quarantine_topic=topics.quarantine, audit_topic=topics.audit,
-                                       decided_at=now, max_record_bytes=self.options.max_record_bytes):
-                        futures.append(await producer.send(out.topic, out.value, key=out.key,
-                                                           headers=out.headers))
-                    decided.append((verdict, verdict.tool, verdict.result, verdict.stage,
-                                    verdict.code, len(record.value or b""), seconds,
-                                    replay_count(message)))
+                futures = [await producer.send(out.topic, out.value, key=out.key, headers=out.headers)
+                           for out in batch.records]
                 await asyncio.gather(*futures)
                 await producer.send_offsets_to_transaction(
                     {tp: records[-1].offset + 1}, self.config.group_id)
@@ -288,18 +268,20 @@ class Worker:
         if self._txn_failing:
             self._txn_failing = False
             log.info("transactions recovered")
-        for request_id, attempt in pending:
+        for request_id, attempt in batch.accepted:
             self.ledger.record(request_id, attempt, now)
-        for verdict, tool, result, stage, code, size, seconds, replays in decided:
-            self.metrics.decided(tool, result, stage, code, size, seconds)
-            if replays:
-                self.metrics.replayed.labels(tool or "unknown", result).inc()
+        for decision in batch.decisions:
+            verdict = decision.verdict
+            self.metrics.decided(verdict.tool, verdict.result, verdict.stage, verdict.code,
+                                 decision.size, decision.seconds)
+            if decision.replays:
+                self.metrics.replayed.labels(verdict.tool or "unknown", verdict.result).inc()
             self.stats.decided += 1
             if verdict.accepted:
                 self.stats.accepted += 1
             else:
                 self.stats.rejected += 1
-                self.stats.by_code[code or ""] = self.stats.by_code.get(code or "", 0) + 1
+                self.stats.by_code[verdict.code or ""] = self.stats.by_code.get(verdict.code or "", 0) + 1
 
     async def _transaction_failed(self, tp: TopicPartition, first_offset: int,
                                   exc: Exception) -> None:
@@ -415,15 +397,6 @@ class Worker:
 
 def _lag_labels(metrics: Metrics) -> set[str]:
     return {labels[0] for labels in metrics.lag._metrics}
-
-
-def _key_text(key: bytes | None) -> str:
-    if key is None:
-        return ""
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        return ""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
