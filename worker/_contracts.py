@@ -141,6 +141,18 @@ _MISSING: Any = object()
 
 def resolve(doc: Any, tokens: Pointer) -> Any:
     """The value at ``tokens`` in ``doc``, or :data:`MISSING`."""
+    # Fast path, member names all the way down: a JSON value raises KeyError or
+    # TypeError (a list, a string, a number) wherever the careful walk would stop.
+    value = doc
+    try:
+        for token in tokens:
+            value = value[token]
+    except (KeyError, TypeError):
+        return _resolve_step_by_step(doc, tokens)
+    return value
+
+
+def _resolve_step_by_step(doc: Any, tokens: Pointer) -> Any:
     for token in tokens:
         if isinstance(doc, dict):
             doc = doc.get(token, _MISSING)

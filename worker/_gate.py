@@ -57,7 +57,12 @@ STAGES = ("limits", "parse", "contract", "schema", "correlate", "semantic", "pro
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 _DETAIL_LIMIT = 300
+_CONTENT_TYPES = (JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE)
 _encode = msgspec.json.encode
+_sha256 = hashlib.sha256
+# (name, value) -> text of tg-* header pairs that passed every check; see _read_headers.
+_checked_headers: dict[tuple[str, bytes], str] = {}
+_CHECKED_HEADERS_MAX = 1024
 
 
 class Gate:
@@ -71,11 +76,15 @@ class Gate:
     def __init__(self, contracts: ContractSet, keyring: Keyring | None = None) -> None:
         self.contracts = contracts
         self.keyring = keyring or Keyring()
+        self._tools = frozenset(contracts.tools)
         self._projectors: dict[str, Projector] = {}
         self._rules: dict[str, tuple[SemanticRule, ...]] = {}
+        # Keyed by the Contract object itself (identity), not by its key.
+        self._plans: dict[Contract, _Plan] = {}
         for contract in contracts:
             self._projectors[contract.key] = Projector(contract)
             self._rules[contract.key] = build_rules(contract, self.keyring)
+            self._plans[contract] = _Plan(contract)
 
     def evaluate(self, message: Message, request: RequestRecord | None, now: datetime,
                  ledger: Ledger | None = None, *, contract: Contract | None = None) -> Verdict:
@@ -89,27 +98,37 @@ class Gate:
             contract: evaluate against this version instead of the selected one (shadow).
         """
         raw = message.value if message.value is not None else b""
-        digest = hashlib.sha256(raw).hexdigest()
-        state = _State()
+        digest = _sha256(raw).hexdigest()
+        # What is known so far, for the verdict of a rejection. Plain locals rather
+        # than a state object: nothing is allocated for it on the accept path.
+        headers: dict[str, str] = {}
+        key: str | None = None
+        known_tool: str | None = None  # only once it names a known contract
+        contract_key: str | None = None
+        request_id: str | None = None
+        attempt: int | None = None
         stage = "limits"
         try:
-            headers = _read_headers(message, state)
+            header_problem, key = _read_headers(message, headers)
             tool = headers.get("tg-tool")
-            if tool is not None and self.contracts.versions(tool):
-                state.tool = tool  # a known tool name: safe to echo to the agent
+            adapter_version = headers.get("tg-adapter-version")
+            if tool is not None and tool in self._tools:
+                known_tool = tool  # a known tool name: safe to echo to the agent
             if contract is None and tool is not None:
-                contract = self.contracts.select(tool, headers.get("tg-adapter-version"))
-            deciding = contract if contract is not None and contract.spec.status != "retired" \
-                else None
-            limits = deciding.spec.limits if deciding else DEFAULT_LIMITS
+                contract = self.contracts.select(tool, adapter_version)
+            # A contract passed in that this gate was not built with gets a plan for
+            # this message only (and no rules or projector: INTERNAL_ERROR later).
+            plan = None if contract is None else self._plans.get(contract) or _Plan(contract)
+            deciding = plan if plan is not None and not plan.retired else None
+            limits = deciding.limits if deciding is not None else DEFAULT_LIMITS
             if len(raw) > limits.max_bytes:
                 raise RejectedInput("limits", "PAYLOAD_TOO_LARGE",
                                     f"{len(raw)} bytes exceeds the limit of {limits.max_bytes}")
 
             stage = "parse"
             content_type = headers.get("tg-content-type", JSON_CONTENT_TYPE)
-            if content_type not in (JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE) or (
-                    deciding is not None and content_type != deciding.spec.content_type):
+            if content_type not in _CONTENT_TYPES or (
+                    deciding is not None and content_type != deciding.content_type):
                 raise RejectedInput("parse", "UNSUPPORTED_CONTENT_TYPE",
                                     "tg-content-type is not the contract's content type")
             envelope: Any = None
@@ -122,34 +141,35 @@ class Gate:
                             "outcome": "success", "data": extract_text(raw, deciding.text_regex)}
 
             stage = "contract"
-            if state.header_problem:
-                raise RejectedInput("contract", "HEADER_MISMATCH", state.header_problem)
-            if tool is None or state.tool is None:
+            if header_problem:
+                raise RejectedInput("contract", "HEADER_MISMATCH", header_problem)
+            if tool is None or known_tool is None:
                 raise RejectedInput("contract", "UNKNOWN_TOOL", "tg-tool names no contract")
             if deciding is None:
                 raise RejectedInput("contract", "UNKNOWN_CONTRACT_VERSION",
                                     "no active contract version for tg-adapter-version")
-            state.contract = deciding.key
+            contract_key = deciding.key
 
             stage = "schema"
             if not deciding.validator.is_valid(envelope):
-                raise _schema_rejection(deciding, envelope)
+                raise _schema_rejection(deciding.validator, envelope)
 
             stage = "correlate"
-            request_id = envelope["request_id"]
-            if request_id != headers.get("tg-request-id") or request_id != state.key:
+            claimed = envelope["request_id"]
+            if claimed != headers.get("tg-request-id") or claimed != key:
                 raise RejectedInput("correlate", "HEADER_MISMATCH",
                                     "Kafka key, tg-request-id and request_id disagree")
-            state.request_id = request_id
+            request_id = claimed
             if request is None or request.request_id != request_id:
                 raise RejectedInput("correlate", "UNKNOWN_REQUEST", "no outstanding request")
-            if request.tool != deciding.spec.tool:
+            if request.tool != deciding.tool:
                 raise RejectedInput("correlate", "TOOL_MISMATCH",
                                     "the request was issued for another tool")
             if now >= request.expires_at:
                 raise RejectedInput("correlate", "REQUEST_EXPIRED", "the request has expired")
-            attempt = _attempt(headers, request)
-            state.attempt = attempt
+            attempt_header = headers.get("tg-attempt")
+            attempt = request.attempt if attempt_header is None else \
+                _attempt(attempt_header, request)
 
             stage = "semantic"
             evidence = Evidence(envelope=envelope, request=request, request_id=request_id,
@@ -168,101 +188,121 @@ class Gate:
                 retryable = (bool(envelope["error"]["retryable"])
                              and code in deciding.retryable_codes
                              and request.attempt < request.max_attempts)
-                out = failure(deciding.spec.tool, request_id, code, retryable)
+                out = failure(deciding.tool, request_id, code, retryable)
                 projector.check(out)
             agent = _encode(out)
             return Verdict(
-                accepted=True, outcome=out["outcome"], tool=deciding.spec.tool,
+                accepted=True, outcome=out["outcome"], tool=deciding.tool,
                 request_id=request_id, contract=deciding.key, stage=None, code=code,
                 attempt=attempt, agent=agent, raw_sha256=digest,
-                projected_sha256=hashlib.sha256(agent).hexdigest(),
-                adapter=headers.get("tg-adapter"),
-                adapter_version=headers.get("tg-adapter-version"),
+                projected_sha256=_sha256(agent).hexdigest(),
+                adapter=headers.get("tg-adapter"), adapter_version=adapter_version,
                 source=headers.get("tg-source"))
-        except RejectedInput as rejection:
-            return self._reject(rejection, state, digest, message)
         except Exception as exc:  # the gate must never crash on input
-            internal = RejectedInput(stage, "INTERNAL_ERROR",
-                                     f"{type(exc).__name__} during the {stage} stage")
-            return self._reject(internal, state, digest, message)
-
-    def _reject(self, rejection: RejectedInput, state: _State, digest: str,
-                message: Message) -> Verdict:
-        request_id = state.request_id or state.key
-        agent = _encode(failure(state.tool, request_id, INVALID_RESPONSE, False))
-        headers = state.headers
-        return Verdict(
-            accepted=False, outcome="failure", tool=state.tool, request_id=request_id,
-            contract=state.contract, stage=rejection.stage, code=rejection.code,
-            attempt=state.attempt, agent=agent, raw_sha256=digest,
-            diagnostics=Diagnostics(
-                stage=rejection.stage, code=rejection.code,
-                message=_bounded(rejection.detail), instance_path=rejection.instance_path,
-                schema_path=rejection.schema_path, keyword=rejection.keyword),
-            adapter=headers.get("tg-adapter"), adapter_version=headers.get("tg-adapter-version"),
-            source=headers.get("tg-source"))
+            rejection = exc if isinstance(exc, RejectedInput) else RejectedInput(
+                stage, "INTERNAL_ERROR", f"{type(exc).__name__} during the {stage} stage")
+            # The agent hears back only about a request the platform issued: the key
+            # must name the request record the store returned. Operators (audit) get
+            # whatever identifier the message claimed, if it is a plain one.
+            issued = key if request is not None and key == request.request_id else None
+            return _reject(rejection, known_tool, request_id or key, issued, contract_key,
+                           attempt, headers, digest)
 
 
-class _State:
-    """What is known so far about a message, for the verdict of a rejection."""
+class _Plan:
+    """What the gate reads from one contract's spec on every message, gathered once."""
 
-    __slots__ = ("attempt", "contract", "header_problem", "headers", "key", "request_id",
-                 "tool")
+    __slots__ = ("content_type", "key", "limits", "retired", "retryable_codes", "text_regex",
+                 "tool", "validator")
 
-    def __init__(self) -> None:
-        self.headers: dict[str, str] = {}
-        self.header_problem = ""
-        self.key: str | None = None
-        self.tool: str | None = None  # only once it names a known contract
-        self.contract: str | None = None
-        self.request_id: str | None = None
-        self.attempt: int | None = None
+    def __init__(self, contract: Contract) -> None:
+        spec = contract.spec
+        self.key = contract.key
+        self.tool = spec.tool
+        self.retired = spec.status == "retired"
+        self.limits = spec.limits
+        self.content_type = spec.content_type
+        self.text_regex = contract.text_regex
+        self.validator = contract.validator
+        self.retryable_codes = contract.retryable_codes
 
 
-def _read_headers(message: Message, state: _State) -> dict[str, str]:
-    """Bound and decode the ``tg-*`` headers; defer non-fatal problems to ``contract``."""
-    if len(message.headers) > MAX_HEADERS:
+def _reject(rejection: RejectedInput, tool: str | None, request_id: str | None,
+            agent_request_id: str | None, contract: str | None, attempt: int | None,
+            headers: dict[str, str], digest: str) -> Verdict:
+    agent = _encode(failure(tool, agent_request_id, INVALID_RESPONSE, False))
+    return Verdict(
+        accepted=False, outcome="failure", tool=tool, request_id=request_id,
+        contract=contract, stage=rejection.stage, code=rejection.code,
+        attempt=attempt, agent=agent, raw_sha256=digest,
+        diagnostics=Diagnostics(
+            stage=rejection.stage, code=rejection.code,
+            message=_bounded(rejection.detail), instance_path=rejection.instance_path,
+            schema_path=rejection.schema_path, keyword=rejection.keyword),
+        adapter=headers.get("tg-adapter"), adapter_version=headers.get("tg-adapter-version"),
+        source=headers.get("tg-source"))
+
+
+def _read_headers(message: Message, headers: dict[str, str]) -> tuple[str, str | None]:
+    """Bound and decode the ``tg-*`` headers into ``headers``.
+
+    Returns the last non-fatal problem (deferred to ``contract``; empty when none)
+    and the Kafka key when it is a safe identifier.
+    """
+    pairs = message.headers
+    if len(pairs) > MAX_HEADERS:
         raise RejectedInput("limits", "PAYLOAD_TOO_LARGE", f"more than {MAX_HEADERS} headers")
     key = message.key
     if key is not None and len(key) > MAX_KEY_BYTES:
         raise RejectedInput("limits", "PAYLOAD_TOO_LARGE", f"key exceeds {MAX_KEY_BYTES} bytes")
-    headers = state.headers
-    for name, value in message.headers:
-        if value is None:
-            value = b""
-        if len(value) > MAX_HEADER_BYTES or len(name) > MAX_HEADER_BYTES:
-            raise RejectedInput("limits", "PAYLOAD_TOO_LARGE",
-                                f"a header exceeds {MAX_HEADER_BYTES} bytes")
-        if not name.startswith("tg-"):
-            continue
-        if name in headers:
-            state.header_problem = "a tg-* header appears more than once"
-            continue
+    problem = ""
+    checked = _checked_headers
+    for name, value in pairs:
+        # Most header values repeat from message to message (tool, adapter, version,
+        # source): a pair checked before skips the checks below.
         try:
-            text = value.decode("utf-8")
-        except UnicodeDecodeError:
-            state.header_problem = "a tg-* header is not UTF-8"
-            continue
-        # isprintable() is False for every control character (and for line breaks).
-        if not text.isprintable():
-            state.header_problem = "a tg-* header holds control characters"
+            text = checked.get((name, value))
+        except TypeError:  # an unhashable value (not bytes): the checks below decide
+            text = None
+        if text is None:
+            if value is None:
+                value = b""
+            if len(value) > MAX_HEADER_BYTES or len(name) > MAX_HEADER_BYTES:
+                raise RejectedInput("limits", "PAYLOAD_TOO_LARGE",
+                                    f"a header exceeds {MAX_HEADER_BYTES} bytes")
+            if not name.startswith("tg-"):
+                continue
+            if name in headers:
+                problem = "a tg-* header appears more than once"
+                continue
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError:
+                problem = "a tg-* header is not UTF-8"
+                continue
+            # isprintable() is False for every control character (and for line breaks).
+            if not text.isprintable():
+                problem = "a tg-* header holds control characters"
+                continue
+            if type(value) is bytes:
+                if len(checked) >= _CHECKED_HEADERS_MAX:  # attacker-chosen values: stay bounded
+                    checked.clear()
+                checked[name, value] = text
+        elif name in headers:
+            problem = "a tg-* header appears more than once"
             continue
         headers[name] = text
-    if key is not None:
-        try:
-            text = key.decode("ascii")
-        except UnicodeDecodeError:
-            text = ""
-        if _SAFE_ID.match(text):
-            state.key = text
-    return headers
+    if key is None:
+        return problem, None
+    try:
+        text = key.decode("ascii")
+    except UnicodeDecodeError:
+        return problem, None
+    return problem, text if _SAFE_ID.match(text) else None
 
 
-def _attempt(headers: dict[str, str], request: RequestRecord) -> int:
-    """The attempt this result answers: ``tg-attempt`` or the request's current one."""
-    text = headers.get("tg-attempt")
-    if text is None:
-        return request.attempt
+def _attempt(text: str, request: RequestRecord) -> int:
+    """The attempt ``tg-attempt`` names, which must be the request's current one."""
     if not text.isdigit() or len(text) > 4:
         raise RejectedInput("correlate", "HEADER_MISMATCH", "tg-attempt is not a small integer")
     attempt = int(text)
@@ -272,9 +312,9 @@ def _attempt(headers: dict[str, str], request: RequestRecord) -> int:
     return attempt
 
 
-def _schema_rejection(contract: Contract, envelope: Any) -> RejectedInput:
+def _schema_rejection(validator: Any, envelope: Any) -> RejectedInput:
     """The most useful violation, masked: the branch of a ``oneOf`` the envelope meant."""
-    error = next(iter(contract.validator.iter_errors(envelope)), None)
+    error = next(iter(validator.iter_errors(envelope)), None)
     while error is not None:
         branches = getattr(error.kind, "context", None)
         if not branches:

@@ -14,31 +14,33 @@ Policy (RFC 8259 plus what parsers disagree on):
 
 jiter does the parse (Rust, with duplicate detection). The depth and infinity checks
 walk the parsed value only when a cheap byte scan says they could fail: most results
-have fewer brackets than the depth limit and no exponent of three digits.
+have fewer brackets than the depth limit and no exponent. When no number can
+overflow, the depth alone is checked, a level at a time, without visiting leaves.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from itertools import chain
 from typing import Any
 
 import jiter
 
 from worker._errors import RejectedInput
 
-# Digits become "0", exponent markers "e", everything else a space: then two
-# substring searches (C speed) tell whether any number could overflow a double.
-_NUMBER_SHAPE = bytes(
-    ord("0") if chr(b).isdigit() else ord("e") if chr(b) in "eE" else ord(" ")
+# One translation gives the shape every cheap check reads: "[" for an opening
+# bracket or brace, "0" for a digit, "e" for an exponent marker, " " for the rest.
+# Then a count and two substring searches (C speed) tell whether the nesting could
+# exceed the limit and whether any number could overflow a double.
+_SHAPE = bytes(
+    ord("[") if chr(b) in "[{" else ord("0") if chr(b).isdigit()
+    else ord("e") if chr(b) in "eE" else ord(" ")
     for b in range(256))
-_LONG_DIGITS = b"0" * 300
-
-
-def _maybe_infinite(raw: bytes) -> bool:
-    shape = raw.translate(_NUMBER_SHAPE)
-    return b"0e" in shape or _LONG_DIGITS in shape
+_LONG = 300
+_LONG_DIGITS = b"0" * _LONG
 _DUPLICATE = re.compile(r'^Detected duplicate key ".*" at (line \d+ column \d+)$', re.S)
+_from_json = jiter.from_json
 
 
 def parse_json(raw: bytes, max_depth: int) -> Any:
@@ -48,12 +50,16 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
         RejectedInput: stage ``parse`` with the code for what was wrong.
     """
     try:
-        value = jiter.from_json(raw, allow_inf_nan=False, catch_duplicate_keys=True,
-                                cache_mode="keys")
+        value = _from_json(raw, allow_inf_nan=False, catch_duplicate_keys=True,
+                           cache_mode="keys")
     except ValueError as exc:
         raise _parse_error(str(exc)) from None
-    if (raw.count(b"[") + raw.count(b"{") > max_depth or _maybe_infinite(raw)):
+    shape = raw.translate(_SHAPE)
+    # A double overflows only with an exponent or with 309 digits or more.
+    if shape.find(b"0e") >= 0 or (len(shape) >= _LONG and _LONG_DIGITS in shape):
         _walk(value, max_depth)
+    elif (brackets := shape.count(b"[")) > max_depth:
+        _check_depth(value, max_depth, brackets)
     return value
 
 
@@ -86,6 +92,33 @@ def _walk(root: Any, max_depth: int) -> None:
             stack.extend((child, depth + 1) for child in value)
         elif isinstance(value, float) and not math.isfinite(value):
             raise RejectedInput("parse", "NUMBER_OUT_OF_RANGE", "a number overflows to infinity")
+
+
+def _check_depth(root: Any, max_depth: int, brackets: int) -> None:
+    """Depth only, a level of objects and arrays at a time; used when no number can
+    be infinite, so the depth is the only possible error.
+
+    ``brackets`` (the count of ``[`` and ``{`` bytes, strings included) bounds the
+    number of objects and arrays: once that many were seen, no level is deeper, and
+    the leaves of the last level need not be visited at all.
+    """
+    level = [root] if isinstance(root, (dict, list)) else []
+    seen = len(level)
+    depth = 0
+    while level:
+        depth += 1
+        if depth > max_depth:
+            raise RejectedInput("parse", "NESTING_TOO_DEEP",
+                                f"nesting depth exceeds the limit of {max_depth}")
+        if seen >= brackets:
+            return
+        children = list(chain.from_iterable(
+            node.values() if isinstance(node, dict) else node for node in level))
+        kinds = set(map(type, children))  # C speed: leaves are not visited one by one
+        if dict not in kinds and list not in kinds:
+            return
+        level = [child for child in children if isinstance(child, (dict, list))]
+        seen += len(level)
 
 
 def extract_text(raw: bytes, pattern: re.Pattern[str]) -> dict[str, str]:

@@ -80,7 +80,7 @@ def output_schema(contract: Contract) -> dict[str, Any]:
 class Projector:
     """Builds and checks the agent envelope of one contract."""
 
-    __slots__ = ("contract", "display", "fields", "flat", "tool", "validator")
+    __slots__ = ("contract", "display", "fields", "flat", "is_valid", "tool", "validator")
 
     def __init__(self, contract: Contract) -> None:
         self.contract = contract
@@ -91,6 +91,7 @@ class Projector:
             len(t) == 2 for t in self.fields) else None
         self.display = contract.display
         self.validator = compile_schema(output_schema(contract))
+        self.is_valid = self.validator.is_valid
 
     def success(self, envelope: Any, request_id: str) -> dict[str, Any]:
         """A fresh success envelope with the declared fields only.
@@ -100,8 +101,9 @@ class Projector:
         """
         data: dict[str, Any] = {}
         source = envelope["data"]
-        if self.flat is not None and isinstance(source, dict):
-            for name in self.flat:
+        flat = self.flat
+        if flat is not None and isinstance(source, dict):
+            for name in flat:
                 if name in source:
                     value = source[name]
                     data[name] = list(value) if isinstance(value, list) else value
@@ -117,7 +119,8 @@ class Projector:
                     text[tokens[-1]] = value[:limit]
             if text:
                 out["untrusted_text"] = text
-        self.check(out)
+        if not self.is_valid(out):  # check(), inlined
+            raise _unsafe()
         return out
 
     def _copy_nested(self, envelope: Any, data: dict[str, Any]) -> None:
@@ -132,9 +135,13 @@ class Projector:
 
     def check(self, out: dict[str, Any]) -> None:
         """Refuse to emit anything the closed output schema does not allow."""
-        if not self.validator.is_valid(out):
-            raise RejectedInput("project", "INTERNAL_ERROR",
-                                "the projected envelope fails the closed output schema")
+        if not self.is_valid(out):
+            raise _unsafe()
+
+
+def _unsafe() -> RejectedInput:
+    return RejectedInput("project", "INTERNAL_ERROR",
+                         "the projected envelope fails the closed output schema")
 
 
 def failure(tool: str | None, request_id: str | None, code: str,

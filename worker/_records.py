@@ -57,7 +57,9 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     origin: str = ""  # topic/partition/offset, for diagnostics only
 
 
-class Diagnostics(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+# Verdicts and diagnostics hold only scalars, so they can never be part of a reference
+# cycle: gc=False keeps them out of the garbage collector's bookkeeping.
+class Diagnostics(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Why a result was rejected, for operators only (never for the agent)."""
 
     stage: str
@@ -68,7 +70,7 @@ class Diagnostics(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     keyword: str = ""
 
 
-class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+class Verdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The gate's decision on one intake message.
 
     ``agent`` is the encoded agent envelope: the projected result, the upstream's

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from worker._records import Message, RequestRecord
 
 CONTRACTS = Path(__file__).parents[2] / "contracts"

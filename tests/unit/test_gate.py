@@ -420,3 +420,42 @@ class TestContractLoading:
             """, NESTED_SCHEMA)
         with pytest.raises(ContractError, match=r"\$\.tool"):
             ContractSet.load(tmp_path)
+
+
+class TestTimestamps:
+    @pytest.mark.parametrize(("text", "expected"), [
+        ("2026-05-01T14:29:41Z", "2026-05-01T14:29:41+00:00"),
+        ("2026-05-01t14:29:41z", "2026-05-01T14:29:41+00:00"),
+        ("2026-05-01T23:59:60Z", "2026-05-01T23:59:59.999999+00:00"),
+        ("2026-05-01T14:29:41.123456789+02:00", "2026-05-01T14:29:41.123456+02:00"),
+    ])
+    def test_rfc3339_accepted(self, text: str, expected: str) -> None:
+        """Every RFC 3339 date-time parses, lowercase and leap seconds included."""
+        from worker._rules import parse_timestamp
+
+        parsed = parse_timestamp(text)
+        assert parsed is not None
+        assert parsed.isoformat() == expected
+
+    @pytest.mark.parametrize("text", [
+        "20260501T142941Z", "2026-W18-5T14:29:41Z", "2026-05-01T14:29:41+0000",
+        "2026-13-45T99:00:00Z", "2026-05-01T14:29:41", "2026-05-01 14:29:41Z", 1714573781,
+    ])
+    def test_not_rfc3339_refused(self, text: object) -> None:
+        """ISO 8601 forms outside RFC 3339, naive times and numbers do not parse."""
+        from worker._rules import parse_timestamp
+
+        assert parse_timestamp(text) is None
+
+
+class TestAgentRequestId:
+    def test_key_naming_no_request_is_not_echoed(self, gate: Gate) -> None:
+        """A plain key that names no issued request is not echoed to the agent."""
+        verdict = gate.evaluate(message(key=b"CANARY-7f3a"), None, NOW)
+        assert agent(verdict)["request_id"] is None
+        assert verdict.request_id == "CANARY-7f3a"  # operators still see what was claimed
+
+    def test_issued_request_is_echoed_on_rejection(self, gate: Gate) -> None:
+        """The agent waiting on a request hears its failure under that request's id."""
+        verdict = gate.evaluate(message(review_value(admin_override=True)), review_request(), NOW)
+        assert agent(verdict)["request_id"] == REQUEST_ID
