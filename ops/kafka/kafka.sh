@@ -391,6 +391,11 @@ cmd_with() {
     (cmd_start) # waits until it serves, in case another invocation is still starting it
     exec "$@"
   fi
+  if probe "$HOST" "$PORT"; then
+    # A Kafka broker of another checkout already serves this address: use it, leave it be.
+    say "a Kafka broker already serves $LOCAL_BOOTSTRAP (not started here): using it"
+    exec "$@"
+  fi
   (cmd_start)
   trap '(cmd_stop) || true' EXIT
   trap 'exit 130' INT
