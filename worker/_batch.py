@@ -18,7 +18,7 @@ import msgspec
 
 from worker._config import Topics
 from worker._gate import Gate
-from worker._outputs import OutRecord, outputs, replay_count
+from worker._outputs import OutRecord, outputs, replay_count, shadow_record
 from worker._project import failure
 from worker._records import Diagnostics, Message, RequestRecord, Verdict
 from worker._rules import Ledger
@@ -36,6 +36,15 @@ class Decision:
     replays: int
 
 
+@dataclass(frozen=True, slots=True)
+class Disagreement:
+    """A shadow version that decided differently from the deciding version."""
+
+    tool: str
+    version: int
+    sampled: bool  # an audit event was written for it
+
+
 @dataclass(slots=True)
 class Batch:
     """A decided batch: the records to send and the acceptances to remember after commit."""
@@ -43,6 +52,32 @@ class Batch:
     decisions: list[Decision] = field(default_factory=list)
     records: list[OutRecord] = field(default_factory=list)
     accepted: set[tuple[str, int]] = field(default_factory=set)
+    disagreements: list[Disagreement] = field(default_factory=list)
+
+
+class ShadowSampler:
+    """Bounds the shadow audit events: at most ``per_minute`` per contract version.
+
+    Every disagreement is counted in metrics; only a sample is written to the audit
+    topic, so a shadow version that disagrees with everything cannot flood it.
+    """
+
+    __slots__ = ("_windows", "per_minute")
+
+    def __init__(self, per_minute: int = 60) -> None:
+        self.per_minute = per_minute
+        self._windows: dict[str, tuple[datetime, int]] = {}
+
+    def take(self, contract: str, now: datetime) -> bool:
+        """True when one more audit event may be written for ``contract`` at ``now``."""
+        start, count = self._windows.get(contract, (now, 0))
+        if (now - start).total_seconds() >= 60:
+            start, count = now, 0
+        if count >= self.per_minute:
+            self._windows[contract] = (start, count)
+            return False
+        self._windows[contract] = (start, count + 1)
+        return True
 
 
 def request_key(key: bytes | None) -> str:
@@ -67,21 +102,32 @@ def internal_error(message: Message, where: str) -> Verdict:
 
 
 def decide_batch(gate: Gate, messages: Sequence[Message], lookup: Lookup, ledger: Ledger,
-                 now: datetime, *, topics: Topics, max_record_bytes: int) -> Batch:
-    """Decide every message; a second result for an attempt in the same batch is a duplicate."""
+                 now: datetime, *, topics: Topics, max_record_bytes: int,
+                 sampler: ShadowSampler | None = None) -> Batch:
+    """Decide every message; a second result for an attempt in the same batch is a duplicate.
+
+    Shadow contract versions matching a message are evaluated beside the deciding one
+    (same request, clock and ledger) and never decide; disagreements are reported in
+    :attr:`Batch.disagreements` and sampled into the audit topic.
+    """
     batch = Batch()
     accepted = batch.accepted
+    sampler = sampler or ShadowSampler()
+    has_shadows = any(c.spec.status == "shadow" for c in gate.contracts)
 
     def seen(request_id: str, attempt: int) -> bool:
         return (request_id, attempt) in accepted or ledger(request_id, attempt)
 
     for message in messages:
         started = time.perf_counter()
+        request = lookup(request_key(message.key))
         try:
-            verdict = gate.evaluate(message, lookup(request_key(message.key)), now, seen)
+            verdict = gate.evaluate(message, request, now, seen)
         except Exception:  # the gate guards its stages; this guards the guard
             verdict = internal_error(message, "the gate")
         seconds = time.perf_counter() - started
+        if has_shadows and verdict.tool is not None:
+            _shadow(gate, message, request, verdict, now, seen, batch, sampler, topics)
         try:
             records = outputs(message, verdict, agent_topic=topics.agent,
                               quarantine_topic=topics.quarantine, audit_topic=topics.audit,
@@ -97,3 +143,22 @@ def decide_batch(gate: Gate, messages: Sequence[Message], lookup: Lookup, ledger
         batch.decisions.append(Decision(verdict, len(message.value or b""), seconds,
                                         replay_count(message)))
     return batch
+
+
+def _shadow(gate: Gate, message: Message, request: RequestRecord | None, decided: Verdict,
+            now: datetime, seen: Ledger, batch: Batch, sampler: ShadowSampler,
+            topics: Topics) -> None:
+    assert decided.tool is not None
+    for contract in gate.contracts.shadows(decided.tool, decided.adapter_version):
+        try:
+            shadow = gate.evaluate(message, request, now, seen, contract=contract)
+        except Exception:
+            shadow = internal_error(message, f"shadow {contract.key}")
+        if (shadow.accepted, shadow.stage, shadow.code) == (decided.accepted, decided.stage,
+                                                            decided.code):
+            continue
+        sampled = sampler.take(contract.key, now)
+        if sampled:
+            batch.records.append(shadow_record(message, decided, shadow, audit_topic=topics.audit,
+                                               decided_at=now))
+        batch.disagreements.append(Disagreement(contract.spec.tool, contract.spec.version, sampled))

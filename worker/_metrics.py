@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -32,6 +32,10 @@ _LATENCY_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 
 _SIZE_BUCKETS = (128, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 8388608)
 _BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000)
 _TXN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+OUTCOMES = ("success", "failure", "rejected")
+TRANSACTION_RESULTS = ("committed", "aborted")
+WAIT_RESULTS = ("caught_up", "timeout")
 
 
 class Metrics:
@@ -77,6 +81,27 @@ class Metrics:
         self.replayed = Counter("toolgate_replayed_results", "Decided results that came from a "
                                 "quarantine replay, by outcome.", ["tool", "outcome"], registry=r)
         self._children: dict[tuple[str, ...], tuple[Callable[[], None], ...]] = {}
+
+    def initialise(self, contracts: Sequence[tuple[str, str, str]]) -> None:
+        """Export every series a dashboard or alert watches, at 0, before its first event.
+
+        A labelled counter has no series until its first increment, so a rare event
+        (an abort, a replay, a shadow disagreement) would leave panels empty and
+        ``increase()`` blind to the first one. ``contracts``: (tool, version, status)
+        of every loaded contract version.
+        """
+        tools = sorted({tool for tool, _, _ in contracts} | {"unknown"})
+        for tool, version, status in contracts:
+            self.contract_info.labels(tool, version, status).set(1)
+            self.shadow_disagreements.labels(tool, version)
+        for tool in tools:
+            for outcome in OUTCOMES:
+                self.results.labels(tool, outcome)
+                self.replayed.labels(tool, outcome)
+        for result in TRANSACTION_RESULTS:
+            self.transactions.labels(result)
+        for result in WAIT_RESULTS:
+            self.request_waits.labels(result)
 
     def decided(self, tool: str | None, outcome: str, stage: str | None, code: str | None,
                 size: int, seconds: float) -> None:

@@ -42,7 +42,12 @@ class OutRecord:
 
 
 class AuditEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """One event per decision: what was decided about which bytes, never the bytes."""
+    """One event per decision: what was decided about which bytes, never the bytes.
+
+    ``kind`` is ``decision`` for the one event every intake message gets, and
+    ``shadow`` for a sampled disagreement of a shadow contract version, which then
+    carries the shadow verdict in ``shadow`` (readers counting decisions skip it).
+    """
 
     request_id: str | None
     tool: str | None
@@ -59,6 +64,7 @@ class AuditEvent(msgspec.Struct, frozen=True, kw_only=True):
     origin: str
     decided_at: datetime
     worker_version: str = __version__
+    kind: str = "decision"
     shadow: dict[str, str | None] | None = None
 
 
@@ -73,6 +79,16 @@ def audit_event(verdict: Verdict, origin: str, decided_at: datetime) -> AuditEve
         outcome=verdict.result, stage=verdict.stage, code=verdict.code, attempt=verdict.attempt,
         raw_sha256=verdict.raw_sha256, projected_sha256=verdict.projected_sha256, origin=origin,
         decided_at=decided_at)
+
+
+def shadow_record(message: Message, decided: Verdict, shadow: Verdict, *, audit_topic: str,
+                  decided_at: datetime) -> OutRecord:
+    """An audit event showing a shadow version's verdict beside the deciding one."""
+    event = msgspec.structs.replace(
+        audit_event(decided, message.origin, decided_at), kind="shadow",
+        shadow={"contract": shadow.contract, "outcome": shadow.result, "stage": shadow.stage,
+                "code": shadow.code})
+    return OutRecord(audit_topic, message.key, _encode_audit(event), [])
 
 
 def replay_count(message: Message) -> int:

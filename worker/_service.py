@@ -33,7 +33,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
 
-from worker._batch import decide_batch, request_key
+from worker._batch import ShadowSampler, decide_batch, request_key
 from worker._config import Config
 from worker._gate import Gate
 from worker._kafka import client_settings
@@ -70,6 +70,7 @@ class WorkerOptions:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # None: from the configuration; 0: any free port
     max_record_bytes: int = 1024 * 1024
+    shadow_audit_per_minute: int = 60  # sampled shadow disagreements per contract version
 
 
 @dataclass
@@ -95,9 +96,11 @@ class Worker:
     """
 
     def __init__(self, config: Config, gate: Gate, *, clock: Clock = utc_now,
-                 options: WorkerOptions | None = None, metrics: Metrics | None = None) -> None:
+                 options: WorkerOptions | None = None, metrics: Metrics | None = None,
+                 gate_factory: Callable[[], Gate] | None = None) -> None:
         self.config = config
         self.gate = gate
+        self.gate_factory = gate_factory
         self.clock = clock
         self.options = options or WorkerOptions()
         self.metrics = metrics or Metrics()
@@ -117,10 +120,36 @@ class Worker:
         self._health: HealthServer | None = None
         self._txn_failing = False
         self._backoff = 0.0
+        self._sampler = ShadowSampler(self.options.shadow_audit_per_minute)
+        self._reload_requested = False
         self._last_sweep = 0.0
-        for contract in gate.contracts:
-            self.metrics.contract_info.labels(contract.spec.tool, str(contract.spec.version),
-                                              contract.spec.status).set(1)
+        self._export_contracts(gate)
+
+    def _export_contracts(self, gate: Gate) -> None:
+        self.metrics.contract_info.clear()  # a reload may have retired or removed versions
+        self.metrics.initialise([(c.spec.tool, str(c.spec.version), c.spec.status)
+                                 for c in gate.contracts])
+
+    def request_reload(self) -> None:
+        """Reload the contracts between two batches (SIGHUP)."""
+        self._reload_requested = True
+
+    def reload_contracts(self) -> bool:
+        """Swap in a freshly loaded gate; a set that fails to load leaves the running one in place."""
+        self._reload_requested = False
+        if self.gate_factory is None:
+            log.warning("contract reload requested, but this worker has no contract source")
+            return False
+        try:
+            gate = self.gate_factory()
+        except Exception as exc:  # any failure keeps the running contracts
+            log.error("contract reload failed; keeping the running contracts",
+                      extra={"error": str(exc)[:500]})
+            return False
+        self.gate = gate
+        self._export_contracts(gate)
+        log.info("contracts reloaded", extra={"contracts": ",".join(c.key for c in gate.contracts)})
+        return True
 
     @property
     def metrics_port(self) -> int | None:
@@ -146,6 +175,7 @@ class Worker:
         if self.options.handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
+            loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         port = self.options.metrics_port
         self._health = HealthServer(self.metrics, self.options.metrics_host,
                                     self.config.metrics_port if port is None else port, self.ready)
@@ -156,7 +186,7 @@ class Worker:
         finally:
             await self._shutdown()
             if self.options.handle_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(sig)
         return self.stats
 
@@ -184,6 +214,8 @@ class Worker:
                                           "metrics_port": self.metrics_port})
         idle_polls = 0
         while not self._stop.is_set():
+            if self._reload_requested:
+                self.reload_contracts()
             batches = await consumer.getmany(timeout_ms=self.options.linger_ms,
                                              max_records=self.options.batch_size)
             if not batches:
@@ -232,7 +264,8 @@ class Worker:
                             origin=f"{tp.topic}/{tp.partition}/{r.offset}") for r in records]
         now = self.clock()
         batch = decide_batch(self.gate, messages, self.requests.get, self.ledger, now,
-                             topics=self.config.topics, max_record_bytes=self.options.max_record_bytes)
+                             topics=self.config.topics, max_record_bytes=self.options.max_record_bytes,
+                             sampler=self._sampler)
         started = time.perf_counter()
         try:
             async with producer.transaction():
@@ -270,6 +303,9 @@ class Worker:
             log.info("transactions recovered")
         for request_id, attempt in batch.accepted:
             self.ledger.record(request_id, attempt, now)
+        for disagreement in batch.disagreements:
+            self.metrics.shadow_disagreements.labels(disagreement.tool,
+                                                     str(disagreement.version)).inc()
         for decision in batch.decisions:
             verdict = decision.verdict
             self.metrics.decided(verdict.tool, verdict.result, verdict.stage, verdict.code,

@@ -115,6 +115,7 @@ class _AuditView(msgspec.Struct, frozen=True):
     outcome: str
     attempt: int | None
     decided_at: datetime
+    kind: str = "decision"
 
 
 _audit_decoder = msgspec.json.Decoder(_AuditView)
@@ -145,7 +146,8 @@ class AcceptedLedger:
             event = _audit_decoder.decode(value)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return
-        if event.outcome != "rejected" and event.request_id and event.attempt is not None:
+        if (event.kind == "decision" and event.outcome != "rejected" and event.request_id
+                and event.attempt is not None):
             self.record(event.request_id, event.attempt, event.decided_at)
 
     def evict_older_than(self, cutoff: datetime) -> int:

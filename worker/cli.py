@@ -42,6 +42,8 @@ examples:
   toolgate contracts test                     run every contract fixture
   toolgate contracts lint                     hold every schema to the contract rules
   toolgate contracts diff contracts/job_status/v1 contracts/job_status/v2
+  toolgate top                                live view of a running worker's metrics
+  toolgate quarantine tail --code BAD_SIGNATURE -n 5   why the latest results were rejected
 
 environment: TOOLGATE_BOOTSTRAP (default 127.0.0.1:19092), TOOLGATE_CONTRACTS_DIR,
 TOOLGATE_KEYRING, TOOLGATE_CONFIG (a TOML file); see README.md for all settings.
@@ -96,7 +98,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Consume the intake topic, decide every result with the gate and publish the\n"
                     "agent envelope, quarantine record and audit event with the consumer offset in\n"
                     "one Kafka transaction. SIGTERM/SIGINT finish the batch in hand and leave the\n"
-                    "group. Metrics, /healthz and /readyz are served on TOOLGATE_METRICS_PORT.",
+                    "group; SIGHUP reloads the contracts (a set that fails to load is refused and\n"
+                    "the running one kept). Metrics, /healthz and /readyz are served on\n"
+                    "TOOLGATE_METRICS_PORT.",
         epilog="example:\n  TOOLGATE_BOOTSTRAP=127.0.0.1:19092 toolgate run --contracts contracts")
     run.add_argument("--contracts", metavar="DIR", help="contracts folder (TOOLGATE_CONTRACTS_DIR)")
     run.add_argument("--keyring", metavar="FILE", help="adapter keys (TOOLGATE_KEYRING)")
@@ -135,6 +139,61 @@ def _parser() -> argparse.ArgumentParser:
                     "  TOOLGATE_PARTITIONS_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT}\n"
                     "The requests topic is compacted (latest record per request id).")
     ensure.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
+
+    top = commands.add_parser(
+        "top", formatter_class=fmt, help="live terminal view of a worker's metrics (no Grafana needed)",
+        description="Read a worker's /metrics and show, refreshed in place until Ctrl-C:\n"
+                    "  RESULTS             decided results by tool and outcome (success, failure =\n"
+                    "                      a valid upstream failure, rejected), total and per second\n"
+                    "  REJECTIONS BY CODE  the top codes, with the stages and tools they came from\n"
+                    "  CONSUMER LAG        intake records not yet decided, per partition and total\n"
+                    "  GATE LATENCY        p50/p99 gate time per result, by the stage it ended at\n"
+                    "  TRANSACTIONS        committed and aborted (aborts mean the batch is redone)\n"
+                    "  REQUESTS            request records held, evictions, waits for the reader\n\n"
+                    "Rates are the change between two scrapes; the first screen shows totals since\n"
+                    "the worker started. Exit 2 when the endpoint cannot be reached.",
+        epilog="examples:\n"
+               "  toolgate top                                  the local worker, every 2 s\n"
+               "  toolgate top --once                           one snapshot with rates, for scripts\n"
+               "  toolgate top --once --interval 0              totals only, one scrape\n"
+               "  toolgate top --url http://worker-2.example:9464/metrics --top 5")
+    top.add_argument("--url", metavar="URL",
+                     help="the worker's metrics endpoint (default http://127.0.0.1:9464/metrics, "
+                          "the port from TOOLGATE_METRICS_PORT)")
+    top.add_argument("--interval", type=float, default=2.0, metavar="S",
+                     help="seconds between scrapes (default 2); with --once, 0 = totals only")
+    top.add_argument("--once", action="store_true",
+                     help="print one snapshot and exit 0 (two scrapes --interval apart for rates)")
+    top.add_argument("--top", type=int, default=10, metavar="N", help="rejection codes shown (10)")
+
+    quarantine = commands.add_parser("quarantine", help="read the quarantine topic",
+                                     description="Read rejected results and their diagnostics.")
+    qsub = quarantine.add_subparsers(dest="quarantine_command", metavar="ACTION", required=True)
+    qtail = qsub.add_parser(
+        "tail", formatter_class=fmt, help="the latest quarantine records' diagnostics as JSON lines",
+        description="Print the last N quarantine records (read_committed, oldest first) as JSON\n"
+                    "lines: topic, partition, offset, timestamp, key, tool (the contract's tool,\n"
+                    "'unknown' when none matched), stage, code, size, and every header: the\n"
+                    "adapter's originals and toolgate's tg-error-* diagnostics (tg-error-detail\n"
+                    "decoded: schema path, keyword, masked message). Reads without a consumer\n"
+                    "group: commits nothing, moves no offsets. The quarantine topic is\n"
+                    "TOOLGATE_TOPIC_QUARANTINE (default toolgate.quarantine).",
+        epilog="examples:\n"
+               "  toolgate quarantine tail                          the last 10 rejections\n"
+               "  toolgate quarantine tail --tool job_status --code BAD_SIGNATURE -n 5\n"
+               "  toolgate quarantine tail --stage schema --value -n 1   with the raw bytes as text")
+    qtail.add_argument("-n", "--lines", type=int, default=10, metavar="N",
+                       help="records to print (default 10)")
+    qtail.add_argument("--tool", metavar="TOOL",
+                       help="only this tool (the contract's tool, 'unknown', or the tg-tool header)")
+    qtail.add_argument("--code", metavar="CODE", help="only this code, e.g. SCHEMA_VIOLATION")
+    qtail.add_argument("--stage", metavar="STAGE", help="only this stage, e.g. semantic")
+    qtail.add_argument("--max-scan", type=int, default=100_000, metavar="N",
+                       help="look at most at the last N records of each partition (100000)")
+    qtail.add_argument("--value", action="store_true",
+                       help="include the rejected value as JSON text (first 4096 characters; "
+                            "hostile input: never paste it into an agent)")
+    qtail.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
     return parser
 
 
@@ -167,6 +226,10 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
         return _topics_ensure(config)
     if args.command == "run":
         return _run(args, config)
+    if args.command == "top":
+        return _top(args, config)
+    if args.command == "quarantine":
+        return _quarantine_tail(args, config)
     if args.command == "demo":
         from worker._demo import main_demo
         from worker._signing import Keyring
@@ -303,17 +366,50 @@ def _run(args: argparse.Namespace, config: Config) -> int:
 
     _logs.configure(args.log_level)
     log = logging.getLogger("toolgate")
-    contracts = ContractSet.load(_contracts_dir(args, config))
+    contracts_dir = _contracts_dir(args, config)
     keyring_file = args.keyring or config.keyring
-    gate = Gate(contracts, Keyring.load(keyring_file) if keyring_file else None)
+
+    def load_gate() -> Gate:
+        return Gate(ContractSet.load(contracts_dir),
+                    Keyring.load(keyring_file) if keyring_file else None)
+
+    gate = load_gate()
+    contracts = gate.contracts
     log.info("configuration", extra={"config": json.dumps(config.masked()),
                                      "contracts": ",".join(c.key for c in contracts)})
     options = WorkerOptions(batch_size=args.batch_size, linger_ms=args.linger_ms,
                             max_messages=args.max_messages, burst=args.burst,
                             metrics_host=args.metrics_host or config.metrics_host)
-    stats = asyncio.run(Worker(config, gate, options=options).run())
+    stats = asyncio.run(Worker(config, gate, options=options, gate_factory=load_gate).run())
     log.info("decisions", extra={"decided": stats.decided, "accepted": stats.accepted,
                                  "rejected": stats.rejected})
+    return EXIT_OK
+
+
+def _top(args: argparse.Namespace, config: Config) -> int:
+    from worker._top import default_url, run
+
+    if args.interval < 0 or (args.interval == 0 and not args.once):
+        raise ConfigError("--interval must be above 0 (0 only with --once: one scrape, totals only)")
+    if args.top < 1:
+        raise ConfigError("--top must be at least 1")
+    url = args.url or default_url(config.metrics_host, config.metrics_port)
+    try:
+        return run(url, interval=args.interval, once=args.once, top=args.top, out=sys.stdout)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
+    from worker._quarantine import Filters, tail
+
+    if args.lines < 1 or args.max_scan < 1:
+        raise ConfigError("-n and --max-scan must be at least 1")
+    filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
+    lines = asyncio.run(tail(config, count=args.lines, filters=filters, max_scan=args.max_scan,
+                             with_value=args.value))
+    for line in lines:
+        print(json.dumps(line, ensure_ascii=True, sort_keys=False))
     return EXIT_OK
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -165,7 +166,8 @@ def check_exactly_once(items: list[Sample], agent: list[Record], quarantine: lis
     """The invariants of DESIGN.md, as counts: one agent envelope and one audit event per
     result, a quarantine record for exactly the rejected ones."""
     ids = [s.request_id for s in items]
-    agent_n, audit_n, quarantine_n = count_by_key(agent), count_by_key(audit), count_by_key(quarantine)
+    decisions = [r for r in audit if json.loads(r.value or b"{}").get("kind", "decision") == "decision"]
+    agent_n, audit_n, quarantine_n = count_by_key(agent), count_by_key(decisions), count_by_key(quarantine)
     rejected = expected_rejections(items)
     return {
         "results": len(ids),

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
-from tests.unit.builders import NOW, REQUEST_ID, message, review_request, review_value
-from worker._batch import decide_batch
+from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, message, review_request, review_value
+from worker._batch import ShadowSampler, decide_batch
 from worker._config import Topics
+from worker._contracts import ContractSet
 from worker._gate import Gate
 from worker._records import Message, RequestRecord
 
@@ -64,3 +68,54 @@ class TestDecideBatch:
         """With no request record known, the result is UNKNOWN_REQUEST."""
         batch = decide(gate, [message()], {})
         assert batch.decisions[0].verdict.code == "UNKNOWN_REQUEST"
+
+
+def shadow_gate(tmp_path: Path, gate: Gate) -> Gate:
+    """review_status v1 (active) and a v2 shadow that also allows a `comment` field."""
+    source = CONTRACTS / "review_status" / "v1"
+    for version, status in ((1, "active"), (2, "shadow")):
+        folder = tmp_path / "review_status" / f"v{version}"
+        shutil.copytree(source, folder)
+        spec = (folder / "contract.yaml").read_text()
+        spec = spec.replace("version: 1", f"version: {version}").replace("status: active",
+                                                                         f"status: {status}")
+        (folder / "contract.yaml").write_text(spec)
+        if version == 2:
+            schema = json.loads((folder / "schema.json").read_text())
+            schema["$defs"]["reviewStatus"]["properties"]["comment"] = {"type": "string",
+                                                                        "maxLength": 200}
+            (folder / "schema.json").write_text(json.dumps(schema))
+    return Gate(ContractSet.load(tmp_path), gate.keyring)
+
+
+class TestShadow:
+    def test_disagreement_counted_and_sampled(self, tmp_path: Path, gate: Gate) -> None:
+        """A shadow verdict that differs is reported and audited; the active version still decides."""
+        shadowed = shadow_gate(tmp_path, gate)
+        batch = decide(shadowed, [message(review_value(comment="looks good"))],
+                       {REQUEST_ID: review_request()})
+        decision = batch.decisions[0].verdict
+        assert (decision.contract, decision.code) == ("review_status@v1", "SCHEMA_VIOLATION")
+        assert [(d.tool, d.version, d.sampled) for d in batch.disagreements] == [
+            ("review_status", 2, True)]
+        events = [json.loads(r.value or b"") for r in batch.records if r.topic == "au"]
+        shadow = [e for e in events if e["kind"] == "shadow"]
+        assert len(shadow) == 1
+        assert shadow[0]["shadow"]["contract"] == "review_status@v2"
+        assert shadow[0]["shadow"]["outcome"] == "success"
+        assert shadow[0]["code"] == "SCHEMA_VIOLATION"
+        assert [r.topic for r in batch.records].count("a") == 1  # the shadow never writes to agents
+
+    def test_agreement_is_silent(self, tmp_path: Path, gate: Gate) -> None:
+        """When both versions agree nothing extra is written."""
+        batch = decide(shadow_gate(tmp_path, gate), [message()], {REQUEST_ID: review_request()})
+        assert batch.disagreements == []
+        assert batch.decisions[0].verdict.accepted
+
+    def test_sampling_bounds_audit_events(self) -> None:
+        """The sampler lets per_minute events through per contract per minute."""
+        sampler = ShadowSampler(per_minute=2)
+        taken = [sampler.take("t@v2", NOW) for _ in range(4)]
+        assert taken == [True, True, False, False]
+        assert sampler.take("t@v2", NOW + timedelta(seconds=61))
+        assert sampler.take("other@v2", NOW)
