@@ -128,6 +128,36 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--keyring", metavar="FILE",
                       help="keys to sign samples (default: contracts/fixtures-keyring.toml)")
 
+    replay = commands.add_parser(
+        "replay", formatter_class=fmt, help="send quarantined results through the pipeline again",
+        description="Select quarantined results and, after a connector or contract fix, send them\n"
+                    "through the pipeline again. Prints the selection (by tool and code) first.\n"
+                    "--dry-run (the default) re-evaluates each with today's contracts, its request\n"
+                    "record and the real clock, and writes nothing. --apply re-publishes the\n"
+                    "original bytes and headers to intake (tg-replay-count + 1); the worker decides\n"
+                    "again, and a result already accepted for its request attempt is a duplicate.",
+        epilog="examples:\n"
+               "  toolgate replay --tool deploy_status --code SCHEMA_VIOLATION\n"
+               "  toolgate replay --tool deploy_status --code SCHEMA_VIOLATION --apply\n"
+               "  toolgate replay --since 2026-05-01T09:00:00Z --origin 2:1000-1999")
+    replay.add_argument("--since", metavar="ISO", help="rejected at or after this time")
+    replay.add_argument("--until", metavar="ISO", help="rejected before this time")
+    replay.add_argument("--tool", action="append", default=[], help="tool (repeatable)")
+    replay.add_argument("--stage", action="append", default=[], help="rejection stage (repeatable)")
+    replay.add_argument("--code", action="append", default=[], help="rejection code (repeatable)")
+    replay.add_argument("--adapter-version", action="append", default=[], metavar="V",
+                        help="tg-adapter-version (repeatable)")
+    replay.add_argument("--origin", metavar="P[:FIRST-LAST]",
+                        help="intake partition, optionally an inclusive offset range")
+    mode = replay.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="re-evaluate, write nothing (default)")
+    mode.add_argument("--apply", action="store_true", help="re-publish the selection to intake")
+    replay.add_argument("--max-replays", type=int, default=3, metavar="N",
+                        help="refuse records already replayed N times (default 3)")
+    replay.add_argument("--contracts", metavar="DIR", help="contracts folder for the dry run")
+    replay.add_argument("--keyring", metavar="FILE", help="adapter keys for the dry run")
+    replay.add_argument("--now", metavar="ISO", help="the clock of the dry run (default: now)")
+
     topics = commands.add_parser("topics", help="manage the Kafka topics",
                                  description="Manage toolgate's five Kafka topics.")
     tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
@@ -230,6 +260,8 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
         return _top(args, config)
     if args.command == "quarantine":
         return _quarantine_tail(args, config)
+    if args.command == "replay":
+        return _replay(args, config)
     if args.command == "demo":
         from worker._demo import main_demo
         from worker._signing import Keyring
@@ -411,6 +443,46 @@ def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
     for line in lines:
         print(json.dumps(line, ensure_ascii=True, sort_keys=False))
     return EXIT_OK
+
+
+def _parse_time(flag: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {text!r}: not an RFC 3339 date-time") from exc
+    if value.tzinfo is None:
+        raise ConfigError(f"{flag} {text!r}: needs a UTC offset, e.g. Z")
+    return value
+
+
+def _replay(args: argparse.Namespace, config: Config) -> int:
+    from worker._gate import Gate
+    from worker._replay import Selection, run_replay
+    from worker._signing import Keyring
+
+    partition, offsets = None, None
+    if args.origin:
+        head, _, span = args.origin.partition(":")
+        try:
+            partition = int(head)
+            if span:
+                first, _, last = span.partition("-")
+                offsets = (int(first), int(last or first))
+        except ValueError as exc:
+            raise ConfigError(f"--origin {args.origin!r}: expected P or P:FIRST-LAST") from exc
+    selection = Selection(
+        since=_parse_time("--since", args.since), until=_parse_time("--until", args.until),
+        tools=frozenset(args.tool), stages=frozenset(args.stage), codes=frozenset(args.code),
+        adapter_versions=frozenset(args.adapter_version), origin_partition=partition,
+        origin_offsets=offsets)
+    keyring_file = args.keyring or config.keyring
+    gate = Gate(ContractSet.load(_contracts_dir(args, config)),
+                Keyring.load(keyring_file) if keyring_file else None)
+    now = _parse_time("--now", args.now) or datetime.now(UTC)
+    return asyncio.run(run_replay(config, gate, selection, apply_it=args.apply,
+                                  max_replays=args.max_replays, now=now))
 
 
 def _topics_ensure(config: Config) -> int:

@@ -1,0 +1,186 @@
+"""Quarantine -> fix -> dry run -> apply: exactly the fixed results reach the agent, once."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import shutil
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from tests.integration.worker_kit import (
+    CONTRACTS,
+    KEYRING,
+    drop_topics,
+    private_config,
+    read_all,
+)
+from worker._config import Config
+from worker._contracts import ContractSet
+from worker._gate import Gate
+from worker._replay import Selection, read_quarantine, run_replay
+from worker._service import Worker, WorkerOptions
+from worker._signing import Keyring
+
+
+@pytest.fixture
+async def config(bootstrap: str) -> AsyncIterator[Config]:
+    cfg = await private_config(bootstrap)
+    try:
+        yield cfg
+    finally:
+        await drop_topics(cfg)
+
+
+def contracts_with_v2(root: Path, status: str) -> Path:
+    """The bundled contracts plus review_status v2 (serving adapters 1.5.x) allowing `comment`."""
+    shutil.copytree(CONTRACTS, root)
+    folder = root / "review_status" / "v2"
+    shutil.copytree(root / "review_status" / "v1", folder)
+    shutil.rmtree(folder / "fixtures")
+    spec = (folder / "contract.yaml").read_text().replace("version: 1", "version: 2")
+    spec = spec.replace("status: active", f"status: {status}").replace('["1.*"]', '["1.5.*"]')
+    (folder / "contract.yaml").write_text(spec)
+    schema = json.loads((folder / "schema.json").read_text())
+    schema["$defs"]["reviewStatus"]["properties"]["comment"] = {"type": "string", "maxLength": 200}
+    (folder / "schema.json").write_text(json.dumps(schema))
+    return root
+
+
+def gate_for(root: Path) -> Gate:
+    return Gate(ContractSet.load(root), Keyring.load(KEYRING, environ={}))
+
+
+async def publish_reviews(config: Config, count: int, *, comment_every: int) -> dict[str, bool]:
+    """Review results from an adapter at 1.5.0; every n-th carries the new `comment` field."""
+    now = datetime.now(UTC)
+    producer = AIOKafkaProducer(bootstrap_servers=config.bootstrap, acks="all")
+    await producer.start()
+    has_comment: dict[str, bool] = {}
+    try:
+        for i in range(count):
+            rid = f"req.rp{now:%H%M%S}{i:05d}"
+            request = {"request_id": rid, "tool": "review_status", "issued_at": now.isoformat(),
+                       "expires_at": (now + timedelta(minutes=30)).isoformat(),
+                       "bind": {"change_id": f"CR-{i + 1}"}, "attempt": 1, "max_attempts": 2}
+            await producer.send(config.topics.requests, json.dumps(request).encode(), key=rid.encode())
+            data: dict[str, Any] = {"change_id": f"CR-{i + 1}", "decision": "approved",
+                                    "reviewed_by": "alice@example.com"}
+            has_comment[rid] = i % comment_every == 0
+            if has_comment[rid]:
+                data["comment"] = "LGTM"
+            value = {"tool": "review_status", "request_id": rid, "outcome": "success", "data": data}
+            headers = [("tg-tool", b"review_status"), ("tg-request-id", rid.encode()),
+                       ("tg-adapter", b"review-adapter"), ("tg-adapter-version", b"1.5.0")]
+            await producer.send(config.topics.intake, json.dumps(value).encode(), key=rid.encode(),
+                                headers=headers)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return has_comment
+
+
+async def decide_all(config: Config, gate: Gate, count: int) -> Worker:
+    """Run a worker until ``count`` more results are decided, then stop it."""
+    worker = Worker(config, gate, options=WorkerOptions(handle_signals=False, metrics_port=0))
+    task = asyncio.create_task(worker.run())
+    try:
+        async with asyncio.timeout(90):
+            while worker.stats.decided < count:
+                await asyncio.wait({task}, timeout=0.1)
+                if task.done():
+                    break
+    finally:
+        worker.request_stop()
+        await task
+    return worker
+
+
+def successes(records: list[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for record in records:
+        if json.loads(record.value or b"")["outcome"] == "success":
+            out[record.key] = out.get(record.key, 0) + 1
+    return out
+
+
+class TestReplay:
+    async def test_fix_dry_run_apply_once(self, config: Config, tmp_path: Path) -> None:
+        """After a fix, dry run names the now-passing records, apply delivers each exactly once."""
+        has_comment = await publish_reviews(config, 60, comment_every=3)
+        commented = {rid for rid, flag in has_comment.items() if flag}
+        await decide_all(config, gate_for(CONTRACTS), 60)
+        assert set(successes(await read_all(config, config.topics.agent))) == set(has_comment) - commented
+
+        fixed = gate_for(contracts_with_v2(tmp_path / "fixed", "active"))
+        out = io.StringIO()
+        assert await run_replay(config, fixed, Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
+                                apply_it=False, max_replays=3, now=datetime.now(UTC), out=out) == 0
+        assert f"would now pass: {len(commented)}" in out.getvalue()
+        assert len(await read_all(config, config.topics.intake)) == 60  # the dry run wrote nothing
+
+        await run_replay(config, fixed, Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
+                         apply_it=True, max_replays=3, now=datetime.now(UTC), out=io.StringIO())
+        await decide_all(config, fixed, len(commented))
+        delivered = successes(await read_all(config, config.topics.agent))
+        assert set(delivered) == set(has_comment)
+        assert set(delivered.values()) == {1}
+
+        # Replaying the same quarantine again delivers nothing new: duplicates are refused.
+        await run_replay(config, fixed, Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
+                         apply_it=True, max_replays=3, now=datetime.now(UTC), out=io.StringIO())
+        await decide_all(config, fixed, len(commented))
+        assert successes(await read_all(config, config.topics.agent)) == delivered
+        quarantine, _ = await read_quarantine(config, Selection(codes=frozenset({"DUPLICATE_RESULT"})))
+        assert len(quarantine) == len(commented)
+        assert {r.headers["tg-replay-count"] for r in quarantine} == {"1"}
+
+    async def test_loop_guard(self, config: Config) -> None:
+        """A record replayed max_replays times already is refused."""
+        await publish_reviews(config, 6, comment_every=1)
+        gate = gate_for(CONTRACTS)  # never fixed: every replay is quarantined again
+        await decide_all(config, gate, 6)
+        for decided in (6, 12):  # quarantine: 6 at count 0, then +6 at 1, then +6 at 1 and +6 at 2
+            await run_replay(config, gate, Selection(), apply_it=True, max_replays=2,
+                             now=datetime.now(UTC), out=io.StringIO())
+            await decide_all(config, gate, decided)
+        records, _ = await read_quarantine(config, Selection())
+        assert sorted(r.replays for r in records) == [0] * 6 + [1] * 12 + [2] * 6
+        out = io.StringIO()
+        await run_replay(config, gate, Selection(), apply_it=True, max_replays=2,
+                         now=datetime.now(UTC), out=out)
+        assert "replayed 18 records" in out.getvalue()
+        assert "6 refused by the loop guard" in out.getvalue()
+
+    async def test_expired_request_needs_fresh_call(self, config: Config, tmp_path: Path) -> None:
+        """A dry run after the request expired says replay cannot help."""
+        has_comment = await publish_reviews(config, 3, comment_every=1)
+        await decide_all(config, gate_for(CONTRACTS), 3)
+        fixed = gate_for(contracts_with_v2(tmp_path / "fixed", "active"))
+        out = io.StringIO()
+        later = datetime.now(UTC) + timedelta(hours=1)
+        await run_replay(config, fixed, Selection(), apply_it=False, max_replays=3, now=later, out=out)
+        assert "REQUEST_EXPIRED" in out.getvalue()
+        assert f"{len(has_comment)} answer requests that have expired" in out.getvalue()
+
+
+class TestShadowLive:
+    async def test_shadow_counts_and_audits_while_active_decides(self, config: Config,
+                                                               tmp_path: Path) -> None:
+        """A shadow version's disagreements are counted and audited; the active one decides."""
+        has_comment = await publish_reviews(config, 30, comment_every=2)
+        worker = await decide_all(config, gate_for(contracts_with_v2(tmp_path / "c", "shadow")), 30)
+        commented = {rid for rid, flag in has_comment.items() if flag}
+        assert set(successes(await read_all(config, config.topics.agent))) == set(has_comment) - commented
+        audit = [json.loads(r.value or b"") for r in await read_all(config, config.topics.audit)]
+        shadow = [e for e in audit if e.get("kind") == "shadow"]
+        assert {e["request_id"] for e in shadow} == commented
+        assert {e["shadow"]["contract"] for e in shadow} == {"review_status@v2"}
+        value = worker.metrics.shadow_disagreements.labels("review_status", "2")._value.get()
+        assert value == len(commented)

@@ -1,0 +1,337 @@
+"""``toolgate replay``: send quarantined results through the pipeline again after a fix.
+
+1. **Select** quarantine records by rejection time, tool, stage, code, adapter
+   version and origin offsets (all from the diagnostics headers), and print what
+   was selected, by tool and code, before doing anything.
+2. **Dry run** (the default): re-evaluate each selected record with today's
+   contracts, the request record it names (from the requests topic), the accepted
+   ledger (from the audit topic) and the real clock. Nothing is written. The table
+   says which would now pass, which are still rejected with the same code, and which
+   with another code; ``REQUEST_EXPIRED`` means a fresh tool call is needed instead.
+3. **Apply**: re-publish the original key, bytes and headers to the intake topic,
+   with ``tg-replay-count`` incremented and ``tg-replay-origin`` naming the
+   quarantine record; the worker decides again (same checks, same audit). A result
+   already accepted for that request attempt becomes ``DUPLICATE_RESULT``, so
+   replaying twice never delivers twice. A record replayed ``max_replays`` times
+   already is refused (the loop guard).
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TextIO
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from worker._batch import request_key
+from worker._config import Config
+from worker._gate import Gate
+from worker._kafka import client_settings
+from worker._outputs import DIAGNOSTIC_HEADERS
+from worker._records import Message
+from worker._store import AcceptedLedger, RequestTable, TopicReader
+
+REPLAY_ORIGIN = "tg-replay-origin"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which quarantine records to replay. Empty fields select everything."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    tools: frozenset[str] = frozenset()
+    stages: frozenset[str] = frozenset()
+    codes: frozenset[str] = frozenset()
+    adapter_versions: frozenset[str] = frozenset()
+    origin_partition: int | None = None
+    origin_offsets: tuple[int, int] | None = None  # inclusive range of intake offsets
+
+    def matches(self, record: Quarantined) -> bool:
+        """True when the record passes every filter given."""
+        h = record.headers
+        if self.tools and record.tool not in self.tools:
+            return False
+        if self.stages and h.get("tg-error-stage", "") not in self.stages:
+            return False
+        if self.codes and h.get("tg-error-code", "") not in self.codes:
+            return False
+        if self.adapter_versions and h.get("tg-adapter-version", "") not in self.adapter_versions:
+            return False
+        if self.since or self.until:
+            rejected_at = record.rejected_at
+            if rejected_at is None:
+                return False
+            if self.since and rejected_at < self.since:
+                return False
+            if self.until and rejected_at >= self.until:
+                return False
+        if self.origin_partition is not None or self.origin_offsets is not None:
+            origin = record.origin
+            if origin is None:
+                return False
+            _, partition, offset = origin
+            if self.origin_partition is not None and partition != self.origin_partition:
+                return False
+            if self.origin_offsets is not None and not (
+                    self.origin_offsets[0] <= offset <= self.origin_offsets[1]):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """One quarantine record as read back."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    raw_headers: list[tuple[str, bytes]]
+    headers: dict[str, str]
+
+    @property
+    def tool(self) -> str:
+        """The tool of the contract that rejected it, else the tg-tool header."""
+        contract = self.headers.get("tg-contract", "")
+        return contract.split("@")[0] if contract else self.headers.get("tg-tool", "")
+
+    @property
+    def code(self) -> str:
+        """The operator code it was rejected with."""
+        return self.headers.get("tg-error-code", "")
+
+    @property
+    def rejected_at(self) -> datetime | None:
+        """When it was rejected."""
+        try:
+            return datetime.fromisoformat(self.headers.get("tg-rejected-at", ""))
+        except ValueError:
+            return None
+
+    @property
+    def origin(self) -> tuple[str, int, int] | None:
+        """(intake topic, partition, offset) it was read from."""
+        topic, _, rest = self.headers.get("tg-origin", "").rpartition("/")
+        topic, _, partition = topic.rpartition("/")
+        try:
+            return topic, int(partition), int(rest)
+        except ValueError:
+            return None
+
+    @property
+    def replays(self) -> int:
+        """How often it had been replayed when it was quarantined."""
+        try:
+            return int(self.headers.get("tg-replay-count", "0"))
+        except ValueError:
+            return 0
+
+    def original(self) -> Message:
+        """The message as the adapter sent it: the diagnostics headers removed."""
+        headers = [(n, v) for n, v in self.raw_headers
+                   if n not in DIAGNOSTIC_HEADERS and n != REPLAY_ORIGIN]
+        return Message(key=self.key, value=self.value, headers=headers,
+                       origin=f"replay of quarantine/{self.partition}/{self.offset}")
+
+
+class Progress:
+    """A one-line progress bar on a terminal (a line every 10% elsewhere)."""
+
+    def __init__(self, label: str, total: int, out: TextIO = sys.stderr) -> None:
+        self.label, self.total, self.out = label, max(total, 1), out
+        self.done = 0
+        self.started = time.monotonic()
+        self._tty = out.isatty()
+        self._last_tenth = -1
+
+    def advance(self, n: int = 1) -> None:
+        """Count ``n`` more items done and redraw."""
+        self.done += n
+        fraction = min(self.done / self.total, 1.0)
+        rate = self.done / max(time.monotonic() - self.started, 1e-9)
+        if self._tty:
+            bar = "#" * int(fraction * 30)
+            self.out.write(f"\r{self.label} [{bar:<30}] {self.done}/{self.total} {rate:,.0f}/s")
+            self.out.flush()
+        elif int(fraction * 10) != self._last_tenth:
+            self._last_tenth = int(fraction * 10)
+            self.out.write(f"{self.label}: {self.done}/{self.total} ({rate:,.0f}/s)\n")
+
+    def close(self) -> None:
+        """End the progress display with the final count."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        end = "\n" if self._tty else ""
+        self.out.write(f"{end}{self.label}: {self.done} done in {elapsed:.1f}s "
+                       f"({self.done / elapsed:,.0f}/s)\n")
+
+
+async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Quarantined], int]:
+    """Selected quarantine records (read_committed) and how many were read in all."""
+    consumer = AIOKafkaConsumer(**client_settings(config), group_id=None, enable_auto_commit=False,
+                                isolation_level="read_committed", auto_offset_reset="earliest")
+    await consumer.start()
+    selected: list[Quarantined] = []
+    read = 0
+    try:
+        cluster = await consumer._client.fetch_all_metadata()
+        partitions = cluster.partitions_for_topic(config.topics.quarantine)
+        if not partitions:
+            raise RuntimeError(f"topic {config.topics.quarantine!r} does not exist")
+        tps = [TopicPartition(config.topics.quarantine, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        progress = Progress("reading quarantine", sum(ends.values()))
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            batches = await consumer.getmany(timeout_ms=500, max_records=5000)
+            for tp, records in batches.items():
+                for r in records:
+                    if r.offset >= ends[tp]:
+                        continue
+                    read += 1
+                    raw_headers = [(n, v or b"") for n, v in (r.headers or ())]
+                    record = Quarantined(tp.partition, r.offset, r.key, r.value, raw_headers,
+                                         {n: v.decode("utf-8", "replace") for n, v in raw_headers})
+                    if selection.matches(record):
+                        selected.append(record)
+                progress.advance(len(records))
+        progress.close()
+    finally:
+        await consumer.stop()
+    return selected, read
+
+
+async def load_state(config: Config, ledger_since: datetime) -> tuple[RequestTable, AcceptedLedger]:
+    """The request table and accepted ledger as the worker sees them now."""
+    requests, ledger = RequestTable(), AcceptedLedger()
+    settings = client_settings(config)
+    readers = [TopicReader(config.topics.requests, requests.apply, settings),
+               TopicReader(config.topics.audit, ledger.apply, settings,
+                           start_ms=int(ledger_since.timestamp() * 1000))]
+    try:
+        for reader in readers:
+            await reader.start()
+        for reader in readers:
+            await reader.catch_up(120)
+    finally:
+        for reader in readers:
+            await reader.stop()
+    return requests, ledger
+
+
+@dataclass
+class DryRunReport:
+    """What a replay would do now, per record and in counts."""
+
+    rows: collections.Counter[tuple[str, str, str, str]] = field(default_factory=collections.Counter)
+    would_pass: int = 0
+    same_code: int = 0
+    other_code: int = 0
+    expired: int = 0
+    guarded: int = 0
+
+    def print(self, out: TextIO) -> None:
+        """The table: tool, code then, verdict now, code now, count."""
+        print(f"{'tool':<16} {'was':<24} {'now':<16} {'code now':<24} count", file=out)
+        for (tool, was, now, code), count in sorted(self.rows.items()):
+            print(f"{tool:<16} {was:<24} {now:<16} {code:<24} {count:>5}", file=out)
+        print(f"\nwould now pass: {self.would_pass}   still rejected, same code: {self.same_code}   "
+              f"rejected with another code: {self.other_code}   refused by the loop guard: "
+              f"{self.guarded}", file=out)
+        if self.expired:
+            print(f"{self.expired} answer requests that have expired: replay cannot help them; "
+                  "the agent needs a fresh tool call.", file=out)
+
+
+def dry_run(records: list[Quarantined], gate: Gate, requests: RequestTable, ledger: AcceptedLedger,
+            now: datetime, max_replays: int) -> DryRunReport:
+    """Re-evaluate each record as the pipeline would now; write nothing."""
+    report = DryRunReport()
+    pending: set[tuple[str, int]] = set()
+
+    def seen(request_id: str, attempt: int) -> bool:
+        return (request_id, attempt) in pending or ledger(request_id, attempt)
+
+    for record in records:
+        if record.replays >= max_replays:
+            report.guarded += 1
+            report.rows[(record.tool, record.code, "refused", "loop guard")] += 1
+            continue
+        message = record.original()
+        verdict = gate.evaluate(message, requests.get(request_key(message.key)), now, seen)
+        if verdict.accepted:
+            report.would_pass += 1
+            if verdict.request_id and verdict.attempt is not None:
+                pending.add((verdict.request_id, verdict.attempt))
+            report.rows[(record.tool, record.code, "would pass", verdict.code or "-")] += 1
+            continue
+        same = verdict.code == record.code
+        report.same_code += same
+        report.other_code += not same
+        report.expired += verdict.code == "REQUEST_EXPIRED"
+        report.rows[(record.tool, record.code, "same code" if same else "other code",
+                     verdict.code or "")] += 1
+    return report
+
+
+def replay_headers(record: Quarantined, quarantine_topic: str) -> list[tuple[str, bytes]]:
+    """The original headers plus the incremented replay count and where it came from."""
+    headers = list(record.original().headers)
+    headers.append(("tg-replay-count", str(record.replays + 1).encode()))
+    headers.append((REPLAY_ORIGIN, f"{quarantine_topic}/{record.partition}/{record.offset}".encode()))
+    return headers
+
+
+async def apply(config: Config, records: list[Quarantined], max_replays: int) -> tuple[int, int]:
+    """Re-publish to intake; return (sent, refused by the loop guard)."""
+    eligible = [r for r in records if r.replays < max_replays]
+    producer = AIOKafkaProducer(**client_settings(config), acks="all", enable_idempotence=True,
+                                linger_ms=5)
+    await producer.start()
+    progress = Progress("replaying", len(eligible))
+    try:
+        for record in eligible:
+            await producer.send(config.topics.intake, record.value, key=record.key,
+                                headers=replay_headers(record, config.topics.quarantine))
+            progress.advance()
+        await producer.flush()
+    finally:
+        progress.close()
+        await producer.stop()
+    return len(eligible), len(records) - len(eligible)
+
+
+def print_selection(records: list[Quarantined], read: int, out: TextIO) -> None:
+    """Counts by tool and code of what was selected."""
+    counts = collections.Counter((r.tool or "unknown", r.code) for r in records)
+    print(f"selected {len(records)} of {read} quarantine records", file=out)
+    for (tool, code), count in sorted(counts.items()):
+        print(f"  {tool:<16} {code:<24} {count:>6}", file=out)
+
+
+
+async def run_replay(config: Config, gate: Gate, selection: Selection, *, apply_it: bool,
+                     max_replays: int, now: datetime, ledger_window_hours: float = 24.0,
+                     out: TextIO = sys.stdout) -> int:
+    """The whole command: select, print, then dry-run or apply. Returns the exit code."""
+    from datetime import timedelta
+
+    records, read = await read_quarantine(config, selection)
+    print_selection(records, read, out)
+    if not records:
+        return 0
+    if not apply_it:
+        requests, ledger = await load_state(config, now - timedelta(hours=ledger_window_hours))
+        dry_run(records, gate, requests, ledger, now, max_replays).print(out)
+        print("dry run: nothing was written (use --apply to replay)", file=out)
+        return 0
+    sent, refused = await apply(config, records, max_replays)
+    print(f"replayed {sent} records to {config.topics.intake}; {refused} refused by the loop guard "
+          f"(replayed {max_replays} times already). The worker decides them again: watch "
+          f"toolgate_replayed_results_total and the audit topic.", file=out)
+    return 0
