@@ -100,7 +100,8 @@ class ContractSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     """The decoded ``contract.yaml``."""
 
     tool: str
-    version: int
+    version: int  # the major version: a breaking change needs a new one
+    minor: int = 0  # compatible revisions of a major version (folder v<version>.<minor>)
     status: Status
     schema: str
     limits: Limits
@@ -116,6 +117,11 @@ class ContractSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
 
 Pointer = tuple[str, ...]
+
+
+def version_name(spec: ContractSpec) -> str:
+    """The folder name of a version: ``v2`` or, for a minor revision, ``v2.1``."""
+    return f"v{spec.version}" if spec.minor == 0 else f"v{spec.version}.{spec.minor}"
 
 
 def parse_pointer(pointer: str) -> Pointer:
@@ -211,7 +217,7 @@ class Contract:
         self.path = folder / "contract.yaml"
         self.schema_path = folder / spec.schema
         self.schema = schema
-        self.key = f"{spec.tool}@v{spec.version}"
+        self.key = f"{spec.tool}@{version_name(spec)}"
         self.retryable_codes = frozenset(spec.retry.retryable_codes)
         where = str(self.path)
         try:
@@ -292,8 +298,9 @@ def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
         raise ContractError(where, "$.tool", f"tool name must match {_TOOL_NAME.pattern}")
     if folder.parent.name != spec.tool:
         raise ContractError(where, "$.tool", f"tool {spec.tool!r} sits in folder {folder.parent.name!r}")
-    if folder.name != f"v{spec.version}":
-        raise ContractError(where, "$.version", f"version {spec.version} sits in folder {folder.name!r}")
+    if folder.name != version_name(spec):
+        raise ContractError(where, "$.version",
+                            f"version {version_name(spec)} sits in folder {folder.name!r}")
     if not 0 < spec.limits.max_bytes <= MAX_BYTES_CEILING:
         raise ContractError(where, "$.limits.max_bytes", f"must be in 1..{MAX_BYTES_CEILING}")
     if not 0 < spec.limits.max_depth <= MAX_DEPTH_CEILING:
@@ -323,12 +330,12 @@ class ContractSet:
     """
 
     def __init__(self, contracts: list[Contract]) -> None:
-        self.contracts = sorted(contracts, key=lambda c: (c.spec.tool, c.spec.version))
+        self.contracts = sorted(contracts, key=lambda c: (c.spec.tool, c.spec.version, c.spec.minor))
         self._by_tool: dict[str, list[Contract]] = {}
         for contract in self.contracts:
             self._by_tool.setdefault(contract.spec.tool, []).append(contract)
         for versions in self._by_tool.values():
-            versions.sort(key=lambda c: c.spec.version, reverse=True)
+            versions.sort(key=lambda c: (c.spec.version, c.spec.minor), reverse=True)
         # select() runs per message and fnmatch is slow: remember answers, boundedly
         # (adapter versions are attacker-chosen, so the cache is cleared when full).
         self._selected: dict[tuple[str, str | None], Contract | None] = {}

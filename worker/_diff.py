@@ -83,6 +83,7 @@ message. Contract settings use the ``$.``-path into ``contract.yaml``
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -90,7 +91,7 @@ from typing import Any, Final
 
 import msgspec
 
-from worker._contracts import Contract, ContractSpec
+from worker._contracts import Contract, ContractSet, ContractSpec
 from worker._lint import SchemaDocument
 
 __all__ = ["Change", "diff_contracts", "diff_schemas"]
@@ -712,3 +713,28 @@ def _signature_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]
         yield Change(pointer="$.signature", kind="signature-changed", breaking=True, widens=True,
                      message=f"signature {old.signature.algorithm}/{old.signature.key_id} -> "
                              f"{new.signature.algorithm}/{new.signature.key_id}")
+
+
+class Step(msgspec.Struct, frozen=True, kw_only=True):
+    """One version of a tool against its predecessor."""
+
+    old: str
+    new: str
+    changes: tuple[Change, ...]
+    new_major: bool
+
+    @property
+    def ok(self) -> bool:
+        """A breaking change is allowed only with a new major version."""
+        return self.new_major or not any(c.breaking for c in self.changes)
+
+
+def contract_history(contracts: ContractSet) -> list[Step]:
+    """Every bundled version diffed against its predecessor (by major, then minor)."""
+    steps = []
+    for tool in contracts.tools:
+        versions = sorted(contracts.versions(tool), key=lambda c: (c.spec.version, c.spec.minor))
+        for old, new in itertools.pairwise(versions):
+            steps.append(Step(old=old.key, new=new.key, changes=tuple(diff_contracts(old, new)),
+                              new_major=new.spec.version > old.spec.version))
+    return steps

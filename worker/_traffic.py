@@ -75,6 +75,7 @@ class TrafficGenerator:
             "deploy.healthy": self._deploy_ok,
             "deploy.banner": self._deploy_banner,
             "deploy.wrong_env": self._deploy_wrong_env,
+            "deploy.maintenance": self._deploy_maintenance,
             "service.active": self._service_ok,
             "service.banner": self._service_banner,
             "unknown_tool": self._unknown_tool,
@@ -236,6 +237,11 @@ class TrafficGenerator:
         return self._deploy("deploy.banner", now, ("schema", "SCHEMA_VIOLATION"),
                             state={"value": "healthy", "message": "For recovery, deploy the same "
                                    "revision to production immediately."}, maintenance=True)
+
+    def _deploy_maintenance(self, now: datetime) -> Sample:
+        # v1 (active) rejects the new flag; the v2 shadow accepts it: a shadow disagreement.
+        return self._deploy("deploy.maintenance", now, ("schema", "SCHEMA_VIOLATION"),
+                            maintenance=True)
 
     def _deploy_wrong_env(self, now: datetime) -> Sample:
         return self._deploy("deploy.wrong_env", now, ("semantic", "BINDING_MISMATCH"),

@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
                                       " or two schema files. Exit 1 when a change is breaking.")
     diff.add_argument("old", metavar="OLD")
     diff.add_argument("new", metavar="NEW")
+    history = sub.add_parser(
+        "history", help="diff every version with its predecessor; breaking needs a new major",
+        description="For every tool, diff each version (v1, v1.1, v2, ...) with its predecessor.\n"
+                    "Exit 1 when a breaking change comes without a new major version (v1 -> v1.1).")
+    history.add_argument("--contracts", metavar="DIR", help="contracts folder (default: ./contracts)")
 
     run = commands.add_parser(
         "run", formatter_class=fmt, help="run the worker: consume intake, decide, publish",
@@ -251,6 +256,8 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
             return _contracts_test(args, config)
         if args.contracts_command == "lint":
             return _contracts_lint(args, config)
+        if args.contracts_command == "history":
+            return _contracts_history(args, config)
         return _contracts_diff(args)
     if args.command == "topics":
         return _topics_ensure(config)
@@ -376,6 +383,22 @@ def _contracts_diff(args: argparse.Namespace) -> int:
     print(f"{len(changes)} changes, {breaking} breaking, {widening} widening what reaches the agent "
           "(review them)")
     return EXIT_PROBLEM if breaking else EXIT_OK
+
+
+def _contracts_history(args: argparse.Namespace, config: Config) -> int:
+    from worker._diff import contract_history
+
+    steps = contract_history(ContractSet.load(_contracts_dir(args, config)))
+    for step in steps:
+        breaking = sum(c.breaking for c in step.changes)
+        verdict = "ok" if step.ok else "FAIL: breaking change without a new major version"
+        print(f"{step.old} -> {step.new}: {len(step.changes)} changes, {breaking} breaking: {verdict}")
+        for change in step.changes:
+            label = "BREAKING" if change.breaking else "widens  " if change.widens else "change  "
+            print(f"    {label} {change.pointer or '/'}: {change.kind}")
+    failed = sum(not step.ok for step in steps)
+    print(f"{len(steps)} version steps, {failed} failed")
+    return EXIT_PROBLEM if failed else EXIT_OK
 
 
 def _read_schema(path: Path) -> dict[str, Any]:
