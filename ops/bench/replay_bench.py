@@ -67,7 +67,8 @@ async def fill(config: Config, count: int) -> None:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--bootstrap", default="127.0.0.1:19092")
     parser.add_argument("--json", action="store_true")
