@@ -7,13 +7,14 @@ STAMP := $(VENV)/.installed-stamp
 KAFKA := ops/kafka/kafka.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install jars broker broker-stop topics lint contracts test unit run stop bench-gate clean
+.PHONY: help install jars tools broker broker-stop topics lint contracts test unit run stop bench-gate clean
 
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
 	@echo "make stop       stop the worker and the broker"
 	@echo "make test       lint, contract fixtures and the whole test suite on a real local broker"
 	@echo "make lint       ruff and mypy --strict"
+	@echo "make tools      promtool and prometheus (Debian's prometheus package) for the ops tests"
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
 	@echo "make bench-gate the gate benchmark (ops/bench/gate_bench.py)"
 
@@ -27,6 +28,26 @@ install: $(STAMP)
 
 jars:
 	bash $(KAFKA) fetch
+
+# promtool and prometheus, from Debian's prometheus package, for the rules tests and the dashboard
+# test; installed only when missing. The package would start its own server on :9090 where an init
+# system runs it: it is stopped and disabled again, the tests start their own.
+tools:
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "make tools: promtool/prometheus are missing and installing them needs root:" >&2; \
+	  echo "  sudo apt-get install -y prometheus   (Debian's package), then run make again" >&2; \
+	  exit 1; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y --no-install-recommends prometheus \
+	  || { apt-get update && apt-get install -y --no-install-recommends prometheus; } || exit 1; \
+	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then \
+	  systemctl disable --now prometheus || true; \
+	elif command -v service >/dev/null; then \
+	  service prometheus stop || true; \
+	fi; \
+	command -v promtool >/dev/null || { echo "make tools: no promtool after installing prometheus" >&2; exit 1; }
 
 broker: jars
 	bash $(KAFKA) start
@@ -44,12 +65,13 @@ lint: install
 contracts: install
 	$(BIN)/toolgate contracts lint
 	$(BIN)/toolgate contracts test
+	$(BIN)/toolgate contracts history
 
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 # Starts the broker only if none is running, and stops it afterwards only if it started it.
-test: install jars lint contracts
+test: install jars tools lint contracts
 	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest $(PYTEST_ARGS)
 
 run: install broker topics

@@ -184,6 +184,8 @@ def _parser() -> argparse.ArgumentParser:
                     "  CONSUMER LAG        intake records not yet decided, per partition and total\n"
                     "  GATE LATENCY        p50/p99 gate time per result, by the stage it ended at\n"
                     "  TRANSACTIONS        committed and aborted (aborts mean the batch is redone)\n"
+                    "  SHADOW              shadow contract versions whose verdict differed\n"
+                    "  REPLAYED            results replayed from the quarantine, by outcome now\n"
                     "  REQUESTS            request records held, evictions, waits for the reader\n\n"
                     "Rates are the change between two scrapes; the first screen shows totals since\n"
                     "the worker started. Exit 2 when the endpoint cannot be reached.",
@@ -206,9 +208,9 @@ def _parser() -> argparse.ArgumentParser:
     qsub = quarantine.add_subparsers(dest="quarantine_command", metavar="ACTION", required=True)
     qtail = qsub.add_parser(
         "tail", formatter_class=fmt, help="the latest quarantine records' diagnostics as JSON lines",
-        description="Print the last N quarantine records (read_committed, oldest first) as JSON\n"
+        description="Print the last N quarantine records (read_committed, in log order) as JSON\n"
                     "lines: topic, partition, offset, timestamp, key, tool (the contract's tool,\n"
-                    "'unknown' when none matched), stage, code, size, and every header: the\n"
+                    "else the adapter's tg-tool), stage, code, size, and every header: the\n"
                     "adapter's originals and toolgate's tg-error-* diagnostics (tg-error-detail\n"
                     "decoded: schema path, keyword, masked message). Reads without a consumer\n"
                     "group: commits nothing, moves no offsets. The quarantine topic is\n"
@@ -220,7 +222,8 @@ def _parser() -> argparse.ArgumentParser:
     qtail.add_argument("-n", "--lines", type=int, default=10, metavar="N",
                        help="records to print (default 10)")
     qtail.add_argument("--tool", metavar="TOOL",
-                       help="only this tool (the contract's tool, 'unknown', or the tg-tool header)")
+                       help="only this tool (the contract's, else the tg-tool header; "
+                            "as toolgate replay --tool)")
     qtail.add_argument("--code", metavar="CODE", help="only this code, e.g. SCHEMA_VIOLATION")
     qtail.add_argument("--stage", metavar="STAGE", help="only this stage, e.g. semantic")
     qtail.add_argument("--max-scan", type=int, default=100_000, metavar="N",

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
+
+from tests.integration.live import LiveWorker
 
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
 PROBE_TIMEOUT_S = 10.0
@@ -95,3 +97,17 @@ async def topic_factory(admin: AIOKafkaAdminClient) -> AsyncIterator[TopicFactor
 
     if created:
         await admin.delete_topics(created, timeout_ms=10000)
+
+
+@pytest.fixture(scope="module")
+def live(bootstrap: str) -> Iterator[LiveWorker]:
+    """An in-process worker on private topics (its own thread) that has decided 200 sample
+    results and keeps running for the module's tests; stopped and its topics dropped after."""
+    worker = LiveWorker(bootstrap)
+    try:
+        worker.start()
+        worker.feed(200)
+        worker.wait_decided()
+        yield worker
+    finally:
+        worker.stop()

@@ -1,0 +1,110 @@
+"""``toolgate quarantine tail``: what one quarantine record prints as, and which records a filter keeps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from worker._quarantine import VALUE_CHARS, Filters, describe, headers_of, matches, tool_of
+
+
+@dataclass
+class Record:
+    partition: int = 0
+    offset: int = 7
+    timestamp: int = 1_777_000_000_000
+    key: bytes | None = b"req.1"
+    value: bytes | None = b'{"tool":"job_status"}'
+    headers: Sequence[tuple[str, bytes]] = field(default_factory=list)
+
+
+DETAIL = {"stage": "schema", "code": "SCHEMA_VIOLATION", "instance_path": "/data",
+          "keyword": "additionalProperties"}
+
+
+def record(**headers: str) -> Record:
+    base = {"tg-tool": "job_status", "tg-adapter": "jobs-adapter", "tg-error-stage": "schema",
+            "tg-error-code": "SCHEMA_VIOLATION", "tg-error-detail": json.dumps(DETAIL),
+            "tg-contract": "job_status@v1", "tg-replay-count": "0"}
+    base.update(headers)
+    return Record(headers=[(k, v.encode()) for k, v in base.items()])
+
+
+class TestDescribe:
+    """A quarantine record prints as one JSON object with its diagnostics."""
+
+    def test_position_tool_stage_code_and_headers(self) -> None:
+        """A record prints its position, tool, stage, code, size and every header."""
+        line = describe("q", record())
+        assert {k: line[k] for k in ("topic", "partition", "offset", "key", "tool", "stage", "code",
+                                     "size")} == {
+            "topic": "q", "partition": 0, "offset": 7, "key": "req.1", "tool": "job_status",
+            "stage": "schema", "code": "SCHEMA_VIOLATION", "size": 21}
+        assert line["headers"]["tg-adapter"] == "jobs-adapter"
+        assert line["timestamp"].startswith("2026-")
+
+    def test_detail_is_decoded(self) -> None:
+        """tg-error-detail is printed as the JSON object it holds."""
+        assert describe("q", record())["headers"]["tg-error-detail"] == DETAIL
+
+    def test_undecodable_detail_stays_text(self) -> None:
+        """A detail that is not JSON is printed as text, not dropped."""
+        assert describe("q", record(**{"tg-error-detail": "{oops"}))["headers"]["tg-error-detail"] == "{oops"
+
+    def test_value_left_out_unless_asked(self) -> None:
+        """The hostile value is printed only with --value."""
+        assert "value" not in describe("q", record())
+        assert describe("q", record(), with_value=True)["value"] == '{"tool":"job_status"}'
+
+    def test_value_is_bounded(self) -> None:
+        """A long value is cut and marked truncated."""
+        line = describe("q", Record(value=b"x" * (VALUE_CHARS + 10)), with_value=True)
+        assert (len(line["value"]), line["value_truncated"]) == (VALUE_CHARS, True)
+
+    def test_repeated_header_keeps_every_value(self) -> None:
+        """A header the adapter sent twice maps to the list of its values."""
+        rec = Record(headers=[("tg-tool", b"a"), ("tg-tool", b"b"), ("tg-tool", b"c")])
+        assert headers_of(rec)["tg-tool"] == ["a", "b", "c"]
+
+    def test_invalid_utf8_is_replaced(self) -> None:
+        """Bytes that are not UTF-8 print with replacement characters."""
+        assert headers_of(Record(headers=[("tg-source", b"\xff")]))["tg-source"] == "\ufffd"
+
+
+class TestTool:
+    """A record's tool is the contract's, else the adapter's claim."""
+
+    def test_tool_from_the_contract(self) -> None:
+        """The tool is the contract's tool, as the metrics label it."""
+        assert tool_of(headers_of(record(**{"tg-contract": "deploy_status@v2"}))) == "deploy_status"
+
+    def test_claimed_tool_without_a_contract(self) -> None:
+        """No contract reached: the tool is the one the adapter named in tg-tool."""
+        assert tool_of(headers_of(record(**{"tg-contract": "", "tg-tool": "shell_exec"}))) == "shell_exec"
+
+    def test_unknown_without_either(self) -> None:
+        """Neither a contract nor a tg-tool header: the tool is 'unknown'."""
+        assert tool_of(headers_of(Record(headers=[("tg-error-code", b"HEADER_MISMATCH")]))) == "unknown"
+
+
+class TestFilters:
+    """Filters keep the records whose tool, code and stage match."""
+
+    def test_no_filter_keeps_everything(self) -> None:
+        """Without filters every record matches."""
+        assert matches(headers_of(record()), Filters())
+
+    def test_code_and_stage(self) -> None:
+        """--code and --stage compare with the diagnostics headers."""
+        headers = headers_of(record())
+        assert matches(headers, Filters(code="SCHEMA_VIOLATION", stage="schema"))
+        assert not matches(headers, Filters(code="BAD_SIGNATURE"))
+        assert not matches(headers, Filters(stage="semantic"))
+
+    def test_tool(self) -> None:
+        """--tool compares with the record's tool."""
+        claimed = headers_of(record(**{"tg-contract": "", "tg-tool": "shell_exec"}))
+        assert matches(claimed, Filters(tool="shell_exec"))
+        assert not matches(claimed, Filters(tool="job_status"))
+        assert not matches(headers_of(record()), Filters(tool="shell_exec"))

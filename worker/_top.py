@@ -1,0 +1,349 @@
+"""``toolgate top``: a live terminal view of one worker's ``/metrics``, for people without Grafana.
+
+Scrapes the Prometheus text the worker serves, and shows results by tool and
+outcome, rejections by code, consumer lag, gate latency, transactions and the
+request store. Rates are the difference between two scrapes divided by the time
+between them (a counter that went down was reset: its whole value counts); the
+first screen, with nothing to compare with, shows totals since the worker
+started. Latency quantiles are interpolated in the histogram's buckets the way
+Prometheus's ``histogram_quantile`` does, over the last interval when there is
+one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from worker._errors import ConfigError
+
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
+Labels = tuple[tuple[str, str], ...]
+_MAX_BODY = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One scrape: every sample by (sample name, sorted labels), and when it was taken."""
+
+    at: float
+    samples: dict[tuple[str, Labels], float] = field(default_factory=dict)
+
+    def series(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """Every sample called ``name`` with its labels."""
+        return [(dict(labels), value) for (sample, labels), value in self.samples.items()
+                if sample == name]
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The sample with exactly these labels, or None."""
+        return self.samples.get((name, tuple(sorted(labels.items()))))
+
+
+def default_url(host: str, port: int) -> str:
+    """The metrics URL of a worker configured to listen on ``host``:``port`` (a wildcard
+    listen address is reached on the loopback)."""
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - compared, not bound
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/metrics"
+
+
+def parse(text: str, at: float) -> Snapshot:
+    """Parse Prometheus text exposition into a snapshot taken at ``at`` (monotonic seconds).
+
+    Raises:
+        ValueError: the text is not Prometheus exposition format.
+    """
+    samples: dict[tuple[str, Labels], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+    return Snapshot(at, samples)
+
+
+def scrape(url: str, *, timeout: float = 5.0, clock: Callable[[], float] = time.monotonic) -> Snapshot:
+    """Fetch and parse ``url``.
+
+    Raises:
+        ConfigError: the endpoint cannot be reached or does not serve Prometheus text;
+            the message names the URL.
+    """
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"top: {url}: not an http:// or https:// URL")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - scheme checked
+            body = response.read(_MAX_BODY + 1)
+    except urllib.error.HTTPError as exc:
+        raise ConfigError(f"top: {url} answered HTTP {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise ConfigError(f"top: cannot reach {url}: {reason} (is the worker running? Its port is "
+                          "TOOLGATE_METRICS_PORT, default 9464)") from exc
+    if len(body) > _MAX_BODY:
+        raise ConfigError(f"top: {url}: more than {_MAX_BODY} bytes of metrics")
+    try:
+        return parse(body.decode("utf-8"), clock())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"top: {url} does not serve Prometheus text: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def delta(current: float, previous: float | None) -> float:
+    """Counter increase between two scrapes; a counter that went down was reset."""
+    if previous is None or current < previous:
+        return current
+    return current - previous
+
+
+def rate(current: Snapshot, previous: Snapshot | None, name: str, labels: dict[str, str]) -> float | None:
+    """Per-second increase of one counter series between two scrapes (None without a previous one)."""
+    if previous is None or current.at <= previous.at:
+        return None
+    now = current.value(name, **labels)
+    if now is None:
+        return None
+    return delta(now, previous.value(name, **labels)) / (current.at - previous.at)
+
+
+def quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
+    """The ``q`` quantile of a histogram given as (upper bound, cumulative count) pairs.
+
+    Linear interpolation inside the bucket that holds the rank, like Prometheus's
+    ``histogram_quantile``; the lowest bucket starts at 0; a rank in the +Inf bucket
+    gives the highest finite bound. None when the histogram holds no observation.
+    """
+    ordered = sorted(buckets)
+    if not ordered or not math.isinf(ordered[-1][0]):
+        return None
+    total = ordered[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for upper, count in ordered:
+        if count >= rank:
+            if math.isinf(upper):
+                return lower
+            if count == below:
+                return upper
+            return lower + (upper - lower) * (rank - below) / (count - below)
+        lower, below = upper, count
+    return lower
+
+
+def histogram(current: Snapshot, previous: Snapshot | None, name: str,
+              **match: str) -> list[tuple[float, float]]:
+    """(le, cumulative count) of the ``name`` histogram series matching ``match``, summed
+    over other labels; over the last interval when ``previous`` is given."""
+    sums: dict[float, float] = {}
+    for labels, value in current.series(f"{name}_bucket"):
+        if any(labels.get(k) != v for k, v in match.items()):
+            continue
+        le = float(labels["le"])
+        before = None
+        if previous is not None:
+            before = previous.value(f"{name}_bucket", **labels)
+        sums[le] = sums.get(le, 0.0) + (value if previous is None else delta(value, before))
+    return sorted(sums.items())
+
+
+@dataclass
+class CodeRow:
+    """Rejections of one code, summed over tools and stages."""
+
+    code: str
+    total: float = 0.0
+    rate: float | None = None
+    stages: set[str] = field(default_factory=set)
+    tools: set[str] = field(default_factory=set)
+
+
+def rejections_by_code(current: Snapshot, previous: Snapshot | None) -> list[CodeRow]:
+    """Rejections by code, highest rate first (highest total without a previous scrape)."""
+    rows: dict[str, CodeRow] = {}
+    for labels, value in current.series("toolgate_rejections_total"):
+        code = labels.get("code", "")
+        row = rows.get(code)
+        if row is None:
+            row = rows[code] = CodeRow(code, rate=None if previous is None else 0.0)
+        row.total += value
+        r = rate(current, previous, "toolgate_rejections_total", labels)
+        if row.rate is not None and r is not None:
+            row.rate += r
+        row.stages.add(labels.get("stage", ""))
+        row.tools.add(labels.get("tool", ""))
+    return sorted(rows.values(), key=lambda row: (-(row.rate or 0.0), -row.total, row.code))
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _safe(text: str, width: int = 32) -> str:
+    """A label value fit for a terminal: printable, bounded (the URL could be anything)."""
+    cleaned = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return cleaned if len(cleaned) <= width else cleaned[: width - 1] + "…"
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 1e-3:
+        return f"{value * 1e6:.1f} µs"
+    if value < 1:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value:.2f} s"
+
+
+def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int = 10) -> str:
+    """One screen of text (no escape codes) for ``current``, with rates since ``previous``."""
+    lines: list[str] = []
+    ready = current.value("toolgate_ready")
+    state = "ready" if ready == 1 else "NOT READY" if ready is not None else "readiness unknown"
+    if previous is None or current.at <= previous.at:
+        basis = "totals since the worker started (rates from the next screen on)"
+    else:
+        basis = f"rates over the last {current.at - previous.at:.1f} s"
+    lines.append(f"toolgate top  {url}  {state}  {basis}")
+    contracts = sorted(f"{_safe(lab.get('tool', ''))} v{_safe(lab.get('version', ''))} "
+                       f"({_safe(lab.get('status', ''))})"
+                       for lab, value in current.series("toolgate_contract_info") if value)
+    lines.append("contracts: " + (", ".join(contracts) if contracts else "none reported"))
+
+    lines += ["", f"{'RESULTS':<16}{'outcome':<10}{'total':>12}{'rate/s':>12}"]
+    results = sorted(current.series("toolgate_results_total"),
+                     key=lambda item: (item[0].get("tool", ""), item[0].get("outcome", "")))
+    total, total_rate = 0.0, 0.0 if previous is not None else None
+    for labels, value in results:
+        r = rate(current, previous, "toolgate_results_total", labels)
+        if value == 0 and not r:
+            continue  # pre-initialised series: nothing decided yet
+        lines.append(f"{_safe(labels.get('tool', ''), 15):<16}{_safe(labels.get('outcome', ''), 9):<10}"
+                     f"{_num(value):>12}{_rate(r):>12}")
+        total += value
+        if total_rate is not None and r is not None:
+            total_rate += r
+    lines.append(f"{'all':<26}{_num(total):>12}{_rate(total_rate):>12}")
+
+    rows = rejections_by_code(current, previous)
+    lines += ["", f"{f'REJECTIONS BY CODE (top {top})':<28}{'stage':<11}{'tools':<30}{'total':>9}"
+                  f"{'rate/s':>10}"]
+    for row in rows[:top]:
+        lines.append(f"{_safe(row.code, 27):<28}{_safe(','.join(sorted(row.stages)), 10):<11}"
+                     f"{_safe(','.join(sorted(row.tools)), 29):<30}{_num(row.total):>9}"
+                     f"{_rate(row.rate):>10}")
+    if not rows:
+        lines.append("none")
+    elif len(rows) > top:
+        lines.append(f"... {len(rows) - top} more codes (raise --top)")
+
+    lines += ["", f"{'CONSUMER LAG':<16}{'records':>12}"]
+    lag = sorted(current.series("toolgate_consumer_lag"),
+                 key=lambda item: (len(item[0].get("partition", "")), item[0].get("partition", "")))
+    for labels, value in lag:
+        lines.append(f"{'partition ' + _safe(labels.get('partition', ''), 6):<16}{_num(value):>12}")
+    lines.append(f"{'total':<16}{_num(sum(v for _, v in lag)):>12}"
+                 + ("" if lag else "  (no partition assigned yet)"))
+
+    window = "last interval" if previous is not None and current.at > previous.at else "since start"
+    lines += ["", f"{f'GATE LATENCY ({window})':<28}{'results':>8}{'p50':>12}{'p99':>12}"]
+    stages = sorted({labels.get("stage", "") for labels, _ in
+                     current.series("toolgate_evaluation_seconds_bucket")})
+    for stage in [*stages, None]:
+        match = {} if stage is None else {"stage": stage}
+        buckets = histogram(current, previous, "toolgate_evaluation_seconds", **match)
+        count = buckets[-1][1] if buckets else 0.0
+        name = "all stages" if stage is None else f"ended at {_safe(stage, 12)}"
+        lines.append(f"{name:<28}{_num(count):>8}{_seconds(quantile(0.5, buckets)):>12}"
+                     f"{_seconds(quantile(0.99, buckets)):>12}")
+
+    lines += ["", f"{'TRANSACTIONS':<16}{'total':>12}{'rate/s':>12}"]
+    for result in ("committed", "aborted"):
+        value = current.value("toolgate_transactions_total", result=result) or 0.0
+        r = rate(current, previous, "toolgate_transactions_total", {"result": result})
+        lines.append(f"{result:<16}{_num(value):>12}{_rate(r):>12}")
+    txn = histogram(current, previous, "toolgate_transaction_seconds")
+    lines.append(f"{'commit time':<16}p50 {_seconds(quantile(0.5, txn))}  "
+                 f"p99 {_seconds(quantile(0.99, txn))}")
+
+    lines += ["", f"{'SHADOW DISAGREEMENTS':<26}{'total':>12}{'rate/s':>12}"]
+    shown = 0
+    for labels, value in sorted(current.series("toolgate_shadow_disagreements_total"),
+                                key=lambda item: (item[0].get("tool", ""), item[0].get("version", ""))):
+        r = rate(current, previous, "toolgate_shadow_disagreements_total", labels)
+        if value == 0 and not r:
+            continue
+        name = f"{_safe(labels.get('tool', ''), 18)} v{_safe(labels.get('version', ''), 5)}"
+        lines.append(f"{name:<26}{_num(value):>12}{_rate(r):>12}")
+        shown += 1
+    if not shown:
+        lines.append("none")
+
+    replayed: dict[str, float] = {}
+    for labels, value in current.series("toolgate_replayed_results_total"):
+        outcome = labels.get("outcome", "")
+        replayed[outcome] = replayed.get(outcome, 0.0) + value
+    lines += ["", "REPLAYED FROM QUARANTINE  " + (", ".join(
+        f"{_safe(outcome, 12)} {_num(value)}" for outcome, value in sorted(replayed.items()))
+        if any(replayed.values()) else "none")]
+
+    outstanding = current.value("toolgate_outstanding_requests")
+    evictions = current.value("toolgate_request_store_evictions_total")
+    waits = {r: current.value("toolgate_request_waits_total", result=r) or 0.0
+             for r in ("caught_up", "timeout")}
+    lines += ["", "REQUESTS",
+              f"outstanding {_num(outstanding or 0.0)}   evicted (store full) {_num(evictions or 0.0)}"
+              f"   batches that waited for requests: {_num(waits['caught_up'])} caught up, "
+              f"{_num(waits['timeout'])} timed out"]
+    return "\n".join(lines) + "\n"
+
+
+def run(url: str, *, interval: float, once: bool, top: int, out: TextIO,
+        sleep: Callable[[float], None] = time.sleep) -> int:
+    """Show the view until interrupted (or one snapshot with ``once``); return the exit code.
+
+    Raises:
+        ConfigError: the first scrape failed (later failures are shown on screen and retried).
+    """
+    first = scrape(url)
+    if once:
+        if interval <= 0:
+            out.write(render(first, None, url=url, top=top))
+            return 0
+        sleep(interval)
+        out.write(render(scrape(url), first, url=url, top=top))
+        return 0
+    previous: Snapshot | None = None
+    current = first
+    problem = ""
+    while True:
+        out.write(CLEAR + render(current, previous, url=url, top=top))
+        if problem:
+            out.write(f"\nlast scrape failed: {problem} (retrying)\n")
+        out.write(f"\nrefreshing every {interval:g} s; Ctrl-C to quit\n")
+        out.flush()
+        sleep(interval)
+        try:
+            fresh = scrape(url)
+        except ConfigError as exc:
+            problem = str(exc)
+            continue
+        problem = ""
+        previous, current = current, fresh
