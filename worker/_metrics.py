@@ -13,9 +13,11 @@ accepted ones), so a slow stage shows as its own series.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -25,6 +27,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+if TYPE_CHECKING:
+    from worker._batch import Decision
 
 log = logging.getLogger("toolgate.metrics")
 
@@ -102,6 +107,22 @@ class Metrics:
             self.transactions.labels(result)
         for result in WAIT_RESULTS:
             self.request_waits.labels(result)
+
+    def decided_batch(self, decisions: Sequence[Decision]) -> None:
+        """Count a committed batch: one ``inc(n)`` per label set, not one per result."""
+        counts: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        for decision in decisions:
+            v = decision.verdict
+            tool = v.tool or "unknown"
+            counts[(tool, v.result, v.stage or "", v.code or "")] += 1
+            self.evaluation.labels(v.stage or "project").observe(decision.seconds)
+            self.result_bytes.labels(tool).observe(decision.size)
+            if decision.replays:
+                self.replayed.labels(tool, v.result).inc()
+        for (tool, outcome, stage, code), n in counts.items():
+            self.results.labels(tool, outcome).inc(n)
+            if outcome == "rejected":
+                self.rejections.labels(tool, stage, code).inc(n)
 
     def decided(self, tool: str | None, outcome: str, stage: str | None, code: str | None,
                 size: int, seconds: float) -> None:

@@ -30,14 +30,18 @@ import jiter
 from worker._errors import RejectedInput
 
 # One translation gives the shape every cheap check reads: "[" for an opening
-# bracket or brace, "0" for a digit, "e" for an exponent marker, " " for the rest.
-# Then a count and two substring searches (C speed) tell whether the nesting could
-# exceed the limit and whether any number could overflow a double.
+# bracket or brace, "0" for a digit, "e" for an exponent marker, "+" for a sign,
+# " " for the rest. Then a count and a few substring searches (C speed) tell whether
+# the nesting could exceed the limit and whether any number could overflow a double.
 _SHAPE = bytes(
     ord("[") if chr(b) in "[{" else ord("0") if chr(b).isdigit()
-    else ord("e") if chr(b) in "eE" else ord(" ")
+    else ord("e") if chr(b) in "eE" else ord("+") if chr(b) in "+-" else ord(" ")
     for b in range(256))
-_LONG = 300
+# A number is below 10**(digits + exponent): it can only overflow (> 1.8e308) with
+# an exponent of three digits or more, or with a run of 200 digits or more (200
+# digits and a two-digit exponent stay below 10**299). Hex ids and hashes ("3e8f")
+# match neither, so they do not force the walk.
+_LONG = 200
 _LONG_DIGITS = b"0" * _LONG
 _DUPLICATE = re.compile(r'^Detected duplicate key ".*" at (line \d+ column \d+)$', re.S)
 _from_json = jiter.from_json
@@ -55,8 +59,8 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
     except ValueError as exc:
         raise _parse_error(str(exc)) from None
     shape = raw.translate(_SHAPE)
-    # A double overflows only with an exponent or with 309 digits or more.
-    if shape.find(b"0e") >= 0 or (len(shape) >= _LONG and _LONG_DIGITS in shape):
+    if (b"0e000" in shape or b"0e+000" in shape
+            or (len(shape) >= _LONG and _LONG_DIGITS in shape)):
         _walk(value, max_depth)
     elif (brackets := shape.count(b"[")) > max_depth:
         _check_depth(value, max_depth, brackets)

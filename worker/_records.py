@@ -10,10 +10,12 @@ import msgspec
 BindValue = str | int | bool | list[str]
 
 
-class RequestRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class RequestRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
     """An outstanding request, written by the agent platform to the requests topic.
 
     Decoded strictly: unknown fields, naive timestamps and wrong types are errors.
+    ``gc=False``: a record holds only strings, numbers and lists of strings, so it can
+    never be part of a reference cycle; a million of them must not slow the collector.
     """
 
     request_id: str

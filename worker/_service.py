@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -121,6 +122,7 @@ class Worker:
         self._txn_failing = False
         self._backoff = 0.0
         self._sampler = ShadowSampler(self.options.shadow_audit_per_minute)
+        self._copartitioned: frozenset[str] = frozenset()
         self._reload_requested = False
         self._last_sweep = 0.0
         self._export_contracts(gate)
@@ -201,6 +203,9 @@ class Worker:
         await self._request_reader.catch_up(60)
         await self._audit_reader.catch_up(60)
         log.info("state loaded", extra={"requests": len(self.requests), "accepted": len(self.ledger)})
+        # Everything alive now (contracts, compiled schemas, the loaded state) lives as long
+        # as the process: keep it out of the collector's generations and its pauses.
+        gc.freeze()
 
     async def _consume(self) -> None:
         consumer = AIOKafkaConsumer(
@@ -269,7 +274,11 @@ class Worker:
         started = time.perf_counter()
         try:
             async with producer.transaction():
-                futures = [await producer.send(out.topic, out.value, key=out.key, headers=out.headers)
+                # An explicit partition skips the producer's per-record key hashing (pure
+                # Python in aiokafka) where the output topic is co-partitioned with intake.
+                same = self._copartitioned
+                futures = [await producer.send(out.topic, out.value, key=out.key, headers=out.headers,
+                                               partition=tp.partition if out.topic in same else None)
                            for out in batch.records]
                 await asyncio.gather(*futures)
                 await producer.send_offsets_to_transaction(
@@ -306,12 +315,9 @@ class Worker:
         for disagreement in batch.disagreements:
             self.metrics.shadow_disagreements.labels(disagreement.tool,
                                                      str(disagreement.version)).inc()
+        self.metrics.decided_batch(batch.decisions)
         for decision in batch.decisions:
             verdict = decision.verdict
-            self.metrics.decided(verdict.tool, verdict.result, verdict.stage, verdict.code,
-                                 decision.size, decision.seconds)
-            if decision.replays:
-                self.metrics.replayed.labels(verdict.tool or "unknown", verdict.result).inc()
             self.stats.decided += 1
             if verdict.accepted:
                 self.stats.accepted += 1
@@ -350,6 +356,18 @@ class Worker:
         except KafkaError as start_exc:
             log.debug("producer restart failed", extra={"error": repr(start_exc)[:300]})
 
+    async def _copartitioned_topics(self, producer: AIOKafkaProducer) -> frozenset[str]:
+        """Output topics with as many partitions as intake: their records go to the intake
+        record's partition number, the same partition the key's hash picks."""
+        assert self._consumer is not None
+        topics = self.config.topics
+        intake = len(self._consumer.partitions_for_topic(topics.intake) or ())
+        same = set()
+        for topic in (topics.agent, topics.quarantine, topics.audit):
+            if intake and len(await producer.partitions_for(topic)) == intake:
+                same.add(topic)
+        return frozenset(same)
+
     async def _new_producer(self, tp: TopicPartition) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(
             **self._settings, enable_idempotence=True, acks="all",
@@ -387,6 +405,8 @@ class Worker:
         async with self._lock:
             for tp in sorted(partitions):
                 self._producers[tp] = await self._new_producer(tp)
+                if not self._copartitioned:
+                    self._copartitioned = await self._copartitioned_topics(self._producers[tp])
                 committed = await self._consumer.committed(tp)
                 if committed is None:
                     committed = (await self._consumer.beginning_offsets([tp]))[tp]

@@ -119,15 +119,26 @@ async def read_all(config: Config, topic: str, *, isolation: str = "read_committ
 
 
 async def wait_for_count(config: Config, topic: str, count: int, seconds: float) -> int:
-    """Poll until ``topic`` holds ``count`` committed records (or time is up); return the count."""
+    """Poll until ``topic`` holds ``count`` committed records (or time is up); return the count.
+
+    On the audit topic only decision events count (sampled shadow events do not).
+    """
     deadline = asyncio.get_running_loop().time() + seconds
     seen = 0
     while asyncio.get_running_loop().time() < deadline:
-        seen = len(await read_all(config, topic))
+        records = await read_all(config, topic)
+        if topic == config.topics.audit:
+            records = [r for r in records if is_decision(r)]
+        seen = len(records)
         if seen >= count:
             break
         await asyncio.sleep(0.2)  # polling a broker, not waiting for time to pass
     return seen
+
+
+def is_decision(record: Record) -> bool:
+    """An audit record of the one decision event every intake message gets."""
+    return bool(json.loads(record.value or b"{}").get("kind", "decision") == "decision")
 
 
 def count_by_key(records: list[Record]) -> collections.Counter[str]:
@@ -166,7 +177,7 @@ def check_exactly_once(items: list[Sample], agent: list[Record], quarantine: lis
     """The invariants of DESIGN.md, as counts: one agent envelope and one audit event per
     result, a quarantine record for exactly the rejected ones."""
     ids = [s.request_id for s in items]
-    decisions = [r for r in audit if json.loads(r.value or b"{}").get("kind", "decision") == "decision"]
+    decisions = [r for r in audit if is_decision(r)]
     agent_n, audit_n, quarantine_n = count_by_key(agent), count_by_key(decisions), count_by_key(quarantine)
     rejected = expected_rejections(items)
     return {
