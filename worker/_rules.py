@@ -87,7 +87,8 @@ class BindRule:
 # seconds 00-60 (a leap second). datetime.fromisoformat alone is both wider (it takes
 # ISO 8601 week dates and basic formats) and narrower (no lowercase, no leap second).
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})")
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})",
+    re.ASCII)  # \d is [0-9] only: "٢" is a digit to Python's default \d
 
 
 def parse_timestamp(value: Any) -> datetime | None:
