@@ -84,12 +84,16 @@ _ENV_PREFIX = "TOOLGATE_"
 # TOOLGATE_SECURITY_SASL_PASSWORD.
 _NESTED = {"TOPIC_": "topics", "PARTITIONS_": "partitions", "SECURITY_": "security"}
 _NOT_CONFIG = {"TOOLGATE_CONFIG", "TOOLGATE_REQUIRE_KAFKA"}
+# The local broker script's knobs (ops/kafka/kafka.sh: TOOLGATE_KAFKA_PORT, _DATA, _HEAP, ...)
+# share the prefix; `kafka.sh with CMD` runs toolgate in the same environment.
+_NOT_CONFIG_PREFIX = "TOOLGATE_KAFKA_"
 
 
 def _from_env(environ: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in environ.items():
-        if not name.startswith(_ENV_PREFIX) or name in _NOT_CONFIG:
+        if not name.startswith(_ENV_PREFIX) or name in _NOT_CONFIG or name.startswith(
+                _NOT_CONFIG_PREFIX):
             continue
         rest = name[len(_ENV_PREFIX) :]
         for prefix, section in _NESTED.items():

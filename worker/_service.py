@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced
 
 from worker._batch import ShadowSampler, decide_batch, request_key
 from worker._config import Config
@@ -111,7 +111,9 @@ class Worker:
         self._settings = client_settings(config)
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
+        # One transactional producer per owned partition; None: owned, but taking it over
+        # failed (the cluster did not answer) and is retried before its next batch.
+        self._producers: dict[TopicPartition, AIOKafkaProducer | None] = {}
         # The offset each owned partition must continue from: records a fetch returned
         # from before a seek (assignment, abort) are dropped, never decided twice.
         self._next_offset: dict[TopicPartition, int] = {}
@@ -159,8 +161,9 @@ class Worker:
         return self._health.port if self._health else None
 
     def ready(self) -> bool:
-        """Assigned at least one partition and the last transaction did not fail."""
-        return bool(self._producers) and not self._txn_failing
+        """Assigned at least one partition, all taken over, and the last transaction did not fail."""
+        return (bool(self._producers) and None not in self._producers.values()
+                and not self._txn_failing)
 
     def request_stop(self) -> None:
         """Finish the batch in hand, commit it, leave the group and return from :meth:`run`."""
@@ -241,6 +244,8 @@ class Worker:
 
     def _drained(self) -> bool:
         assert self._consumer is not None
+        if None in self._producers.values():
+            return False  # a partition still to take over has not been read yet
         for tp in self._consumer.assignment():
             high = self._consumer.highwater(tp)
             if high is None or self._consumer.last_stable_offset(tp) is None:
@@ -252,6 +257,14 @@ class Worker:
         if self._stop.is_set() and self.options.max_messages is None and not self.options.burst:
             return  # stopping: leave undecided records for the next owner
         producer = self._producers[tp]
+        if producer is None:
+            # Taking the partition over failed earlier: again now. On success the consumer
+            # reads from the committed offset; the records in hand are dropped either way.
+            try:
+                await self._take_over(tp)
+            except KafkaError as exc:
+                await self._transaction_failed(tp, exc)
+            return
         expected = self._next_offset.get(tp)
         if expected is not None:
             records = [r for r in records if r.offset >= expected]
@@ -263,7 +276,13 @@ class Worker:
                                                "got": records[0].offset})
         if any(self.requests.get(request_key(r.key)) is None for r in records):
             assert self._request_reader is not None
-            caught_up = await self._request_reader.catch_up(self.options.request_wait_seconds)
+            try:
+                caught_up = await self._request_reader.catch_up(self.options.request_wait_seconds)
+            except KafkaError as exc:
+                # The cluster did not answer within the request timeout (an outage): decide
+                # nothing now rather than call every missing request unknown.
+                await self._transaction_failed(tp, exc)
+                return
             self.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
         messages = [Message(key=r.key, value=r.value, headers=list(r.headers or ()),
                             origin=f"{tp.topic}/{tp.partition}/{r.offset}") for r in records]
@@ -299,7 +318,7 @@ class Worker:
         except (KafkaError, AssertionError) as exc:
             # AssertionError: aiokafka's transaction manager in an invalid state after a
             # failure mid-transaction; the batch is decided again either way.
-            await self._transaction_failed(tp, records[0].offset, exc)
+            await self._transaction_failed(tp, exc)
             return
         self._next_offset[tp] = records[-1].offset + 1
         self.metrics.transaction_seconds.observe(time.perf_counter() - started)
@@ -325,13 +344,16 @@ class Worker:
                 self.stats.rejected += 1
                 self.stats.by_code[verdict.code or ""] = self.stats.by_code.get(verdict.code or "", 0) + 1
 
-    async def _transaction_failed(self, tp: TopicPartition, first_offset: int,
-                                  exc: Exception) -> None:
-        """Abort path: count, log once per state change, back off, replace the producer.
+    async def _transaction_failed(self, tp: TopicPartition, exc: Exception) -> None:
+        """Abort path: count, log once per state change, back off, take the partition over again.
 
-        The batch is decided again from ``first_offset``. The producer is replaced
-        because after a failed commit or abort its transaction state is unknown; the new
-        one's ``init_transactions`` settles whatever the old one left open.
+        The producer is replaced because after a failed commit or abort its transaction
+        state is unknown; the new one's ``init_transactions`` settles whatever the old one
+        left open, and only then is the committed offset read and the consumer moved back
+        to it (so a commit whose answer was lost is not decided twice). While the cluster
+        does not answer, the partition stays owned without a producer and is taken over
+        again before its next batch: a stopped producer is never used again (a
+        transaction on it waits forever).
         """
         self.stats.aborted += 1
         self.metrics.transactions.labels("aborted").inc()
@@ -340,21 +362,47 @@ class Worker:
             log.error("transaction aborted; the batch will be decided again",
                       extra={"partition": tp.partition, "error": repr(exc)[:300],
                              "retriable": getattr(exc, "retriable", None)})
-        assert self._consumer is not None
-        with contextlib.suppress(KafkaError, AssertionError, IllegalStateError):
-            self._consumer.seek(tp, first_offset)
-        self._next_offset[tp] = first_offset
         self._backoff = min(max(self._backoff * 2, 0.1), 5.0)
         await asyncio.sleep(self._backoff)  # back off before retrying a failing cluster
-        old = self._producers.get(tp)
-        if old is None:
-            return
-        with contextlib.suppress(Exception):
-            await old.stop()
+        if tp not in self._producers:
+            return  # no longer ours
+        old = self._producers[tp]
+        self._producers[tp] = None
+        self._next_offset.pop(tp, None)
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.stop()
         try:
-            self._producers[tp] = await self._new_producer(tp)
+            await self._take_over(tp)
         except KafkaError as start_exc:
-            log.debug("producer restart failed", extra={"error": repr(start_exc)[:300]})
+            log.debug("taking the partition over again failed; retried before its next batch",
+                      extra={"partition": tp.partition, "error": repr(start_exc)[:300]})
+
+    async def _take_over(self, tp: TopicPartition) -> None:
+        """Own ``tp`` from its committed offset, fencing its previous producer first.
+
+        A new transactional producer's ``init_transactions`` fences the previous producer
+        of this partition and settles its open transaction, so the committed offset read
+        after it is final. Raises KafkaError when the cluster does not answer; ``tp`` then
+        stays owned without a producer (None).
+        """
+        assert self._consumer is not None
+        self._producers[tp] = None
+        self._next_offset.pop(tp, None)
+        producer = await self._new_producer(tp)
+        try:
+            if not self._copartitioned:
+                self._copartitioned = await self._copartitioned_topics(producer)
+            committed = await self._consumer.committed(tp)
+            if committed is None:
+                committed = (await self._consumer.beginning_offsets([tp]))[tp]
+            self._consumer.seek(tp, committed)  # IllegalStateError (a KafkaError): not assigned
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        self._next_offset[tp] = committed
+        self._producers[tp] = producer
 
     async def _copartitioned_topics(self, producer: AIOKafkaProducer) -> frozenset[str]:
         """Output topics with as many partitions as intake: their records go to the intake
@@ -375,7 +423,12 @@ class Worker:
             transactional_id=f"{self.options.transactional_prefix}.{tp.topic}.{tp.partition}")
         # start() runs init_transactions: fences the previous owner and settles its
         # open transaction, so the committed offset read next is final.
-        await producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()  # a failed start leaves its client open
+            raise
         return producer
 
     def _sweep(self) -> None:
@@ -404,17 +457,20 @@ class Worker:
         assert self._consumer is not None
         async with self._lock:
             for tp in sorted(partitions):
-                self._producers[tp] = await self._new_producer(tp)
-                if not self._copartitioned:
-                    self._copartitioned = await self._copartitioned_topics(self._producers[tp])
-                committed = await self._consumer.committed(tp)
-                if committed is None:
-                    committed = (await self._consumer.beginning_offsets([tp]))[tp]
-                self._consumer.seek(tp, committed)
-                self._next_offset[tp] = committed
+                try:
+                    await self._take_over(tp)
+                except KafkaError as exc:
+                    # Raising here would end the listener with the remaining partitions
+                    # assigned but never decided; they are taken over before their next batch.
+                    log.warning("taking over a partition failed; retried before its next batch",
+                                extra={"partition": tp.partition, "error": repr(exc)[:300]})
             if partitions and self._audit_reader is not None:
                 # Results the previous owner accepted must be in the ledger before we decide.
-                await self._audit_reader.catch_up(30)
+                try:
+                    await self._audit_reader.catch_up(30)
+                except KafkaError as exc:
+                    log.warning("the accepted-results ledger could not catch up",
+                                extra={"error": repr(exc)[:300]})
         log.info("partitions assigned", extra={"partitions": sorted(p.partition for p in partitions)})
         self.metrics.ready.set(1 if self.ready() else 0)
 
@@ -437,8 +493,9 @@ class Worker:
                 await self._consumer.stop()  # leaves the group
             self._consumer = None
         for producer in list(self._producers.values()):
-            with contextlib.suppress(KafkaError):
-                await producer.stop()
+            if producer is not None:
+                with contextlib.suppress(KafkaError):
+                    await producer.stop()
         self._producers.clear()
         for reader in (self._request_reader, self._audit_reader):
             if reader is not None:

@@ -185,8 +185,11 @@ class TopicReader:
 
     async def start(self) -> None:
         """Assign every partition, seek to the start point and begin reading."""
+        # A short fetch wait: catch_up()'s offset lookup queues behind the reader's own long
+        # poll on the same connection, and a batch waiting for a request waits for both.
         consumer = AIOKafkaConsumer(**self._settings, group_id=None, enable_auto_commit=False,
-                                    isolation_level="read_committed", auto_offset_reset="earliest")
+                                    isolation_level="read_committed", auto_offset_reset="earliest",
+                                    fetch_max_wait_ms=50)
         await consumer.start()
         self._consumer = consumer
         # A group-less consumer has no metadata yet: ask for this topic's partitions.

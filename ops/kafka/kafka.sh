@@ -11,7 +11,9 @@
 #                           stopped afterwards; CMD's exit code is kept
 #
 # Listens on 127.0.0.1:19092 (controller 127.0.0.1:19093). Jars live in .jars/, data,
-# pid file and logs in .data/ next to this script (both git-ignored).
+# pid file and logs in .data/ next to this script (both git-ignored). The three
+# TOOLGATE_KAFKA_{PORT,CONTROLLER_PORT,DATA} knobs select another instance beside it
+# (every command, with the same values, acts on that instance only; the jars are shared).
 # When TOOLGATE_BOOTSTRAP names another cluster, `with` runs CMD without a local broker.
 #
 # Environment knobs:
@@ -19,6 +21,14 @@
 #   TOOLGATE_KAFKA_STOP_TIMEOUT   seconds between SIGTERM and SIGKILL (default 30)
 #   TOOLGATE_KAFKA_HEAP           JVM heap (default 512m)
 #   TOOLGATE_KAFKA_OPTS           extra JVM options
+#   TOOLGATE_KAFKA_PORT           client listener port (default 19092)
+#   TOOLGATE_KAFKA_CONTROLLER_PORT  KRaft controller port (default 19093)
+#   TOOLGATE_KAFKA_DATA           data, pid file and logs of the instance (default .data/ here)
+#   TOOLGATE_KAFKA_SASL_PORT      also a SASL_PLAINTEXT listener (SCRAM-SHA-256/512) on this port,
+#                                 with ACLs enforced (StandardAuthorizer; super users: User:ANONYMOUS,
+#                                 i.e. the PLAINTEXT and controller listeners, and User:admin)
+#   TOOLGATE_KAFKA_SCRAM_USERS    name:password,... SCRAM users added when the storage is formatted
+#                                 (first start of a data dir), e.g. admin:pw,toolgate:pw
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,7 +38,8 @@ TEMPLATE="$HERE/server.properties"
 LOG4J="$HERE/log4j2.xml"
 JARS="$HERE/.jars"
 STAMP="$JARS/.complete"
-DATA="$HERE/.data"
+DATA="${TOOLGATE_KAFKA_DATA:-$HERE/.data}"
+[[ "$DATA" == /* ]] || DATA="$PWD/$DATA"
 KRAFT="$DATA/kraft"
 LOGS="$DATA/logs"
 CONF="$DATA/server.properties"
@@ -38,9 +49,11 @@ OUT="$LOGS/kafka.out"
 SERVER_LOG="$LOGS/server.log"
 
 HOST=127.0.0.1
-PORT=19092
-CONTROLLER_PORT=19093
+PORT="${TOOLGATE_KAFKA_PORT:-19092}"
+CONTROLLER_PORT="${TOOLGATE_KAFKA_CONTROLLER_PORT:-19093}"
 LOCAL_BOOTSTRAP="$HOST:$PORT"
+SASL_PORT="${TOOLGATE_KAFKA_SASL_PORT:-}"
+SCRAM_USERS="${TOOLGATE_KAFKA_SCRAM_USERS:-}"
 
 START_TIMEOUT="${TOOLGATE_KAFKA_START_TIMEOUT:-90}"
 STOP_TIMEOUT="${TOOLGATE_KAFKA_STOP_TIMEOUT:-30}"
@@ -50,8 +63,20 @@ LOG_OFFSET=0 # size of the server log when this invocation launched the broker
 say() { printf 'kafka.sh: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
+[[ "$PORT" =~ ^[0-9]+$ && "$CONTROLLER_PORT" =~ ^[0-9]+$ && "$PORT" != "$CONTROLLER_PORT" ]] ||
+  die "TOOLGATE_KAFKA_PORT ($PORT) and TOOLGATE_KAFKA_CONTROLLER_PORT ($CONTROLLER_PORT) must be two different port numbers"
+if [[ -n "$SASL_PORT" ]]; then
+  [[ "$SASL_PORT" =~ ^[0-9]+$ && "$SASL_PORT" != "$PORT" && "$SASL_PORT" != "$CONTROLLER_PORT" ]] ||
+    die "TOOLGATE_KAFKA_SASL_PORT ($SASL_PORT) must be a port number other than $PORT and $CONTROLLER_PORT"
+fi
+if [[ -n "$SCRAM_USERS" ]]; then
+  [[ -n "$SASL_PORT" ]] || die "TOOLGATE_KAFKA_SCRAM_USERS needs TOOLGATE_KAFKA_SASL_PORT (the listener they log in on)"
+  [[ "$SCRAM_USERS" =~ ^[A-Za-z0-9._-]+:[A-Za-z0-9._~@%+/-]+(,[A-Za-z0-9._-]+:[A-Za-z0-9._~@%+/-]+)*$ ]] ||
+    die "TOOLGATE_KAFKA_SCRAM_USERS must be name:password[,name:password...] (names [A-Za-z0-9._-], passwords [A-Za-z0-9._~@%+/-])"
+fi
+
 usage() {
-  sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -206,7 +231,32 @@ with_lock() {
 
 write_conf() {
   mkdir -p "$KRAFT" "$LOGS"
-  sed "s#^log\.dirs=.*#log.dirs=$KRAFT#" "$TEMPLATE" >"$CONF"
+  sed -e "s#^log\.dirs=.*#log.dirs=$KRAFT#" \
+    -e "s#^listeners=.*#listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT#" \
+    -e "s#^advertised\.listeners=.*#advertised.listeners=PLAINTEXT://$HOST:$PORT#" \
+    -e "s#^controller\.quorum\.voters=.*#controller.quorum.voters=1@$HOST:$CONTROLLER_PORT#" \
+    "$TEMPLATE" >"$CONF"
+  [[ -z "$SASL_PORT" ]] || add_sasl_conf
+}
+
+# The SASL_PLAINTEXT listener of TOOLGATE_KAFKA_SASL_PORT: SCRAM logins, ACLs enforced.
+add_sasl_conf() {
+  sed -i -e "s#^listeners=.*#&,SASL_PLAINTEXT://$HOST:$SASL_PORT#" \
+    -e "s#^advertised\.listeners=.*#&,SASL_PLAINTEXT://$HOST:$SASL_PORT#" \
+    -e "s#^listener\.security\.protocol\.map=.*#&,SASL_PLAINTEXT:SASL_PLAINTEXT#" "$CONF"
+  cat >>"$CONF" <<'EOF'
+
+# TOOLGATE_KAFKA_SASL_PORT: a SASL_PLAINTEXT listener with SCRAM logins and ACLs enforced.
+# PLAINTEXT and CONTROLLER authenticate nobody (User:ANONYMOUS): the broker's own requests
+# and kafka.sh's probe use them, so ANONYMOUS is a super user (a local instance only);
+# so is admin, who creates the topics and the ACLs.
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS;User:admin
+allow.everyone.if.no.acl.found=false
+EOF
 }
 
 java_base() {
@@ -218,6 +268,8 @@ java_base() {
 }
 
 format_storage() {
+  [[ -f "$KRAFT/meta.properties" && -n "$SCRAM_USERS" ]] &&
+    say "$KRAFT is formatted already: TOOLGATE_KAFKA_SCRAM_USERS only applies to a fresh data dir (kafka.sh reset)"
   [[ -f "$KRAFT/meta.properties" ]] && return 0
   local id
   id="$(python -c 'import base64, uuid
@@ -226,9 +278,16 @@ while True:
     if not s.startswith("-"):
         print(s)
         break')"
+  # TOOLGATE_KAFKA_SCRAM_USERS: each user gets SCRAM-SHA-256 and SCRAM-SHA-512 credentials.
+  local scram=() users user
+  IFS=, read -ra users <<<"$SCRAM_USERS"
+  for user in ${users[@]+"${users[@]}"}; do
+    scram+=(--add-scram "SCRAM-SHA-256=[name=${user%%:*},password=${user#*:}]"
+      --add-scram "SCRAM-SHA-512=[name=${user%%:*},password=${user#*:}]")
+  done
   java_base
   if ! "${JAVA_CMD[@]}" kafka.tools.StorageTool format --cluster-id "$id" --config "$CONF" \
-      >"$LOGS/format.log" 2>&1; then
+      ${scram[@]+"${scram[@]}"} >"$LOGS/format.log" 2>&1; then
     cat "$LOGS/format.log" >&2
     die "formatting the broker storage in $KRAFT failed"
   fi
@@ -305,7 +364,7 @@ cmd_start() {
     return 0
   fi
   local p owner
-  for p in "$PORT" "$CONTROLLER_PORT"; do
+  for p in "$PORT" "$CONTROLLER_PORT" ${SASL_PORT:+"$SASL_PORT"}; do
     if port_open "$p"; then
       owner="$(port_owner "$p")"
       die "port $HOST:$p is taken by another process${owner:+ ($owner)}, not by this broker; stop it or point TOOLGATE_BOOTSTRAP at that cluster"
@@ -324,7 +383,7 @@ cmd_start() {
   pid=$!
   echo "$pid" >"$PIDFILE"
   wait_ready "$pid" "$t0"
-  say "Kafka $(kafka_version) ready on $LOCAL_BOOTSTRAP (pid $pid, $((SECONDS - t0))s)"
+  say "Kafka $(kafka_version) ready on $LOCAL_BOOTSTRAP${SASL_PORT:+ and SASL_PLAINTEXT (SCRAM) on $HOST:$SASL_PORT} (pid $pid, $((SECONDS - t0))s)"
 }
 
 kafka_version() {

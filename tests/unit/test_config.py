@@ -38,6 +38,12 @@ class TestConfig:
         with pytest.raises(ConfigError, match="metrics_port"):
             load_config(environ={"TOOLGATE_METRICS_PORT": "lots"})
 
+    def test_broker_script_knobs_are_not_configuration(self) -> None:
+        """ops/kafka/kafka.sh's TOOLGATE_KAFKA_* knobs may be set where toolgate runs."""
+        config = load_config(environ={"TOOLGATE_KAFKA_PORT": "29092", "TOOLGATE_KAFKA_HEAP": "1g",
+                                      "TOOLGATE_BOOTSTRAP": "127.0.0.1:29092"})
+        assert config.bootstrap == "127.0.0.1:29092"
+
     def test_secrets_masked(self) -> None:
         """The start-up print of the configuration masks the SASL password."""
         config = load_config(environ={"TOOLGATE_SECURITY_SASL_PASSWORD": "hunter2"})
