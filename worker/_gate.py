@@ -317,10 +317,10 @@ def _schema_rejection(validator: Any, envelope: Any) -> RejectedInput:
     """The most useful violation, masked: the branch of a ``oneOf`` the envelope meant."""
     # validate() stops at the first error; iter_errors() would build every error first,
     # which for a large invalid array costs time per element, not per message.
+    error: Any = None
     try:
         validator.validate(envelope)
-        error = None
-    except jsonschema_rs.ValidationError as first:
+    except ValueError as first:  # jsonschema_rs.ValidationError is a ValueError
         error = first
     while error is not None:
         branches = getattr(error.kind, "context", None)

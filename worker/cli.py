@@ -175,6 +175,38 @@ def _parser() -> argparse.ArgumentParser:
                     "The requests topic is compacted (latest record per request id).")
     ensure.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
 
+    acls = commands.add_parser(
+        "acls", formatter_class=fmt, help="the Kafka ACLs of the trust boundaries",
+        description="The ACLs of DESIGN.md's trust table for the configured topic names\n"
+                    "(TOOLGATE_TOPIC_*) and consumer group (TOOLGATE_GROUP_ID, as a prefix):\n"
+                    "  toolgate  read requests, intake, audit, quarantine; write agent,\n"
+                    "            quarantine, audit; its group, transactional ids, idempotent writes\n"
+                    "  platform  write requests        adapter   write intake\n"
+                    "  agent     read agent, in groups of its own prefix\n"
+                    "  operator  read quarantine, audit, requests; write intake (replay --apply)\n"
+                    "apply and list log in as TOOLGATE_SECURITY_* says: an administrator.",
+        epilog="examples:\n"
+               "  toolgate acls plan                                the ACLs, one per line\n"
+               "  toolgate acls plan --format kafka-acls            as kafka-acls.sh commands\n"
+               "  toolgate acls apply --adapter User:connector-7    create them (idempotent)\n"
+               "  toolgate acls list                                what the cluster holds")
+    asub = acls.add_subparsers(dest="acls_command", metavar="ACTION", required=True)
+    for name, text in (("plan", "print the ACLs (nothing is sent)"),
+                       ("apply", "create the ACLs on the cluster (idempotent)"),
+                       ("list", "print the ALLOW ACLs the cluster holds")):
+        action = asub.add_parser(name, help=text, description=text)
+        action.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
+        if name == "list":
+            continue
+        for role in ("toolgate", "platform", "adapter", "agent", "operator"):
+            action.add_argument(f"--{role}", metavar="PRINCIPAL", default=f"User:{role}",
+                                help=f"the {role} principal (default User:{role})")
+        action.add_argument("--agent-group", metavar="PREFIX", default="agent",
+                            help="prefix of the agents' consumer groups (default agent)")
+        if name == "plan":
+            action.add_argument("--format", choices=("lines", "kafka-acls"), default="lines",
+                                help="lines (default) or kafka-acls.sh command lines")
+
     top = commands.add_parser(
         "top", formatter_class=fmt, help="live terminal view of a worker's metrics (no Grafana needed)",
         description="Read a worker's /metrics and show, refreshed in place until Ctrl-C:\n"
@@ -264,6 +296,8 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
         return _contracts_diff(args)
     if args.command == "topics":
         return _topics_ensure(config)
+    if args.command == "acls":
+        return _acls(args, config)
     if args.command == "run":
         return _run(args, config)
     if args.command == "top":
@@ -522,6 +556,30 @@ def _topics_ensure(config: Config) -> int:
     for warning in report.warnings:
         print(f"warning  {warning}")
     print(f"{config.bootstrap}: {len(report.created)} created, {len(report.existing)} already existed")
+    return EXIT_OK
+
+
+def _acls(args: argparse.Namespace, config: Config) -> int:
+    from worker._acls import Acl, Principals, acl_plan, apply_acls, describe_acls, kafka_acls_commands
+
+    def show(acls: list[Acl]) -> None:
+        for acl in acls:
+            print(f"{acl.principal}\t{acl.operation}\t{acl.resource}\t{acl.name}\t{acl.pattern}")
+
+    if args.acls_command == "list":
+        show(asyncio.run(describe_acls(config)))
+        return EXIT_OK
+    principals = Principals(toolgate=args.toolgate, platform=args.platform, adapter=args.adapter,
+                            agent=args.agent, operator=args.operator)
+    plan = acl_plan(config, principals, agent_group_prefix=args.agent_group)
+    if args.acls_command == "plan":
+        if args.format == "kafka-acls":
+            print("\n".join(kafka_acls_commands(plan, config.bootstrap)))
+        else:
+            show(plan)
+        return EXIT_OK
+    count = asyncio.run(apply_acls(config, plan))
+    print(f"{config.bootstrap}: {count} ACLs applied (existing ones unchanged)")
     return EXIT_OK
 
 

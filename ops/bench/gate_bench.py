@@ -229,12 +229,11 @@ class _Kind:
         self.context = context
 
 
-class _PyError:
+class _PyError(ValueError):
     """A python-jsonschema error in the shape the gate reads from jsonschema-rs."""
 
-    __slots__ = ("instance_path", "kind", "message", "schema_path")
-
     def __init__(self, error: jsonschema.ValidationError) -> None:
+        super().__init__(error.message)
         self.message = error.message
         self.instance_path = list(error.absolute_path)
         self.schema_path = list(error.absolute_schema_path)
@@ -256,6 +255,10 @@ class PythonJsonschema:
 
     def iter_errors(self, value: Any) -> Iterator[_PyError]:
         return (_PyError(e) for e in self._validator.iter_errors(value))
+
+    def validate(self, value: Any) -> None:
+        for error in self._validator.iter_errors(value):
+            raise _PyError(error)
 
 
 def with_python_jsonschema(contracts: list[Contract]) -> list[Contract]:

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from worker._config import Config, Partitions, Topics
-from worker._kafka import ensure_topics
+from worker._kafka import client_settings, ensure_topics
 from worker._signing import Keyring
 from worker._traffic import Sample, TrafficGenerator
 
@@ -43,7 +43,7 @@ async def private_config(bootstrap: str, *, partitions: int = 3) -> Config:
 
 async def drop_topics(config: Config) -> None:
     """Delete a private configuration's topics."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=config.bootstrap)
+    admin = AIOKafkaAdminClient(**client_settings(config))
     await admin.start()
     try:
         t = config.topics
@@ -61,8 +61,9 @@ def samples(count: int, *, seed: int = 11) -> list[Sample]:
 
 async def publish(config: Config, items: list[Sample], *, requests: bool = True,
                   results: bool = True) -> None:
-    """Write the request records, then the results (keys = request ids)."""
-    producer = AIOKafkaProducer(bootstrap_servers=config.bootstrap, acks="all", linger_ms=5)
+    """Write the request records, then the results (keys = request ids), as the client
+    ``config.security`` names."""
+    producer = AIOKafkaProducer(**client_settings(config), acks="all", linger_ms=5)
     await producer.start()
     try:
         if requests:
@@ -93,7 +94,7 @@ class Record:
 
 async def read_all(config: Config, topic: str, *, isolation: str = "read_committed") -> list[Record]:
     """Every record of ``topic`` visible at this isolation level, up to the end offsets now."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=config.bootstrap, group_id=None,
+    consumer = AIOKafkaConsumer(**client_settings(config), group_id=None,
                                 isolation_level=isolation, enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()

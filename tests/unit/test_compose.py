@@ -624,3 +624,262 @@ class TestDockerfile:
         """The HEALTHCHECK command exits non-zero when /healthz answers 503."""
         monkeypatch.setattr(_Health, "status", 503)
         assert _run_healthcheck(health_server.server_address[1]) != 0
+
+
+# --------------------------------------------------------------------------- secure override
+
+SECURE_FILE = ROOT / "docker-compose.secure.yml"
+SECURE_DIR = ROOT / "ops" / "kafka" / "secure"
+SECURE_SERVICES = {"kafka-users", "acls"}
+_INTERPOLATION = re.compile(r"\$\{([A-Z0-9_]+)(?::?[-?][^}]*)?\}")
+
+
+def _interpolated(value: str) -> str:
+    """A compose value with every ``${VAR...}`` replaced by a harmless stand-in."""
+    return _INTERPOLATION.sub("x", value)
+
+
+def _merge_service(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Compose's override merge, as far as these files use it: maps merge key by key,
+    ``volumes`` and ``ports`` add up, anything else is replaced."""
+    merged = dict(base)
+    for key, value in over.items():
+        if key in {"volumes", "ports"}:
+            merged[key] = [*(base.get(key) or []), *value]
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = _merge_service(base[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _ignored(path: Path) -> bool:
+    """Whether ops/kafka/secure/.gitignore keeps ``path`` (a file in that folder) out of git."""
+    patterns = [line.strip() for line in (SECURE_DIR / ".gitignore").read_text(encoding="utf-8").splitlines()
+                if line.strip() and not line.startswith("#")]
+    return any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns)
+
+
+def _secure_file(path: Path) -> None:
+    """A file the secured stack reads: committed, or a placeholder the README says how to make
+    and git ignores (keys, keystores, passwords are never committed)."""
+    if path.exists() and not _ignored(path):
+        return
+    readme = (SECURE_DIR / "README.md").read_text(encoding="utf-8")
+    relative = path.relative_to(SECURE_DIR).as_posix()
+    assert f"`{relative}`" in readme, f"{relative} is neither committed nor documented"
+    assert _ignored(path), f"{relative} would be committed"
+
+
+@pytest.fixture(scope="module")
+def secure() -> dict[str, Any]:
+    data = _load_yaml(SECURE_FILE)
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def secured(services: dict[str, dict[str, Any]], secure: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The services as `docker compose -f docker-compose.yml -f docker-compose.secure.yml` sees them."""
+    merged = dict(services)
+    for name, service in secure["services"].items():
+        merged[name] = _merge_service(services.get(name, {}), service)
+    return merged
+
+
+@pytest.fixture(scope="module")
+def secure_kafka(secured: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return _env(secured["kafka"])
+
+
+def _protocols(kafka_env: dict[str, str]) -> dict[str, str]:
+    return dict(item.split(":", 1) for item in kafka_env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+
+
+class TestComposeSecure:
+    """docker-compose.secure.yml: SASL_SSL with SCRAM-SHA-512, ACLs, a principal per party."""
+
+    def test_overrides_known_services(self, services: dict[str, dict[str, Any]],
+                                      secure: dict[str, Any]) -> None:
+        """The override changes services of docker-compose.yml and adds the two security steps."""
+        assert set(secure["services"]) - set(services) == SECURE_SERVICES
+        assert {"kafka", "topics", "worker"} <= set(secure["services"])
+        assert all(key == "services" or key.startswith("x-") for key in secure)
+
+    def test_only_loopback_listeners_authenticate_nobody(self, secure_kafka: dict[str, str]) -> None:
+        """Every listener other containers or the host can reach is SASL_SSL; the PLAINTEXT and
+        controller listeners (User:ANONYMOUS) listen on the container's loopback only."""
+        protocols = _protocols(secure_kafka)
+        listeners = _listeners(secure_kafka["KAFKA_LISTENERS"])
+        advertised = _listeners(secure_kafka["KAFKA_ADVERTISED_LISTENERS"])
+        assert set(listeners) | set(advertised) <= set(protocols)
+        for name, (host, _) in listeners.items():
+            if protocols[name] != "SASL_SSL":
+                assert host == "127.0.0.1", f"{name} ({protocols[name]}) listens on {host or 'all'}"
+        for name, (host, _) in advertised.items():
+            assert host == "127.0.0.1" or protocols[name] == "SASL_SSL", name
+        assert "SASL_SSL" in protocols.values()
+        inter_broker = secure_kafka["KAFKA_INTER_BROKER_LISTENER_NAME"]
+        assert listeners[inter_broker][0] == "127.0.0.1"
+
+    def test_controller_quorum_on_loopback(self, secure_kafka: dict[str, str]) -> None:
+        """The node votes for itself on its loopback controller listener."""
+        listeners = _listeners(secure_kafka["KAFKA_LISTENERS"])
+        controller = secure_kafka["KAFKA_CONTROLLER_LISTENER_NAMES"]
+        assert secure_kafka["KAFKA_CONTROLLER_QUORUM_VOTERS"] == (
+            f"{secure_kafka['KAFKA_NODE_ID']}@127.0.0.1:{listeners[controller][1]}")
+
+    def test_host_listener_is_sasl_ssl_and_published(self, secured: dict[str, dict[str, Any]],
+                                                     secure_kafka: dict[str, str]) -> None:
+        """localhost:19092 is still the published port, now a SASL_SSL listener."""
+        advertised = _listeners(secure_kafka["KAFKA_ADVERTISED_LISTENERS"])
+        listeners = _listeners(secure_kafka["KAFKA_LISTENERS"])
+        (external,) = [name for name, addr in advertised.items() if addr == ("localhost", 19092)]
+        assert _protocols(secure_kafka)[external] == "SASL_SSL"
+        assert _published(secured["kafka"])[19092] == listeners[external][1]
+
+    def test_scram_and_acls_are_enforced(self, secure_kafka: dict[str, str]) -> None:
+        """SCRAM-SHA-512 only; the StandardAuthorizer denies whatever no ACL allows; the super
+        users are the broker itself (loopback listeners) and admin."""
+        assert secure_kafka["KAFKA_SASL_ENABLED_MECHANISMS"] == "SCRAM-SHA-512"
+        assert secure_kafka["KAFKA_AUTHORIZER_CLASS_NAME"] == (
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+        assert secure_kafka["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+        assert set(secure_kafka["KAFKA_SUPER_USERS"].split(";")) == {"User:ANONYMOUS", "User:admin"}
+
+    def test_broker_tls_and_jaas_files(self, secured: dict[str, dict[str, Any]],
+                                       secure_kafka: dict[str, str]) -> None:
+        """The keystore and its password file are in the folder mounted at /etc/kafka/secrets
+        (or documented placeholders there); the JAAS file is committed and holds no secret."""
+        secrets = _bind_source(secured["kafka"], "/etc/kafka/secrets")
+        assert secrets == (SECURE_DIR / "broker").resolve()
+        assert secrets.is_dir()
+        assert secure_kafka["KAFKA_SSL_KEYSTORE_TYPE"] == "PKCS12"
+        for key in ("KAFKA_SSL_KEYSTORE_FILENAME", "KAFKA_SSL_KEYSTORE_CREDENTIALS",
+                    "KAFKA_SSL_KEY_CREDENTIALS"):
+            _secure_file(secrets / secure_kafka[key])
+        match = re.search(r"-Djava\.security\.auth\.login\.config=/etc/kafka/secrets/(\S+)",
+                          secure_kafka["KAFKA_OPTS"])
+        assert match, secure_kafka["KAFKA_OPTS"]
+        jaas = secrets / match.group(1)
+        text = jaas.read_text(encoding="utf-8")
+        assert "KafkaServer" in text
+        assert "org.apache.kafka.common.security.scram.ScramLoginModule required" in text
+        assert "password" not in text.lower()
+        assert not _ignored(jaas)
+
+    def test_healthcheck_uses_the_loopback_listener(self, secured: dict[str, dict[str, Any]],
+                                                    secure_kafka: dict[str, str]) -> None:
+        """The health check reaches the broker where no credentials are needed."""
+        text = " ".join(secured["kafka"]["healthcheck"]["test"])
+        match = re.search(r"--bootstrap-server[ =]127\.0\.0\.1:(\d+)", text)
+        assert match, text
+        listeners = _listeners(secure_kafka["KAFKA_LISTENERS"])
+        assert ("127.0.0.1", int(match.group(1))) in listeners.values()
+
+    def test_kafka_users_creates_every_principal(self, secured: dict[str, dict[str, Any]],
+                                                 secure_kafka: dict[str, str]) -> None:
+        """kafka-users runs the mounted scram-users.sh in the broker's network namespace, against
+        the loopback listener, for admin and every principal of the ACL plan."""
+        acls = pytest.importorskip("worker._acls", reason="toolgate is not importable")
+        service = secured["kafka-users"]
+        assert service["image"] == secured["kafka"]["image"]
+        assert service["network_mode"] == "service:kafka"
+        assert service["depends_on"]["kafka"]["condition"] == "service_healthy"
+        command = service["command"]
+        assert command[0] == "bash"
+        assert _bind_source(service, command[1]) == (SECURE_DIR / "scram-users.sh").resolve()
+        script = (SECURE_DIR / "scram-users.sh").read_text(encoding="utf-8")
+        assert "SCRAM-SHA-512=" in script
+        default = re.search(r'SCRAM_BOOTSTRAP:-([0-9.]+):(\d+)\}', script)
+        assert default, "scram-users.sh has no default bootstrap"
+        listeners = _listeners(secure_kafka["KAFKA_LISTENERS"])
+        name = next(n for n, addr in listeners.items()
+                    if addr == (default.group(1), int(default.group(2))))
+        assert _protocols(secure_kafka)[name] == "PLAINTEXT"
+        users = dict(item.split(":", 1) for item in _env(service)["SCRAM_USERS"].split(","))
+        principals = {value.split(":", 1)[1] for value in vars(acls.Principals()).values()}
+        assert set(users) == principals | {"admin"}
+        for user, password in users.items():
+            assert re.fullmatch(r"\$\{SCRAM_[A-Z]+_PASSWORD:\?[^}]+\}", password), user
+
+    @pytest.mark.parametrize(("service", "user"), [("topics", "admin"), ("acls", "admin"),
+                                                   ("worker", "toolgate")])
+    def test_toolgate_services_log_in_over_tls(self, secured: dict[str, dict[str, Any]],
+                                               secure_kafka: dict[str, str], service: str,
+                                               user: str) -> None:
+        """Each toolgate service: valid TOOLGATE_* settings, SASL_SSL with SCRAM-SHA-512 to a
+        SASL_SSL listener the broker advertises as kafka, its own user, the password from .env,
+        and the CA file from the mounted ops/kafka/secure/client."""
+        config_module = pytest.importorskip("worker._config", reason="toolgate is not importable")
+        env = {k: v for k, v in _env(secured[service]).items() if k.startswith("TOOLGATE_")}
+        config = config_module.load_config(environ={k: _interpolated(v) for k, v in env.items()})
+        sec = config.security
+        assert (sec.protocol, sec.sasl_mechanism, sec.sasl_username) == (
+            "SASL_SSL", "SCRAM-SHA-512", user)
+        assert re.fullmatch(r"\$\{SCRAM_[A-Z]+_PASSWORD:\?[^}]+\}",
+                            env["TOOLGATE_SECURITY_SASL_PASSWORD"]), service
+        host, _, port = config.bootstrap.rpartition(":")
+        advertised = _listeners(secure_kafka["KAFKA_ADVERTISED_LISTENERS"])
+        names = [name for name, addr in advertised.items() if addr == (host, int(port))]
+        assert host == "kafka", config.bootstrap
+        assert names, config.bootstrap
+        assert _protocols(secure_kafka)[names[0]] == "SASL_SSL"
+        cafile = PurePosixPath(str(sec.ssl_cafile))
+        source = _bind_source(secured[service], str(cafile.parent))
+        assert source == (SECURE_DIR / "client").resolve()
+        assert source.is_dir()
+        _secure_file(source / cafile.name)
+        for source_path, _, read_only in _binds(secured[service]):
+            if "secure" in source_path:
+                assert read_only, f"{service}: {source_path} is writable"
+
+    def test_admin_is_a_super_user_and_the_worker_is_not(self, secured: dict[str, dict[str, Any]],
+                                                         secure_kafka: dict[str, str]) -> None:
+        """Topics and ACLs are made by a super user; the worker has only what the ACLs grant."""
+        supers = set(secure_kafka["KAFKA_SUPER_USERS"].split(";"))
+        for name in ("topics", "acls"):
+            assert f"User:{_env(secured[name])['TOOLGATE_SECURITY_SASL_USERNAME']}" in supers
+        assert f"User:{_env(secured['worker'])['TOOLGATE_SECURITY_SASL_USERNAME']}" not in supers
+
+    def test_acls_are_applied_before_the_worker_starts(
+            self, secured: dict[str, dict[str, Any]]) -> None:
+        """kafka-users, topics, acls and the worker start in that order, each after the previous
+        one succeeded; the ACL step is `toolgate acls apply`, a command the CLI accepts."""
+        cli = pytest.importorskip("worker.cli", reason="toolgate is not importable")
+        acls = secured["acls"]
+        assert acls["command"] == ["acls", "apply"]
+        cli._parser().parse_args(acls["command"])
+        assert acls.get("restart") == "no"
+        chain = [("topics", "kafka-users"), ("acls", "topics"), ("worker", "acls")]
+        for service, before in chain:
+            condition = secured[service]["depends_on"][before]["condition"]
+            assert condition == "service_completed_successfully", (service, before)
+        assert secured["kafka-users"].get("restart") == "no"
+
+    def test_passwords_come_from_dot_env(self, secure: dict[str, Any]) -> None:
+        """No password is written in the file: each is a required variable that the README's
+        .env recipe defines."""
+        text = SECURE_FILE.read_text(encoding="utf-8")
+        variables = set(_INTERPOLATION.findall(text))
+        assert variables
+        assert all(re.fullmatch(r"SCRAM_[A-Z]+_PASSWORD", v) for v in variables), variables
+        assert not any(v.startswith("TOOLGATE_") for v in variables)  # not read as toolgate config
+        readme = (SECURE_DIR / "README.md").read_text(encoding="utf-8")
+        match = re.search(r"for who in ([A-Z ]+); do\s+echo \"SCRAM_\$\{who\}_PASSWORD=", readme)
+        assert match, "the README has no .env recipe"
+        assert variables == {f"SCRAM_{who}_PASSWORD" for who in match.group(1).split()}
+
+    def test_secret_material_stays_out_of_git_and_the_image(self) -> None:
+        """Keys, keystores, certificates and password files are ignored by git; the secure folder
+        and .env are not in the image's build context."""
+        for name in ("ca.key", "broker/kafka.keystore.p12", "broker/keystore_creds",
+                     "client/ca.pem", "client/truststore.p12", "broker.key"):
+            assert _ignored(SECURE_DIR / name), name
+        for name in ("README.md", "scram-users.sh", "broker/broker_jaas.conf"):
+            assert (SECURE_DIR / name).is_file(), name
+            assert not _ignored(SECURE_DIR / name), name
+        dockerignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        assert "ops/kafka/secure" in dockerignore
+        assert ".env" in dockerignore
+        assert "/.env" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
