@@ -228,7 +228,7 @@ class Worker:
                                              max_records=self.options.batch_size)
             if not batches:
                 idle_polls += 1
-                if self.options.burst and self._producers and idle_polls >= 3 and self._drained():
+                if self.options.burst and self._producers and idle_polls >= 3 and await self._drained():
                     break
                 self._sweep()
                 continue
@@ -242,13 +242,17 @@ class Worker:
             if limit is not None and self.stats.decided >= limit:
                 break
 
-    def _drained(self) -> bool:
+    async def _drained(self) -> bool:
+        """Every owned partition has been read up to its last stable offset (burst mode)."""
         assert self._consumer is not None
         if None in self._producers.values():
             return False  # a partition still to take over has not been read yet
         for tp in self._consumer.assignment():
-            high = self._consumer.highwater(tp)
-            if high is None or self._consumer.last_stable_offset(tp) is None:
+            stable = self._consumer.last_stable_offset(tp)
+            if stable is None or tp not in self._producers:
+                return False
+            # position() moves past transaction markers, which the decided offsets never reach.
+            if await self._consumer.position(tp) < stable:
                 return False
         return True
 
