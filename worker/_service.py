@@ -243,10 +243,17 @@ class Worker:
                 break
 
     async def _drained(self) -> bool:
-        """Every owned partition has been read up to its last stable offset (burst mode)."""
+        """This worker owns every intake partition and has read each to its last stable offset.
+
+        Burst mode is for one worker: while another member (even a killed one, until its
+        session times out) holds a partition, the intake is not drained for us.
+        """
         assert self._consumer is not None
         if None in self._producers.values():
             return False  # a partition still to take over has not been read yet
+        every = self._consumer.partitions_for_topic(self.config.topics.intake) or set()
+        if {tp.partition for tp in self._consumer.assignment()} != set(every):
+            return False
         for tp in self._consumer.assignment():
             stable = self._consumer.last_stable_offset(tp)
             if stable is None or tp not in self._producers:

@@ -110,7 +110,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--contracts", metavar="DIR", help="contracts folder (TOOLGATE_CONTRACTS_DIR)")
     run.add_argument("--keyring", metavar="FILE", help="adapter keys (TOOLGATE_KEYRING)")
     run.add_argument("--max-messages", type=int, metavar="N", help="stop after deciding N results")
-    run.add_argument("--burst", action="store_true", help="stop once the intake topic is drained")
+    run.add_argument("--burst", action="store_true",
+                     help="stop once this worker owns every intake partition and has read each to "
+                          "its end (one-shot runs and tests; one worker)")
     run.add_argument("--batch-size", type=int, default=500, metavar="N",
                      help="records per transaction and partition (default 500)")
     run.add_argument("--linger-ms", type=int, default=20, metavar="MS",

@@ -71,6 +71,7 @@ class TestCopier:
         # and at least one transaction aborted by a crash (else the aborted-read check is empty).
         assert report.kills >= 2, figures
         assert report.sigterms == 1, figures
-        assert report.rebalances >= 3, figures
+        # A join and a leave at least; counted from assignment log times, so merges can undercount.
+        assert report.rebalances >= 2, figures
         assert report.broker_restarts == 1, figures
         assert report.aborted_records > 0, figures
