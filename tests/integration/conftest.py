@@ -19,6 +19,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
 
 from tests.integration.live import LiveWorker
+from tests.integration.worker_kit import drop_topics, private_config
+from worker._config import Config
 
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
 PROBE_TIMEOUT_S = 10.0
@@ -111,3 +113,13 @@ def live(bootstrap: str) -> Iterator[LiveWorker]:
         yield worker
     finally:
         worker.stop()
+
+
+@pytest.fixture
+async def config(bootstrap: str) -> AsyncIterator[Config]:
+    """A configuration with private, freshly created topics (3 partitions), dropped afterwards."""
+    cfg = await private_config(bootstrap)
+    try:
+        yield cfg
+    finally:
+        await drop_topics(cfg)

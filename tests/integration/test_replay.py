@@ -6,19 +6,15 @@ import asyncio
 import io
 import json
 import shutil
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiokafka import AIOKafkaProducer
 
 from tests.integration.worker_kit import (
     CONTRACTS,
     KEYRING,
-    drop_topics,
-    private_config,
     read_all,
 )
 from worker._config import Config
@@ -27,15 +23,6 @@ from worker._gate import Gate
 from worker._replay import Selection, read_quarantine, run_replay
 from worker._service import Worker, WorkerOptions
 from worker._signing import Keyring
-
-
-@pytest.fixture
-async def config(bootstrap: str) -> AsyncIterator[Config]:
-    cfg = await private_config(bootstrap)
-    try:
-        yield cfg
-    finally:
-        await drop_topics(cfg)
 
 
 def contracts_with_v2(root: Path, status: str) -> Path:

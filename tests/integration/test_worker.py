@@ -6,18 +6,13 @@ import asyncio
 import json
 import signal
 import urllib.request
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from tests.integration.worker_kit import (
     CLEAN,
     KEYRING,
     check_exactly_once,
-    drop_topics,
     expected_rejections,
-    private_config,
     publish,
     read_all,
     samples,
@@ -29,15 +24,6 @@ from worker._contracts import ContractSet
 from worker._gate import Gate
 from worker._service import Worker, WorkerOptions
 from worker._signing import Keyring
-
-
-@pytest.fixture
-async def config(bootstrap: str) -> AsyncIterator[Config]:
-    cfg = await private_config(bootstrap)
-    try:
-        yield cfg
-    finally:
-        await drop_topics(cfg)
 
 
 def make_worker(config: Config, **options: object) -> Worker:
