@@ -60,6 +60,7 @@ topics: install broker
 
 lint: install
 	$(BIN)/ruff check worker tests ops
+	$(BIN)/ruff format --check worker tests ops
 	$(BIN)/mypy worker
 
 contracts: install

@@ -32,12 +32,11 @@ from typing import Any
 
 import jsonschema
 from hypothesis import strategies as st
-
-from worker._contracts import Contract, ContractSet
-from worker._fixtures import fixtures_keyring
-from worker._gate import STAGES, Gate
-from worker._records import Message, RequestRecord, Verdict
-from worker._signing import signed_message
+from toolgate.gate._contracts import Contract, ContractSet
+from toolgate.gate._gate import STAGES, Gate
+from toolgate.gate._records import Message, RequestRecord, Verdict
+from toolgate.gate._signing import signed_message
+from toolgate.tools._fixtures import fixtures_keyring
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACTS = ROOT / "contracts"
@@ -49,8 +48,18 @@ INVALID = {"code": "INVALID_RESPONSE", "retryable": False}
 # Contracts the fuzzers skip: token_check's ^(a+)+$ would make the python-jsonschema
 # oracle (a backtracking engine) exponential; the corpus covers it.
 SKIP_TOOLS = frozenset({"token_check"})
-MUTATIONS = ("none", "unknown_field", "replace_value", "change_type", "duplicate_member",
-             "duplicate_escaped_name", "truncate", "second_document", "non_finite", "deepen")
+MUTATIONS = (
+    "none",
+    "unknown_field",
+    "replace_value",
+    "change_type",
+    "duplicate_member",
+    "duplicate_escaped_name",
+    "truncate",
+    "second_document",
+    "non_finite",
+    "deepen",
+)
 TEXT_MUTATIONS = ("none", "prefix", "suffix", "second_line", "crlf", "truncate", "replace")
 
 
@@ -112,9 +121,13 @@ class SchemaGen:
         if isinstance(kind, list):
             return st.one_of(*(self.strategy({**node, "type": k}) for k in kind))
         make: dict[str, Callable[[dict[str, Any]], st.SearchStrategy[Any]]] = {
-            "object": self._object, "string": self._string, "integer": self._integer,
-            "number": self._number, "boolean": lambda _: st.booleans(),
-            "null": lambda _: st.none(), "array": self._array,
+            "object": self._object,
+            "string": self._string,
+            "integer": self._integer,
+            "number": self._number,
+            "boolean": lambda _: st.booleans(),
+            "null": lambda _: st.none(),
+            "array": self._array,
         }
         if kind not in make:
             raise ValueError(f"unsupported schema: {sorted(node)}")
@@ -127,7 +140,8 @@ class SchemaGen:
         required = set(node.get("required", ()))
         members = st.fixed_dictionaries(
             {k: self.strategy(v) for k, v in props.items() if k in required},
-            optional={k: self.strategy(v) for k, v in props.items() if k not in required})
+            optional={k: self.strategy(v) for k, v in props.items() if k not in required},
+        )
 
         @st.composite
         def shuffled(draw: st.DrawFn) -> dict[str, Any]:
@@ -157,9 +171,10 @@ class SchemaGen:
 
     def _number(self, node: dict[str, Any]) -> st.SearchStrategy[Any]:
         low, high = node.get("minimum"), node.get("maximum")
-        return st.one_of(st.integers(min_value=low, max_value=high),
-                         st.floats(min_value=low, max_value=high, allow_nan=False,
-                                   allow_infinity=False))
+        return st.one_of(
+            st.integers(min_value=low, max_value=high),
+            st.floats(min_value=low, max_value=high, allow_nan=False, allow_infinity=False),
+        )
 
     def _array(self, node: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.lists(self.strategy(node.get("items", {})), max_size=node["maxItems"])
@@ -168,8 +183,7 @@ class SchemaGen:
 @st.composite
 def timestamps(draw: st.DrawFn, now: datetime) -> str:
     """RFC 3339 date-times within a few minutes of ``now``, in its many spellings."""
-    moment = now - timedelta(seconds=draw(st.integers(-50, 850)),
-                             microseconds=draw(st.integers(0, 999_999)))
+    moment = now - timedelta(seconds=draw(st.integers(-50, 850)), microseconds=draw(st.integers(0, 999_999)))
     minutes = draw(st.sampled_from([0, 0, 60, -300, 330, 345, -570, 840, -720]))
     local = moment.astimezone(timezone(timedelta(minutes=minutes)))
     digits = draw(st.sampled_from([0, 0, 1, 3, 6, 9]))
@@ -196,29 +210,38 @@ class Style:
     indent: str | None = None
 
 
-STYLES = st.builds(Style, item=st.sampled_from([",", ", ", " ,\n"]),
-                   colon=st.sampled_from([":", ": ", "\t:\r\n"]), ascii=st.booleans(),
-                   indent=st.sampled_from([None, None, "  ", "\t"]))
+STYLES = st.builds(
+    Style,
+    item=st.sampled_from([",", ", ", " ,\n"]),
+    colon=st.sampled_from([":", ": ", "\t:\r\n"]),
+    ascii=st.booleans(),
+    indent=st.sampled_from([None, None, "  ", "\t"]),
+)
 Path_ = tuple[str | int, ...]
 
 
-def write(value: Any, style: Style, *, duplicate: tuple[Path_, str, Any, bool] | None = None,
-          at: Path_ = ()) -> str:
+def write(
+    value: Any, style: Style, *, duplicate: tuple[Path_, str, Any, bool] | None = None, at: Path_ = ()
+) -> str:
     """JSON text of ``value``. ``duplicate=(path, name, value, escaped)`` writes member
     ``name`` of the object at ``path`` a second time, with ``value`` (and the name spelled
     with \\u escapes when ``escaped``)."""
     if isinstance(value, dict):
-        parts = [_string(k, style) + style.colon + write(v, style, duplicate=duplicate, at=(*at, k))
-                 for k, v in value.items()]
+        parts = [
+            _string(k, style) + style.colon + write(v, style, duplicate=duplicate, at=(*at, k))
+            for k, v in value.items()
+        ]
         if duplicate is not None and duplicate[0] == at:
             _, name, extra, escaped = duplicate
-            spelled = ('"' + "".join(f"\\u{ord(c):04x}" for c in name) + '"') if escaped \
-                else _string(name, style)
+            spelled = (
+                ('"' + "".join(f"\\u{ord(c):04x}" for c in name) + '"') if escaped else _string(name, style)
+            )
             parts.append(spelled + style.colon + write(extra, style))
         return _join("{", parts, "}", style)
     if isinstance(value, list):
-        return _join("[", [write(v, style, duplicate=duplicate, at=(*at, i))
-                           for i, v in enumerate(value)], "]", style)
+        return _join(
+            "[", [write(v, style, duplicate=duplicate, at=(*at, i)) for i, v in enumerate(value)], "]", style
+        )
     if isinstance(value, str):
         return _string(value, style)
     return json.dumps(value)
@@ -286,13 +309,17 @@ def adapter_name(gate: Gate, contract: Contract) -> str:
     return "fuzz-adapter"
 
 
-def make_message(gate: Gate, contract: Contract, raw: bytes, request_id: str, *,
-                 attempt: int | None = None) -> Message:
+def make_message(
+    gate: Gate, contract: Contract, raw: bytes, request_id: str, *, attempt: int | None = None
+) -> Message:
     """The intake message: realistic headers, signed over ``raw`` where the contract asks."""
-    headers = [("tg-tool", contract.spec.tool), ("tg-request-id", request_id),
-               ("tg-adapter", adapter_name(gate, contract)),
-               ("tg-adapter-version", adapter_version(contract)),
-               ("tg-source", f"fuzz://{contract.spec.tool}")]
+    headers = [
+        ("tg-tool", contract.spec.tool),
+        ("tg-request-id", request_id),
+        ("tg-adapter", adapter_name(gate, contract)),
+        ("tg-adapter-version", adapter_version(contract)),
+        ("tg-source", f"fuzz://{contract.spec.tool}"),
+    ]
     if contract.spec.content_type != "application/json":
         headers.append(("tg-content-type", contract.spec.content_type))
     if attempt is not None:
@@ -302,8 +329,9 @@ def make_message(gate: Gate, contract: Contract, raw: bytes, request_id: str, *,
         if key is not None:
             signature = base64.b64encode(key.sign(signed_message(request_id, raw))).decode()
             headers.append(("tg-signature", signature))
-    return Message(key=request_id.encode(), value=raw, origin="fuzz/0/0",
-                   headers=[(k, v.encode()) for k, v in headers])
+    return Message(
+        key=request_id.encode(), value=raw, origin="fuzz/0/0", headers=[(k, v.encode()) for k, v in headers]
+    )
 
 
 def make_request(contract: Contract, request_id: str, envelope: Any, attempt: int) -> RequestRecord:
@@ -316,9 +344,15 @@ def make_request(contract: Contract, request_id: str, envelope: Any, attempt: in
             bind[rule.request_key] = value
         elif kind == "OwnedId" and isinstance(value, str):
             bind[rule.request_key] = [value] if rule.match == "member" else value[: max(1, len(value) // 2)]
-    return RequestRecord(request_id=request_id, tool=contract.spec.tool,
-                         issued_at=NOW - timedelta(minutes=1), expires_at=NOW + timedelta(minutes=5),
-                         bind=bind, attempt=attempt, max_attempts=3)
+    return RequestRecord(
+        request_id=request_id,
+        tool=contract.spec.tool,
+        issued_at=NOW - timedelta(minutes=1),
+        expires_at=NOW + timedelta(minutes=5),
+        bind=bind,
+        attempt=attempt,
+        max_attempts=3,
+    )
 
 
 _ENVELOPES: dict[tuple[str, str], st.SearchStrategy[Any]] = {}
@@ -334,8 +368,9 @@ def envelopes(contract: Contract, outcome: str) -> st.SearchStrategy[Any]:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, gate: Gate, contract: Contract,
-              mutations: tuple[str, ...] = MUTATIONS) -> Scenario:
+def scenarios(
+    draw: st.DrawFn, gate: Gate, contract: Contract, mutations: tuple[str, ...] = MUTATIONS
+) -> Scenario:
     """A valid envelope for ``contract``, its request, then one mutation of it."""
     if contract.spec.content_type != "application/json":
         text = tuple(m for m in mutations if m in TEXT_MUTATIONS) or TEXT_MUTATIONS
@@ -356,8 +391,7 @@ def scenarios(draw: st.DrawFn, gate: Gate, contract: Contract,
     if mutation == "unknown_field":
         at = draw(st.sampled_from(objects))
         node = lookup(envelope, at)
-        name = draw(st.one_of(st.just(f"x_{CANARY}"), st.text(max_size=12)).filter(
-            lambda n: n not in node))
+        name = draw(st.one_of(st.just(f"x_{CANARY}"), st.text(max_size=12)).filter(lambda n: n not in node))
         value = draw(st.one_of(st.just(canary), st.just({"note": canary}), st.just([canary])))
         envelope = replaced(envelope, at, {**node, name: value})
         paths.append((*at, name))
@@ -379,25 +413,25 @@ def scenarios(draw: st.DrawFn, gate: Gate, contract: Contract,
         at = draw(st.sampled_from([p for p in objects if lookup(envelope, p)]))
         name = draw(st.sampled_from(sorted(lookup(envelope, at))))
         value = draw(st.one_of(st.just(canary), st.just(lookup(envelope, (*at, name)))))
-        text = write(envelope, style,
-                     duplicate=(at, name, value, mutation == "duplicate_escaped_name"))
+        text = write(envelope, style, duplicate=(at, name, value, mutation == "duplicate_escaped_name"))
         paths.append((*at, name))
         expect = ("parse", "DUPLICATE_KEY")
     elif mutation == "truncate":
         cut = draw(st.integers(0, max(0, len(text.encode()) - 1)))
         raw = text.encode()[:cut]
-        return _finish(gate, contract, raw, request, mutation, paths, ("parse", "MALFORMED_JSON"),
-                       draw)
+        return _finish(gate, contract, raw, request, mutation, paths, ("parse", "MALFORMED_JSON"), draw)
     elif mutation == "second_document":
-        second = draw(st.sampled_from(["{}", "[]", "null", "0", text,
-                                       json.dumps({"outcome": "success", "note": canary})]))
+        second = draw(
+            st.sampled_from(
+                ["{}", "[]", "null", "0", text, json.dumps({"outcome": "success", "note": canary})]
+            )
+        )
         text += draw(st.sampled_from(["", " ", "\n", "\r\n"])) + second
         paths.append(("<second document>",))
         expect = ("parse", "MALFORMED_JSON")
     elif mutation == "non_finite":
         at = draw(st.sampled_from(inner))
-        token = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e999",
-                                      "1" * 4301]))
+        token = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e999", "1" * 4301]))
         marker = "\u0000MARK\u0000"
         text = write(replaced(envelope, at, marker), style).replace(json.dumps(marker), token)
         expect = ("parse", "MALFORMED_JSON" if token[-1].isalpha() else "NUMBER_OUT_OF_RANGE")
@@ -411,13 +445,23 @@ def scenarios(draw: st.DrawFn, gate: Gate, contract: Contract,
         paths.append(at)
         text = write(envelope, style)
         expect = ("parse", "NESTING_TOO_DEEP")
-    return _finish(gate, contract, text.encode(), request, mutation, paths, expect, draw,
-                   valid=mutation == "none")
+    return _finish(
+        gate, contract, text.encode(), request, mutation, paths, expect, draw, valid=mutation == "none"
+    )
 
 
-def _finish(gate: Gate, contract: Contract, raw: bytes, request: RequestRecord, mutation: str,
-            paths: list[Path_], expect: tuple[str, str] | None, draw: st.DrawFn, *,
-            valid: bool = False) -> Scenario:
+def _finish(
+    gate: Gate,
+    contract: Contract,
+    raw: bytes,
+    request: RequestRecord,
+    mutation: str,
+    paths: list[Path_],
+    expect: tuple[str, str] | None,
+    draw: st.DrawFn,
+    *,
+    valid: bool = False,
+) -> Scenario:
     attempt = draw(st.sampled_from([None, request.attempt]))
     message = make_message(gate, contract, raw, request.request_id, attempt=attempt)
     if len(raw) > contract.spec.limits.max_bytes:
@@ -426,8 +470,9 @@ def _finish(gate: Gate, contract: Contract, raw: bytes, request: RequestRecord, 
 
 
 @st.composite
-def text_scenarios(draw: st.DrawFn, gate: Gate, contract: Contract,
-                   mutations: tuple[str, ...] = TEXT_MUTATIONS) -> Scenario:
+def text_scenarios(
+    draw: st.DrawFn, gate: Gate, contract: Contract, mutations: tuple[str, ...] = TEXT_MUTATIONS
+) -> Scenario:
     """A text contract's output: a valid one (generated from the schema's data), mutated."""
     envelope = draw(envelopes(contract, "success"))
     # The pattern's groups in order, each with the generated value: state words here.
@@ -453,8 +498,7 @@ def text_scenarios(draw: st.DrawFn, gate: Gate, contract: Contract,
     elif mutation == "replace":
         text = draw(st.text(max_size=20))
     raw = text.encode("utf-8", "surrogatepass")
-    return _finish(gate, contract, raw, request, mutation, paths, None, draw,
-                   valid=mutation == "none")
+    return _finish(gate, contract, raw, request, mutation, paths, None, draw, valid=mutation == "none")
 
 
 def other_type(current: Any, canary: str) -> st.SearchStrategy[Any]:
@@ -466,8 +510,9 @@ def other_type(current: Any, canary: str) -> st.SearchStrategy[Any]:
         float: st.floats(allow_nan=False, allow_infinity=False),
         type(None): st.none(),
         list: st.lists(st.sampled_from([canary, 1, None]), max_size=3),
-        dict: st.dictionaries(st.sampled_from(["note", "value", canary]),
-                              st.sampled_from([canary, 1, True]), max_size=2),
+        dict: st.dictionaries(
+            st.sampled_from(["note", "value", canary]), st.sampled_from([canary, 1, True]), max_size=2
+        ),
     }
     kind = type(current)
     others = [s for t, s in options.items() if t is not kind and not (kind is int and t is float)]
@@ -519,8 +564,12 @@ class Oracle:
             match = self.text.fullmatch(raw.decode("utf-8"))
             assert match is not None, "accepted text that does not match the contract's pattern"
             data = {k: v for k, v in match.groupdict().items() if v is not None}
-            return {"tool": self.contract.spec.tool, "request_id": request_id,
-                    "outcome": "success", "data": data}
+            return {
+                "tool": self.contract.spec.tool,
+                "request_id": request_id,
+                "outcome": "success",
+                "data": data,
+            }
         return json.loads(raw)
 
     def valid(self, doc: Any) -> bool:
@@ -529,18 +578,26 @@ class Oracle:
     def declared(self, path: Path_) -> bool:
         """Whether a path is (inside) a field the contract sends to the agent."""
         tokens = tuple(str(p) for p in path)
-        return any(tokens[: len(p)] == p for p in self.projection) or \
-            any(tokens[: len(p)] == p for p, _ in self.display)
+        return any(tokens[: len(p)] == p for p in self.projection) or any(
+            tokens[: len(p)] == p for p, _ in self.display
+        )
 
     def agent(self, doc: Any, request: RequestRecord) -> dict[str, Any]:
         """The agent envelope the contract's projection makes of an accepted document."""
         spec = self.contract.spec
         if doc["outcome"] == "failure":
             error = doc["error"]
-            retryable = (error["retryable"] is True and error["code"] in spec.retry.retryable_codes
-                         and request.attempt < request.max_attempts)
-            return {"tool": spec.tool, "request_id": doc["request_id"], "outcome": "failure",
-                    "error": {"code": error["code"], "retryable": retryable}}
+            retryable = (
+                error["retryable"] is True
+                and error["code"] in spec.retry.retryable_codes
+                and request.attempt < request.max_attempts
+            )
+            return {
+                "tool": spec.tool,
+                "request_id": doc["request_id"],
+                "outcome": "failure",
+                "error": {"code": error["code"], "retryable": retryable},
+            }
         data: dict[str, Any] = {}
         for tokens in self.projection:
             value = lookup(doc, tokens)
@@ -550,10 +607,17 @@ class Oracle:
             for token in tokens[1:-1]:
                 node = node.setdefault(token, {})
             node[tokens[-1]] = value
-        out: dict[str, Any] = {"tool": spec.tool, "request_id": doc["request_id"],
-                               "outcome": "success", "data": data}
-        text = {tokens[-1]: value[:limit] for tokens, limit in self.display
-                if isinstance(value := lookup(doc, tokens), str)}
+        out: dict[str, Any] = {
+            "tool": spec.tool,
+            "request_id": doc["request_id"],
+            "outcome": "success",
+            "data": data,
+        }
+        text = {
+            tokens[-1]: value[:limit]
+            for tokens, limit in self.display
+            if isinstance(value := lookup(doc, tokens), str)
+        }
         if text:
             out["untrusted_text"] = text
         return out
@@ -581,8 +645,9 @@ def check(gate: Gate, scenario: Scenario, oracles: dict[str, Oracle]) -> Verdict
     contract = scenario.contract
     oracle = oracles.setdefault(contract.key, Oracle(contract))
     shadow = contract if contract.spec.status == "shadow" else None
-    verdict = gate.evaluate(scenario.message, scenario.request, NOW, lambda rid, attempt: False,
-                            contract=shadow)
+    verdict = gate.evaluate(
+        scenario.message, scenario.request, NOW, lambda rid, attempt: False, contract=shadow
+    )
     assert verdict.code != "INTERNAL_ERROR", verdict.diagnostics
     agent = json.loads(verdict.agent)
     if verdict.accepted:
@@ -591,8 +656,12 @@ def check(gate: Gate, scenario: Scenario, oracles: dict[str, Oracle]) -> Verdict
         assert agent == oracle.agent(doc, scenario.request)
     else:
         assert verdict.stage in STAGES
-        assert agent == {"tool": contract.spec.tool, "request_id": scenario.request.request_id,
-                         "outcome": "failure", "error": INVALID}
+        assert agent == {
+            "tool": contract.spec.tool,
+            "request_id": scenario.request.request_id,
+            "outcome": "failure",
+            "error": INVALID,
+        }
     if "CANARY" in verdict.agent.decode():
         assert verdict.accepted
         assert scenario.canary_paths
@@ -607,8 +676,13 @@ def check(gate: Gate, scenario: Scenario, oracles: dict[str, Oracle]) -> Verdict
 def arbitrary_message(gate: Gate, contract: Contract, raw: bytes) -> Scenario:
     """Arbitrary bytes sent as a result for ``contract`` with realistic headers and request."""
     request_id = "req.fuzz0001"
-    request = RequestRecord(request_id=request_id, tool=contract.spec.tool,
-                            issued_at=NOW - timedelta(minutes=1),
-                            expires_at=NOW + timedelta(minutes=5), bind={}, attempt=1,
-                            max_attempts=3)
+    request = RequestRecord(
+        request_id=request_id,
+        tool=contract.spec.tool,
+        issued_at=NOW - timedelta(minutes=1),
+        expires_at=NOW + timedelta(minutes=5),
+        bind={},
+        attempt=1,
+        max_attempts=3,
+    )
     return Scenario(contract, raw, make_message(gate, contract, raw, request_id), request, "arbitrary")

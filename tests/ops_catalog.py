@@ -12,9 +12,8 @@ from typing import Any
 import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-
-from worker._contracts import ContractSet
-from worker._metrics import Metrics
+from toolgate.gate._contracts import ContractSet
+from toolgate.service._metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_FILE = ROOT / "ops" / "prometheus" / "rules" / "toolgate.yml"
@@ -25,10 +24,15 @@ CONTRACTS = ROOT / "contracts"
 
 # What Grafana substitutes before a query reaches Prometheus, made concrete.
 GRAFANA_VARIABLES = {
-    "$__rate_interval": "1m", "${__rate_interval}": "1m",
-    "$__range": "5m", "${__range}": "5m",
-    "$__interval": "15s", "${__interval}": "15s",
-    "${tool:regex}": ".*", "${tool}": ".*", "$tool": ".*",
+    "$__rate_interval": "1m",
+    "${__rate_interval}": "1m",
+    "$__range": "5m",
+    "${__range}": "5m",
+    "$__interval": "15s",
+    "${__interval}": "15s",
+    "${tool:regex}": ".*",
+    "${tool}": ".*",
+    "$tool": ".*",
 }
 # Labels Prometheus adds to every scraped series, and the histogram bucket label.
 TARGET_LABELS = {"job", "instance", "le", "__name__"}
@@ -61,8 +65,7 @@ def alerts() -> list[dict[str, Any]]:
 
 def rule_queries() -> list[Query]:
     """Every rule's expression, named after the alert or the recorded series."""
-    return [Query(str(rule.get("alert") or rule.get("record")), str(rule["expr"]))
-            for rule in load_rules()]
+    return [Query(str(rule.get("alert") or rule.get("record")), str(rule["expr"])) for rule in load_rules()]
 
 
 def load_dashboard() -> dict[str, Any]:
@@ -75,8 +78,13 @@ def dashboard_queries() -> list[Query]:
     out = []
     for panel in load_dashboard()["panels"]:
         for target in panel.get("targets", []):
-            out.append(Query(f"{panel['title']} [{target.get('refId', '?')}]", target["expr"],
-                             bool(target.get("instant"))))
+            out.append(
+                Query(
+                    f"{panel['title']} [{target.get('refId', '?')}]",
+                    target["expr"],
+                    bool(target.get("instant")),
+                )
+            )
     return out
 
 
@@ -152,4 +160,3 @@ def runbook_commands() -> list[str]:
             continue
         out += [span for span in _INLINE.findall(line) if span.startswith(COMMAND_PREFIXES)]
     return list(dict.fromkeys(out))
-

@@ -50,11 +50,10 @@ sys.path.insert(0, str(ROOT))
 import jiter  # noqa: E402
 import jsonschema  # noqa: E402
 import msgspec  # noqa: E402
-
-from worker._contracts import Contract, ContractSet, load_contract  # noqa: E402
-from worker._errors import ContractError  # noqa: E402
-from worker._gate import Gate  # noqa: E402
-from worker._records import Message, RequestRecord  # noqa: E402
+from toolgate._errors import ContractError  # noqa: E402
+from toolgate.gate._contracts import Contract, ContractSet, load_contract  # noqa: E402
+from toolgate.gate._gate import Gate  # noqa: E402
+from toolgate.gate._records import Message, RequestRecord  # noqa: E402
 
 SAMPLE = ROOT / "contracts" / "review_status" / "v1"
 GATE_TARGET_RATIO = 3.0
@@ -75,8 +74,15 @@ class Workload:
     on those values stays warm from one message to the next.
     """
 
-    def __init__(self, contract: Contract, accepted: dict[str, Any], rejected: dict[str, Any],
-                 headers: dict[str, str], request: RequestRecord, now: datetime) -> None:
+    def __init__(
+        self,
+        contract: Contract,
+        accepted: dict[str, Any],
+        rejected: dict[str, Any],
+        headers: dict[str, str],
+        request: RequestRecord,
+        now: datetime,
+    ) -> None:
         self.contract = contract
         self.now = now
         self.accepted: list[tuple[Message, RequestRecord]] = []
@@ -84,8 +90,10 @@ class Workload:
         for i in range(POOL):
             request_id = f"req.{i:08d}"
             own = msgspec.structs.replace(request, request_id=request_id)
-            encoded = [(name, (request_id if name == "tg-request-id" else value).encode())
-                       for name, value in headers.items()]
+            encoded = [
+                (name, (request_id if name == "tg-request-id" else value).encode())
+                for name, value in headers.items()
+            ]
             for value, pool in ((accepted, self.accepted), (rejected, self.rejected)):
                 raw = msgspec.json.encode({**value, "request_id": request_id})
                 pool.append((Message(key=request_id.encode(), value=raw, headers=encoded), own))
@@ -101,9 +109,13 @@ def small_workload(contracts: ContractSet) -> Workload:
     extra = {**value, "data": {**value["data"], "admin_override": True}}
     contract = next(c for c in contracts if c.key == "review_status@v1")
     return Workload(
-        contract, value, extra, {"tg-tool": "review_status", **defaults["headers"]},
+        contract,
+        value,
+        extra,
+        {"tg-tool": "review_status", **defaults["headers"]},
         msgspec.convert(defaults["request"], RequestRecord, strict=False),
-        datetime.fromisoformat(defaults["now"]))
+        datetime.fromisoformat(defaults["now"]),
+    )
 
 
 LARGE_CONTRACT = """\
@@ -200,27 +212,38 @@ def large_workload(contract: Contract, small: Workload) -> Workload:
     """A ``bench_items`` result of about 20 KB (as many items as fit, at most 200)."""
     request_id = "req.00000000"  # as long as the pool's own ids
     items: list[dict[str, Any]] = []
-    value: dict[str, Any] = {"tool": "bench_items", "request_id": request_id,
-                             "outcome": "success", "data": {"query": "Q-77", "count": 0,
-                                                            "items": items}}
+    value: dict[str, Any] = {
+        "tool": "bench_items",
+        "request_id": request_id,
+        "outcome": "success",
+        "data": {"query": "Q-77", "count": 0, "items": items},
+    }
     for i in range(200):
-        item = {"id": f"IT-{100000 + i}", "name": f"nightly build step {i:03d} of the pipeline",
-                "state": ("open", "closed", "blocked")[i % 3], "score": round(i * 0.37, 2),
-                "owner": f"team-{i % 7}@example.com"}
+        item = {
+            "id": f"IT-{100000 + i}",
+            "name": f"nightly build step {i:03d} of the pipeline",
+            "state": ("open", "closed", "blocked")[i % 3],
+            "score": round(i * 0.37, 2),
+            "owner": f"team-{i % 7}@example.com",
+        }
         if len(msgspec.json.encode(value)) + len(msgspec.json.encode(item)) + 1 > LARGE_BYTES:
             break
         items.append(item)
         value["data"]["count"] = len(items)
     extra = {**value, "data": {**value["data"], "admin_override": True}}
-    request = msgspec.structs.replace(small.accepted[0][1], tool="bench_items",
-                                      bind={"query": "Q-77"})
-    headers = {"tg-tool": "bench_items", "tg-request-id": request_id,
-               "tg-adapter": "bench-adapter", "tg-adapter-version": "1.0.0",
-               "tg-source": "https://bench.invalid/items"}
+    request = msgspec.structs.replace(small.accepted[0][1], tool="bench_items", bind={"query": "Q-77"})
+    headers = {
+        "tg-tool": "bench_items",
+        "tg-request-id": request_id,
+        "tg-adapter": "bench-adapter",
+        "tg-adapter-version": "1.0.0",
+        "tg-source": "https://bench.invalid/items",
+    }
     return Workload(contract, value, extra, headers, request, small.now)
 
 
 # ------------------------------------------------------------ python-jsonschema swap
+
 
 class _Kind:
     __slots__ = ("context",)
@@ -320,6 +343,7 @@ def floor_loop(raws: list[bytes], validator: Any) -> Loop:
     def loop(loops: int) -> None:
         for raw in itertools.islice(itertools.cycle(raws), loops):
             is_valid(from_json(raw, allow_inf_nan=False, catch_duplicate_keys=True))
+
     return loop
 
 
@@ -329,10 +353,12 @@ def gate_loop(gate: Gate, pool: list[tuple[Message, RequestRecord]], now: dateti
     def loop(loops: int) -> None:
         for message, request in itertools.islice(itertools.cycle(pool), loops):
             evaluate(message, request, now)
+
     return loop
 
 
 # --------------------------------------------------------------------------- cases
+
 
 def pin(cpu: int | None) -> int:
     allowed = sorted(os.sched_getaffinity(0))
@@ -356,13 +382,11 @@ def build_cases(tmp: Path) -> tuple[list[Case], str]:
 
     rs_gate = Gate(contracts)
     rs_large_gate = Gate(ContractSet([large.contract]))
-    py_small = with_python_jsonschema(
-        [load_contract(c.folder) for c in contracts])
+    py_small = with_python_jsonschema([load_contract(c.folder) for c in contracts])
     py_gate = Gate(ContractSet(py_small))
     py_large_gate = Gate(ContractSet(with_python_jsonschema([load_contract(large_folder)])))
 
-    for gate, work in ((rs_gate, small), (rs_large_gate, large), (py_gate, small),
-                       (py_large_gate, large)):
+    for gate, work in ((rs_gate, small), (rs_large_gate, large), (py_gate, small), (py_large_gate, large)):
         for message, request in work.accepted:
             verdict = gate.evaluate(message, request, work.now)
             assert verdict.accepted, (verdict.stage, verdict.code, verdict.diagnostics)
@@ -373,79 +397,98 @@ def build_cases(tmp: Path) -> tuple[list[Case], str]:
     assert all(validator.is_valid(jiter.from_json(raw)) for raw in small.raws)
 
     cases: list[Case] = []
-    for label, work, gate, py in (("", small, rs_gate, py_gate),
-                                  (" 20KB", large, rs_large_gate, py_large_gate)):
+    for label, work, gate, py in (
+        ("", small, rs_gate, py_gate),
+        (" 20KB", large, rs_large_gate, py_large_gate),
+    ):
         floor = f"floor{label}"
         cases += [
             Case(floor, work.size, floor_loop(work.raws, work.contract.validator), None),
             Case(f"gate{label}", work.size, gate_loop(gate, work.accepted, work.now), floor),
-            Case(f"gate{label} (rejected)", work.rejected_size,
-                 gate_loop(gate, work.rejected, work.now), floor),
-            Case(f"gate{label}, python-jsonschema", work.size,
-                 gate_loop(py, work.accepted, work.now), floor),
+            Case(
+                f"gate{label} (rejected)", work.rejected_size, gate_loop(gate, work.rejected, work.now), floor
+            ),
+            Case(f"gate{label}, python-jsonschema", work.size, gate_loop(py, work.accepted, work.now), floor),
         ]
     return cases, source
 
 
-def report(cases: list[Case], cpu: int, source: str, seconds: float,
-           repeat: int) -> dict[str, Any]:
+def report(cases: list[Case], cpu: int, source: str, seconds: float, repeat: int) -> dict[str, Any]:
     by_name = {c.name: c for c in cases}
 
     def ratio(a: str, b: str) -> float:
         return by_name[a].median_us / by_name[b].median_us
 
-    rows = [{"case": c.name, "bytes": c.size, "us_per_result": round(c.median_us, 3),
-             "results_per_s": round(1e6 / c.median_us),
-             "ratio_to_floor": round(ratio(c.name, c.floor), 2) if c.floor else 1.0,
-             "min_us": round(min(c.samples), 3), "max_us": round(max(c.samples), 3),
-             "loops": c.loops}
-            for c in cases]
+    rows = [
+        {
+            "case": c.name,
+            "bytes": c.size,
+            "us_per_result": round(c.median_us, 3),
+            "results_per_s": round(1e6 / c.median_us),
+            "ratio_to_floor": round(ratio(c.name, c.floor), 2) if c.floor else 1.0,
+            "min_us": round(min(c.samples), 3),
+            "max_us": round(max(c.samples), 3),
+            "loops": c.loops,
+        }
+        for c in cases
+    ]
     return {
-        "cpu": cpu, "contracts": source, "seconds": seconds, "repeat": repeat, "pool": POOL,
-        "python": sys.version.split()[0], "cases": rows,
+        "cpu": cpu,
+        "contracts": source,
+        "seconds": seconds,
+        "repeat": repeat,
+        "pool": POOL,
+        "python": sys.version.split()[0],
+        "cases": rows,
         "gate_over_floor": round(ratio("gate", "floor"), 2),
         "gate_over_floor_target": GATE_TARGET_RATIO,
         "accepted_verdicts_per_s": round(1e6 / by_name["gate"].median_us),
         "accepted_verdicts_per_s_target": VERDICTS_TARGET,
         "gate_over_floor_20kb": round(ratio("gate 20KB", "floor 20KB"), 2),
         "python_jsonschema_over_rs": round(ratio("gate, python-jsonschema", "gate"), 1),
-        "python_jsonschema_over_rs_20kb": round(
-            ratio("gate 20KB, python-jsonschema", "gate 20KB"), 1),
+        "python_jsonschema_over_rs_20kb": round(ratio("gate 20KB, python-jsonschema", "gate 20KB"), 1),
     }
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(f"pinned to CPU {result['cpu']}; contracts: {result['contracts']}; "
-          f"Python {result['python']}; median of {result['repeat']} interleaved loops "
-          f"of ~{result['seconds']}s each over {result['pool']} distinct messages; gc on")
-    print("python-jsonschema cases swap the contract validator only; "
-          "the closed output-schema check stays on jsonschema-rs")
+    print(
+        f"pinned to CPU {result['cpu']}; contracts: {result['contracts']}; "
+        f"Python {result['python']}; median of {result['repeat']} interleaved loops "
+        f"of ~{result['seconds']}s each over {result['pool']} distinct messages; gc on"
+    )
+    print(
+        "python-jsonschema cases swap the contract validator only; "
+        "the closed output-schema check stays on jsonschema-rs"
+    )
     print()
     header = f"{'case':<34}{'bytes':>7}{'us/result':>12}{'results/s':>12}{'x floor':>9}"
     print(header)
     print("-" * len(header))
     for row in result["cases"]:
-        print(f"{row['case']:<34}{row['bytes']:>7}{row['us_per_result']:>12.2f}"
-              f"{row['results_per_s']:>12,}{row['ratio_to_floor']:>9.2f}")
+        print(
+            f"{row['case']:<34}{row['bytes']:>7}{row['us_per_result']:>12.2f}"
+            f"{row['results_per_s']:>12,}{row['ratio_to_floor']:>9.2f}"
+        )
     print()
     print(f"gate/floor = {result['gate_over_floor']:.2f} (target <= {GATE_TARGET_RATIO})")
-    print(f"accepted verdicts/s = {result['accepted_verdicts_per_s']:,} "
-          f"(target >= {VERDICTS_TARGET:,})")
+    print(f"accepted verdicts/s = {result['accepted_verdicts_per_s']:,} (target >= {VERDICTS_TARGET:,})")
     print(f"gate/floor at 20KB = {result['gate_over_floor_20kb']:.2f}")
-    print(f"python-jsonschema gate / jsonschema-rs gate = "
-          f"{result['python_jsonschema_over_rs']:.1f}")
-    print(f"python-jsonschema gate / jsonschema-rs gate at 20KB = "
-          f"{result['python_jsonschema_over_rs_20kb']:.1f}")
+    print(f"python-jsonschema gate / jsonschema-rs gate = {result['python_jsonschema_over_rs']:.1f}")
+    print(
+        f"python-jsonschema gate / jsonschema-rs gate at 20KB = "
+        f"{result['python_jsonschema_over_rs_20kb']:.1f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=0.2,
-                        help="length of one timed loop (default 0.2)")
-    parser.add_argument("--repeat", type=int, default=7,
-                        help="timed loops per case; the median is reported (default 7)")
-    parser.add_argument("--cpu", type=int, default=None,
-                        help="core to pin to (default: the last one allowed)")
+    parser.add_argument("--seconds", type=float, default=0.2, help="length of one timed loop (default 0.2)")
+    parser.add_argument(
+        "--repeat", type=int, default=7, help="timed loops per case; the median is reported (default 7)"
+    )
+    parser.add_argument(
+        "--cpu", type=int, default=None, help="core to pin to (default: the last one allowed)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.repeat < 1:

@@ -28,56 +28,85 @@ from aiokafka import AIOKafkaProducer
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from worker._config import Config, Partitions, Topics  # noqa: E402
-from worker._contracts import ContractSet  # noqa: E402
-from worker._gate import Gate  # noqa: E402
-from worker._kafka import ensure_topics  # noqa: E402
-from worker._replay import Selection, run_replay  # noqa: E402
+from toolgate._config import Config, Partitions, Topics  # noqa: E402
+from toolgate.gate._contracts import ContractSet  # noqa: E402
+from toolgate.gate._gate import Gate  # noqa: E402
+from toolgate.service._kafka import ensure_topics  # noqa: E402
+from toolgate.tools._replay import Selection, run_replay  # noqa: E402
 
 
 async def fill(config: Config, count: int) -> None:
     """N request records and N quarantine records as the worker writes them."""
     now = datetime.now(UTC)
-    producer = AIOKafkaProducer(bootstrap_servers=config.bootstrap, acks="all", linger_ms=20,
-                                max_batch_size=256 * 1024)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=config.bootstrap, acks="all", linger_ms=20, max_batch_size=256 * 1024
+    )
     await producer.start()
     try:
         for i in range(count):
             rid = f"req.rb{i:010d}"
-            request = {"request_id": rid, "tool": "review_status", "issued_at": now.isoformat(),
-                       "expires_at": (now + timedelta(hours=1)).isoformat(),
-                       "bind": {"change_id": f"CR-{i + 1}"}}
-            value = {"tool": "review_status", "request_id": rid, "outcome": "success",
-                     "data": {"change_id": f"CR-{i + 1}", "decision": "approved",
-                              "reviewed_by": "alice@example.com", "comment": "LGTM"}}
-            headers = [("tg-tool", b"review_status"), ("tg-request-id", rid.encode()),
-                       ("tg-adapter", b"review-adapter"), ("tg-adapter-version", b"1.5.0"),
-                       ("tg-error-stage", b"schema"), ("tg-error-code", b"SCHEMA_VIOLATION"),
-                       ("tg-error-detail", b'{"keyword":"additionalProperties"}'),
-                       ("tg-origin", f"{config.topics.intake}/0/{i}".encode()),
-                       ("tg-raw-sha256", b"0" * 64), ("tg-contract", b"review_status@v1"),
-                       ("tg-worker-version", b"bench"), ("tg-rejected-at", now.isoformat().encode()),
-                       ("tg-replay-count", b"0")]
+            request = {
+                "request_id": rid,
+                "tool": "review_status",
+                "issued_at": now.isoformat(),
+                "expires_at": (now + timedelta(hours=1)).isoformat(),
+                "bind": {"change_id": f"CR-{i + 1}"},
+            }
+            value = {
+                "tool": "review_status",
+                "request_id": rid,
+                "outcome": "success",
+                "data": {
+                    "change_id": f"CR-{i + 1}",
+                    "decision": "approved",
+                    "reviewed_by": "alice@example.com",
+                    "comment": "LGTM",
+                },
+            }
+            headers = [
+                ("tg-tool", b"review_status"),
+                ("tg-request-id", rid.encode()),
+                ("tg-adapter", b"review-adapter"),
+                ("tg-adapter-version", b"1.5.0"),
+                ("tg-error-stage", b"schema"),
+                ("tg-error-code", b"SCHEMA_VIOLATION"),
+                ("tg-error-detail", b'{"keyword":"additionalProperties"}'),
+                ("tg-origin", f"{config.topics.intake}/0/{i}".encode()),
+                ("tg-raw-sha256", b"0" * 64),
+                ("tg-contract", b"review_status@v1"),
+                ("tg-worker-version", b"bench"),
+                ("tg-rejected-at", now.isoformat().encode()),
+                ("tg-replay-count", b"0"),
+            ]
             await producer.send(config.topics.requests, json.dumps(request).encode(), key=rid.encode())
-            await producer.send(config.topics.quarantine, json.dumps(value).encode(), key=rid.encode(),
-                                headers=headers)
+            await producer.send(
+                config.topics.quarantine, json.dumps(value).encode(), key=rid.encode(), headers=headers
+            )
         await producer.flush()
     finally:
         await producer.stop()
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--bootstrap", default="127.0.0.1:19092")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     tag = uuid.uuid4().hex[:8]
-    topics = Topics(**{name: f"bench-replay-{tag}.{name}"
-                       for name in ("requests", "intake", "agent", "quarantine", "audit")})
-    config = Config(bootstrap=args.bootstrap, topics=topics,
-                    partitions=Partitions(requests=3, intake=3, agent=3, quarantine=3, audit=3))
+    topics = Topics(
+        **{
+            name: f"bench-replay-{tag}.{name}"
+            for name in ("requests", "intake", "agent", "quarantine", "audit")
+        }
+    )
+    config = Config(
+        bootstrap=args.bootstrap,
+        topics=topics,
+        partitions=Partitions(requests=3, intake=3, agent=3, quarantine=3, audit=3),
+    )
     await ensure_topics(config)
     gate = Gate(ContractSet.load(ROOT / "contracts"))
     selection = Selection(codes=frozenset({"SCHEMA_VIOLATION"}))
@@ -89,8 +118,15 @@ async def main() -> None:
         for mode in ("dry-run", "apply"):
             out = io.StringIO()
             started = time.perf_counter()
-            await run_replay(config, gate, selection, apply_it=mode == "apply", max_replays=3,
-                             now=datetime.now(UTC), out=out)
+            await run_replay(
+                config,
+                gate,
+                selection,
+                apply_it=mode == "apply",
+                max_replays=3,
+                now=datetime.now(UTC),
+                out=out,
+            )
             figures[f"{mode}_seconds"] = time.perf_counter() - started
             if f"selected {args.messages} of {args.messages}" not in out.getvalue():
                 raise SystemExit(f"{mode}: unexpected selection:\n{out.getvalue()[:500]}")
@@ -99,8 +135,9 @@ async def main() -> None:
 
         admin = AIOKafkaAdminClient(bootstrap_servers=config.bootstrap)
         await admin.start()
-        await admin.delete_topics([getattr(topics, n) for n in ("requests", "intake", "agent",
-                                                                 "quarantine", "audit")])
+        await admin.delete_topics(
+            [getattr(topics, n) for n in ("requests", "intake", "agent", "quarantine", "audit")]
+        )
         await admin.close()
     n = args.messages
     if args.json:
@@ -109,9 +146,11 @@ async def main() -> None:
     print(f"replay of {n:,} quarantined results (local broker, one process):")
     for mode in ("dry-run", "apply"):
         seconds = figures[f"{mode}_seconds"]
-        print(f"  {mode:<8} {seconds:7.1f} s   {n / seconds:9,.0f} records/s "
-              "(read + select" + (" + requests/ledger + re-evaluate)" if mode == "dry-run"
-                                  else " + re-publish to intake)"))
+        print(
+            f"  {mode:<8} {seconds:7.1f} s   {n / seconds:9,.0f} records/s "
+            "(read + select"
+            + (" + requests/ledger + re-evaluate)" if mode == "dry-run" else " + re-publish to intake)")
+        )
 
 
 if __name__ == "__main__":

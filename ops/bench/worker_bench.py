@@ -61,7 +61,7 @@ producer and that consumer share this process.
 The worker processes are this script (``--child``): a subclass of ``Worker`` that
 reports partition assignments and the first and last batch of the run around the
 Worker's own ``_assign``, ``_revoke`` and ``_process``, and times
-``worker._service.decide_batch``. ``--profile DIR`` runs each variant once more
+``toolgate.service._service.decide_batch``. ``--profile DIR`` runs each variant once more
 under cProfile (or py-spy with ``--py-spy BIN``).
 """
 
@@ -95,9 +95,8 @@ sys.path.insert(0, str(SCRIPT.parent))
 import msgspec  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
-
-from worker._config import LOCAL_BOOTSTRAP, Config, Topics  # noqa: E402
-from worker._kafka import client_settings, ensure_topics  # noqa: E402
+from toolgate._config import LOCAL_BOOTSTRAP, Config, Topics  # noqa: E402
+from toolgate.service._kafka import client_settings, ensure_topics  # noqa: E402
 
 PARTITIONS = 3
 TOOL = "bench_listing"
@@ -155,20 +154,33 @@ SCHEMA: dict[str, Any] = {
                 "outcome": {"const": "success"},
                 "data": {
                     "type": "object",
-                    "required": ["query", "project", "title", "status", "observed_at", "count",
-                                 "labels", "items"],
+                    "required": [
+                        "query",
+                        "project",
+                        "title",
+                        "status",
+                        "observed_at",
+                        "count",
+                        "labels",
+                        "items",
+                    ],
                     "properties": {
                         "query": {"type": "string", "pattern": "^Q-[0-9]{1,10}$"},
                         "project": {"type": "string", "pattern": "^[a-z][a-z0-9-]{1,31}$"},
                         "title": {"type": "string", "maxLength": 200},
                         "status": {"enum": ["complete", "partial", "empty"]},
                         "observed_at": {
-                            "type": "string", "maxLength": 40,
+                            "type": "string",
+                            "maxLength": 40,
                             "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
-                                       "(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"},
+                            "(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",
+                        },
                         "count": {"type": "integer", "minimum": 0, "maximum": 20},
-                        "labels": {"type": "array", "maxItems": 8,
-                                   "items": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,23}$"}},
+                        "labels": {
+                            "type": "array",
+                            "maxItems": 8,
+                            "items": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,23}$"},
+                        },
                         "items": {
                             "type": "array",
                             "maxItems": 20,
@@ -254,40 +266,64 @@ def results(tag: str, count: int, now: datetime) -> Iterator[Result]:
     for i in range(count):
         rid = f"req.{tag}.{i:08d}"
         query = f"Q-{i}"
-        items = [{"id": f"IT-{(i * 7 + n) % 10**8}", "name": f"nightly build step {n:02d} of run {i}",
-                  "state": ("open", "closed", "blocked")[(i + n) % 3],
-                  "score": round(((i + n) % 1000) / 10, 1), "owner": f"team-{(i + n) % 7}@example.com"}
-                 for n in range(ITEMS)]
+        items = [
+            {
+                "id": f"IT-{(i * 7 + n) % 10**8}",
+                "name": f"nightly build step {n:02d} of run {i}",
+                "state": ("open", "closed", "blocked")[(i + n) % 3],
+                "score": round(((i + n) % 1000) / 10, 1),
+                "owner": f"team-{(i + n) % 7}@example.com",
+            }
+            for n in range(ITEMS)
+        ]
         data: dict[str, Any] = {
-            "query": query, "project": "bluebird",
+            "query": query,
+            "project": "bluebird",
             "title": f"Open items of the nightly pipeline, run {i}",
-            "status": "partial", "observed_at": observed, "count": len(items),
-            "labels": ["ci", "nightly", "bluebird"], "items": items}
+            "status": "partial",
+            "observed_at": observed,
+            "count": len(items),
+            "labels": ["ci", "nightly", "bluebird"],
+            "items": items,
+        }
         rejected = i % REJECT_EVERY == REJECT_EVERY - 1
         if rejected:
             data["admin_override"] = True
         value = {"tool": TOOL, "request_id": rid, "outcome": "success", "data": data}
-        request = {"request_id": rid, "tool": TOOL, "issued_at": issued, "expires_at": expires,
-                   "bind": {"query": query}, "attempt": 1, "max_attempts": 3}
-        headers = [("tg-tool", TOOL.encode()), ("tg-request-id", rid.encode()),
-                   ("tg-adapter", b"bench-adapter"), ("tg-adapter-version", b"1.0.0"),
-                   ("tg-source", b"https://bench.invalid/listing")]
-        yield Result(rid.encode(), msgspec.json.encode(value), headers,
-                     msgspec.json.encode(request), rejected)
+        request = {
+            "request_id": rid,
+            "tool": TOOL,
+            "issued_at": issued,
+            "expires_at": expires,
+            "bind": {"query": query},
+            "attempt": 1,
+            "max_attempts": 3,
+        }
+        headers = [
+            ("tg-tool", TOOL.encode()),
+            ("tg-request-id", rid.encode()),
+            ("tg-adapter", b"bench-adapter"),
+            ("tg-adapter-version", b"1.0.0"),
+            ("tg-source", b"https://bench.invalid/listing"),
+        ]
+        yield Result(
+            rid.encode(), msgspec.json.encode(value), headers, msgspec.json.encode(request), rejected
+        )
 
 
 # ------------------------------------------------------------------- worker process
+
 
 def _child_main(spec: dict[str, Any]) -> int:
     """One worker process: build the variant's gate, run the Worker, talk JSON lines."""
     import gc
     import logging
 
-    from worker import _service
-    from worker._contracts import ContractSet
-    from worker._gate import Gate
-    from worker._records import Message, Verdict
-    from worker._service import Worker, WorkerOptions
+    from toolgate.gate._contracts import ContractSet
+    from toolgate.gate._gate import Gate
+    from toolgate.gate._records import Message, Verdict
+    from toolgate.service import _service
+    from toolgate.service._service import Worker, WorkerOptions
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     # Where the time goes, measured inside the worker process: the pure decide step
@@ -309,6 +345,7 @@ def _child_main(spec: dict[str, Any]) -> int:
     if decide_batch is None:  # the loop no longer decides in one call: no decide column
         spent["decide"] = math.nan
     else:
+
         def timed_decide(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
             try:
@@ -349,13 +386,22 @@ def _child_main(spec: dict[str, Any]) -> int:
             self.last = (time.time(), time.process_time())
             if self.share is not None and not self.reported and self.stats.decided >= self.share:
                 self.reported = True
-                emit({"event": "done", "first": self.first[0], "last": self.last[0],
-                      "cpu": self.last[1] - self.first[1],
-                      "decide": spent["decide"] - self.spent_before["decide"],
-                      "gc": spent["gc"] - self.spent_before["gc"], "decided": self.stats.decided,
-                      "accepted": self.stats.accepted, "rejected": self.stats.rejected,
-                      "by_code": self.stats.by_code, "committed": self.stats.committed,
-                      "aborted": self.stats.aborted})
+                emit(
+                    {
+                        "event": "done",
+                        "first": self.first[0],
+                        "last": self.last[0],
+                        "cpu": self.last[1] - self.first[1],
+                        "decide": spent["decide"] - self.spent_before["decide"],
+                        "gc": spent["gc"] - self.spent_before["gc"],
+                        "decided": self.stats.decided,
+                        "accepted": self.stats.accepted,
+                        "rejected": self.stats.rejected,
+                        "by_code": self.stats.by_code,
+                        "committed": self.stats.committed,
+                        "aborted": self.stats.aborted,
+                    }
+                )
 
         async def _assign(self, partitions: set[TopicPartition]) -> None:
             await super()._assign(partitions)
@@ -365,8 +411,9 @@ def _child_main(spec: dict[str, Any]) -> int:
             await super()._revoke(partitions)
             emit({"event": "revoked", "partitions": sorted(tp.partition for tp in self._producers)})
 
-    options = WorkerOptions(handle_signals=False, metrics_port=0,
-                            transactional_prefix=spec["transactional_prefix"])
+    options = WorkerOptions(
+        handle_signals=False, metrics_port=0, transactional_prefix=spec["transactional_prefix"]
+    )
     worker = BenchWorker(config, gate, options=options)
 
     def command(line: str) -> None:
@@ -397,14 +444,25 @@ def _child_main(spec: dict[str, Any]) -> int:
     txn = {s.name: s.value for m in worker.metrics.transaction_seconds.collect() for s in m.samples}
     size = {s.name: s.value for m in worker.metrics.batch_size.collect() for s in m.samples}
     count = txn.get("toolgate_transaction_seconds_count", 0)
-    buckets = sorted((float(s.labels["le"]), s.value) for m in worker.metrics.transaction_seconds.collect()
-                     for s in m.samples if s.name.endswith("_bucket"))
+    buckets = sorted(
+        (float(s.labels["le"]), s.value)
+        for m in worker.metrics.transaction_seconds.collect()
+        for s in m.samples
+        if s.name.endswith("_bucket")
+    )
     txn_p99 = next((le for le, seen in buckets if count and seen >= 0.99 * count), math.inf)
-    emit({"event": "exit", "transactions": count, "gc_max_ms": spent["gc_max"] * 1000,
-          "txn_p99_ms": txn_p99 * 1000,
-          "gc_full": spent["gc_full"], "requests": len(worker.requests),
-          "txn_mean_ms": txn.get("toolgate_transaction_seconds_sum", 0) / count * 1000 if count else 0,
-          "batch_mean": size.get("toolgate_batch_size_sum", 0) / count if count else 0})
+    emit(
+        {
+            "event": "exit",
+            "transactions": count,
+            "gc_max_ms": spent["gc_max"] * 1000,
+            "txn_p99_ms": txn_p99 * 1000,
+            "gc_full": spent["gc_full"],
+            "requests": len(worker.requests),
+            "txn_mean_ms": txn.get("toolgate_transaction_seconds_sum", 0) / count * 1000 if count else 0,
+            "batch_mean": size.get("toolgate_batch_size_sum", 0) / count if count else 0,
+        }
+    )
     return 0
 
 
@@ -418,15 +476,18 @@ class RelayGate:
 
     def __init__(self, real: Any, message_type: Any, verdict_type: Any) -> None:
         self.contracts = real.contracts
-        from worker._records import RequestRecord
+        from toolgate.gate._records import RequestRecord
 
         now = datetime.now(UTC)
         sample = list(results("relay", REJECT_EVERY, now))
         verdicts = []
         for result in (sample[0], sample[-1]):
             request = msgspec.json.decode(result.request, type=RequestRecord)
-            verdicts.append(real.evaluate(message_type(key=result.key, value=result.value,
-                                                       headers=result.headers), request, now))
+            verdicts.append(
+                real.evaluate(
+                    message_type(key=result.key, value=result.value, headers=result.headers), request, now
+                )
+            )
         self.accepted, self.rejected = verdicts
         assert self.accepted.accepted
         assert not self.rejected.accepted
@@ -470,6 +531,7 @@ def _cpu_snapshot(broker: int | None) -> tuple[float, float, float]:
         busy = (sum(fields[:8]) - fields[3] - fields[4]) / _TICKS  # all but idle and iowait
     return busy, _process_cpu(broker), time.monotonic()
 
+
 @dataclass
 class Child:
     """A worker subprocess and what it reported."""
@@ -507,8 +569,9 @@ class Child:
 class Bench:
     """One benchmark run: its tag, its topics and groups (all removed at the end)."""
 
-    def __init__(self, bootstrap: str, messages: int, tmp: Path, *, hex_ids: bool = False,
-                 py_spy: str | None = None) -> None:
+    def __init__(
+        self, bootstrap: str, messages: int, tmp: Path, *, hex_ids: bool = False, py_spy: str | None = None
+    ) -> None:
         self.bootstrap = bootstrap
         self.messages = messages
         self.tmp = tmp
@@ -529,10 +592,20 @@ class Bench:
 
     def config(self, tag: str) -> Config:
         name = f"{self.prefix}.{tag}"
-        topics = Topics(requests=self.requests_topic, intake=f"{name}.intake",
-                        agent=f"{name}.agent", quarantine=f"{name}.quarantine", audit=f"{name}.audit")
-        return Config(bootstrap=self.bootstrap, client_id=f"{self.prefix}", group_id=name,
-                      contracts_dir=str(self.contracts_dir), topics=topics)
+        topics = Topics(
+            requests=self.requests_topic,
+            intake=f"{name}.intake",
+            agent=f"{name}.agent",
+            quarantine=f"{name}.quarantine",
+            audit=f"{name}.audit",
+        )
+        return Config(
+            bootstrap=self.bootstrap,
+            client_id=f"{self.prefix}",
+            group_id=name,
+            contracts_dir=str(self.contracts_dir),
+            topics=topics,
+        )
 
     async def create(self, config: Config) -> None:
         t = config.topics
@@ -572,8 +645,7 @@ class Bench:
             await admin.close()
 
     async def publish_requests(self, batch: list[Result]) -> None:
-        producer = AIOKafkaProducer(**self.settings, acks="all", linger_ms=5,
-                                    max_batch_size=256 * 1024)
+        producer = AIOKafkaProducer(**self.settings, acks="all", linger_ms=5, max_batch_size=256 * 1024)
         await producer.start()
         try:
             futures = [await producer.send(self.requests_topic, r.request, key=r.key) for r in batch]
@@ -584,20 +656,40 @@ class Bench:
     # --- workers ----------------------------------------------------------------------
 
     async def spawn(self, config: Config, variant: str, profile: str | None = None) -> Child:
-        spec = {"config": msgspec.to_builtins(config), "variant": variant,
-                "contracts_dir": str(self.contracts_dir), "profile": profile,
-                "transactional_prefix": f"{self.prefix}"}
+        spec = {
+            "config": msgspec.to_builtins(config),
+            "variant": variant,
+            "contracts_dir": str(self.contracts_dir),
+            "profile": profile,
+            "transactional_prefix": f"{self.prefix}",
+        }
         stderr_path = self.tmp / f"child-{len(self.children)}.log"
         command = [sys.executable, str(SCRIPT), "--child", json.dumps(spec)]
         if profile and self.py_spy:  # sample instead of cProfile: no overhead on the worker
             spec["profile"] = None
-            command = [self.py_spy, "record", "--rate", "250", "--format", "raw", "--output", profile,
-                       "--", sys.executable, str(SCRIPT), "--child", json.dumps(spec)]
+            command = [
+                self.py_spy,
+                "record",
+                "--rate",
+                "250",
+                "--format",
+                "raw",
+                "--output",
+                profile,
+                "--",
+                sys.executable,
+                str(SCRIPT),
+                "--child",
+                json.dumps(spec),
+            ]
         with stderr_path.open("wb") as stderr:
             proc = await asyncio.create_subprocess_exec(
                 *command,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
-                cwd=str(ROOT))
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                cwd=str(ROOT),
+            )
         child = Child(proc, stderr_path)
         child.reader = asyncio.create_task(child.read_events())
         self.children.append(child)
@@ -607,8 +699,9 @@ class Bench:
         try:
             event = await asyncio.wait_for(child.events.get(), wait_seconds)
         except TimeoutError:
-            raise RuntimeError(f"worker {child.proc.pid} silent for {wait_seconds:g}s:\n"
-                               f"{child.stderr_tail()}") from None
+            raise RuntimeError(
+                f"worker {child.proc.pid} silent for {wait_seconds:g}s:\n{child.stderr_tail()}"
+            ) from None
         if event["event"] == "eof":
             raise RuntimeError(f"worker {child.proc.pid} exited early:\n{child.stderr_tail()}")
         return event
@@ -619,11 +712,15 @@ class Bench:
         quiet = 0.5
         while True:
             owned = [set(c.partitions) for c in children]
-            good = all(owned) and sum(map(len, owned)) == PARTITIONS and \
-                set().union(*owned) == set(range(PARTITIONS))
+            good = (
+                all(owned)
+                and sum(map(len, owned)) == PARTITIONS
+                and set().union(*owned) == set(range(PARTITIONS))
+            )
             waits = [asyncio.ensure_future(c.events.get()) for c in children]
-            finished, pending = await asyncio.wait(waits, timeout=quiet if good else 1.0,
-                                                   return_when=asyncio.FIRST_COMPLETED)
+            finished, pending = await asyncio.wait(
+                waits, timeout=quiet if good else 1.0, return_when=asyncio.FIRST_COMPLETED
+            )
             for w in pending:
                 w.cancel()
             for w in finished:
@@ -665,16 +762,23 @@ class Bench:
         slug = variant.replace(" ", "").replace("-", "")
         config = self.config(f"{slug}.{repeat}")
         await self.create(config)
-        fill = AIOKafkaProducer(**self.settings, acks="all", linger_ms=5, max_batch_size=512 * 1024,
-                                transactional_id=f"{self.prefix}.fill.{slug}.{repeat}",
-                                transaction_timeout_ms=300_000)
+        fill = AIOKafkaProducer(
+            **self.settings,
+            acks="all",
+            linger_ms=5,
+            max_batch_size=512 * 1024,
+            transactional_id=f"{self.prefix}.fill.{slug}.{repeat}",
+            transaction_timeout_ms=300_000,
+        )
         await fill.start()
         children: list[Child] = []
         try:
             # The backlog is in the log but invisible to read_committed until the commit below.
             await fill.begin_transaction()
-            futures = [await fill.send(config.topics.intake, r.value, key=r.key, headers=r.headers)
-                       for r in self.backlog]
+            futures = [
+                await fill.send(config.topics.intake, r.value, key=r.key, headers=r.headers)
+                for r in self.backlog
+            ]
             metadata = await asyncio.gather(*futures)
             per_partition = [0] * PARTITIONS
             for meta in metadata:
@@ -709,44 +813,58 @@ class Bench:
         first = min(d["first"] for d in done)
         last = max(d["last"] for d in done)
         check = await self.read_audit(config.topics.audit)
-        await self.delete({config.topics.intake, config.topics.agent, config.topics.quarantine,
-                           config.topics.audit})
+        await self.delete(
+            {config.topics.intake, config.topics.agent, config.topics.quarantine, config.topics.audit}
+        )
         decided = sum(d["decided"] for d in done)
         rejected = sum(d["rejected"] for d in done)
         expected_rejected = sum(r.rejected for r in self.backlog)
         problems = []
         if decided != self.messages or check["events"] != self.messages:
-            problems.append(f"decided {decided}, audit events {check['events']}, "
-                            f"expected {self.messages}")
+            problems.append(f"decided {decided}, audit events {check['events']}, expected {self.messages}")
         if rejected != expected_rejected or check["rejected"] != expected_rejected:
-            problems.append(f"rejected {rejected} (audit {check['rejected']}), "
-                            f"expected {expected_rejected}: {[d['by_code'] for d in done]}")
+            problems.append(
+                f"rejected {rejected} (audit {check['rejected']}), "
+                f"expected {expected_rejected}: {[d['by_code'] for d in done]}"
+            )
         wall = last - first
         window = after[2] - before[2]
         workers_cpu = sum(d["cpu"] for d in done)
         broker_cpu = after[1] - before[1]
         machine = after[0] - before[0]
-        return {"variant": variant, "repeat": repeat, "workers": len(children),
-                # CPUs in use over the window: the broker, and everything but the broker, the
-                # workers and this process (other users of a shared machine).
-                "broker_cpus": broker_cpu / window if self.broker_pid else None,
-                "other_cpus": max(0.0, machine - workers_cpu - broker_cpu - own) / window,
-                "broker_us_per_result": broker_cpu / self.messages * 1e6 if self.broker_pid else None,
-                "seconds": wall, "results_per_s": self.messages / wall,
-                "cpu_us_per_result": sum(d["cpu"] for d in done) / self.messages * 1e6,
-                "decide_us_per_result": sum(d["decide"] for d in done) / self.messages * 1e6,
-                "gc_us_per_result": sum(d["gc"] for d in done) / self.messages * 1e6,
-                "audit_span_seconds": check["span"], "transactions": sum(d["committed"] for d in done),
-                "aborted": sum(d["aborted"] for d in done), "partitions": per_partition,
-                "problems": problems}
+        return {
+            "variant": variant,
+            "repeat": repeat,
+            "workers": len(children),
+            # CPUs in use over the window: the broker, and everything but the broker, the
+            # workers and this process (other users of a shared machine).
+            "broker_cpus": broker_cpu / window if self.broker_pid else None,
+            "other_cpus": max(0.0, machine - workers_cpu - broker_cpu - own) / window,
+            "broker_us_per_result": broker_cpu / self.messages * 1e6 if self.broker_pid else None,
+            "seconds": wall,
+            "results_per_s": self.messages / wall,
+            "cpu_us_per_result": sum(d["cpu"] for d in done) / self.messages * 1e6,
+            "decide_us_per_result": sum(d["decide"] for d in done) / self.messages * 1e6,
+            "gc_us_per_result": sum(d["gc"] for d in done) / self.messages * 1e6,
+            "audit_span_seconds": check["span"],
+            "transactions": sum(d["committed"] for d in done),
+            "aborted": sum(d["aborted"] for d in done),
+            "partitions": per_partition,
+            "problems": problems,
+        }
 
     async def read_audit(self, topic: str, stamps: dict[bytes, int] | None = None) -> dict[str, Any]:
         """Count the committed audit events and their rejections; the span of their timestamps.
 
         ``stamps`` gets each event's timestamp (when the worker sent it) by key.
         """
-        consumer = AIOKafkaConsumer(**self.settings, group_id=None, isolation_level="read_committed",
-                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            **self.settings,
+            group_id=None,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         await consumer.start()
         events = rejected = 0
         low, high = math.inf, -math.inf
@@ -778,8 +896,13 @@ class Bench:
         live = list(results(f"{self.run_id}live", count, datetime.now(UTC)))
         await self.publish_requests(live)  # the platform writes requests before calling adapters
         child = await self.spawn(config, "worker")
-        consumer = AIOKafkaConsumer(**self.settings, group_id=None, isolation_level="read_committed",
-                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            **self.settings,
+            group_id=None,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         producer = AIOKafkaProducer(**self.settings, acks="all")
         sent: dict[bytes, int] = {}
         received: dict[bytes, float] = {}
@@ -810,8 +933,15 @@ class Bench:
                     await asyncio.sleep(delay)
                 stamp = int(time.time() * 1000)  # the record's CreateTime
                 sent[result.key] = stamp
-                futures.append(await producer.send(config.topics.intake, result.value, key=result.key,
-                                                   headers=result.headers, timestamp_ms=stamp))
+                futures.append(
+                    await producer.send(
+                        config.topics.intake,
+                        result.value,
+                        key=result.key,
+                        headers=result.headers,
+                        timestamp_ms=stamp,
+                    )
+                )
             send_seconds = time.monotonic() - started
             after = _cpu_snapshot(self.broker_pid)
             worker_cpu = _process_cpu(child.proc.pid) - worker_before
@@ -827,8 +957,9 @@ class Bench:
             await self.stop([child])
         decided: dict[bytes, int] = {}
         await self.read_audit(config.topics.audit, decided)
-        await self.delete({config.topics.intake, config.topics.agent, config.topics.quarantine,
-                           config.topics.audit})
+        await self.delete(
+            {config.topics.intake, config.topics.agent, config.topics.quarantine, config.topics.audit}
+        )
         worker: dict[str, Any] = {}
         while not child.events.empty():
             event = child.events.get_nowait()
@@ -841,26 +972,37 @@ class Bench:
             values = sorted(values)
             if not values:
                 return {}
-            return {f"p{p}": values[min(len(values) - 1, int(p / 100 * len(values)))]
-                    for p in (50, 90, 99)} | {"max": values[-1]}
+            return {
+                f"p{p}": values[min(len(values) - 1, int(p / 100 * len(values)))] for p in (50, 90, 99)
+            } | {"max": values[-1]}
 
-        return {"rate": rate, "sent": count, "received": len(received), "send_seconds": send_seconds,
-                "achieved_rate": count / send_seconds,
-                "total": percentiles([received[k] - sent[k] for k in keys]),
-                "to_decision": percentiles([decided[k] - sent[k] for k in keys]),
-                "decision_to_agent": percentiles([received[k] - decided[k] for k in keys]),
-                "txn_mean_ms": worker.get("txn_mean_ms"), "batch_mean": worker.get("batch_mean"),
-                "transactions": worker.get("transactions"), "gc_max_ms": worker.get("gc_max_ms"),
-                "txn_p99_ms": worker.get("txn_p99_ms"),
-                "gc_full": worker.get("gc_full"), "requests_held": worker.get("requests"),
-                # CPUs in use while sending: the worker, the broker, this process (producer and
-                # consumer), and everything else (other users of a shared machine).
-                "worker_cpus": worker_cpu / window, "broker_cpus": broker_cpu / window,
-                "bench_cpus": own_cpu / window,
-                "other_cpus": max(0.0, busy - worker_cpu - broker_cpu - own_cpu) / window}
+        return {
+            "rate": rate,
+            "sent": count,
+            "received": len(received),
+            "send_seconds": send_seconds,
+            "achieved_rate": count / send_seconds,
+            "total": percentiles([received[k] - sent[k] for k in keys]),
+            "to_decision": percentiles([decided[k] - sent[k] for k in keys]),
+            "decision_to_agent": percentiles([received[k] - decided[k] for k in keys]),
+            "txn_mean_ms": worker.get("txn_mean_ms"),
+            "batch_mean": worker.get("batch_mean"),
+            "transactions": worker.get("transactions"),
+            "gc_max_ms": worker.get("gc_max_ms"),
+            "txn_p99_ms": worker.get("txn_p99_ms"),
+            "gc_full": worker.get("gc_full"),
+            "requests_held": worker.get("requests"),
+            # CPUs in use while sending: the worker, the broker, this process (producer and
+            # consumer), and everything else (other users of a shared machine).
+            "worker_cpus": worker_cpu / window,
+            "broker_cpus": broker_cpu / window,
+            "bench_cpus": own_cpu / window,
+            "other_cpus": max(0.0, busy - worker_cpu - broker_cpu - own_cpu) / window,
+        }
 
 
 # ------------------------------------------------------------------------- reporting
+
 
 def _median_or_none(values: Iterator[float | None]) -> float | None:
     known = [v for v in values if v is not None]
@@ -872,16 +1014,23 @@ def summarise(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
     for variant in variants:
         mine = [r for r in runs if r["variant"] == variant]
         rates = [r["results_per_s"] for r in mine]
-        rows.append({"variant": variant, "workers": mine[0]["workers"],
-                     "results_per_s": statistics.median(rates), "min": min(rates), "max": max(rates),
-                     "cpu_us_per_result": statistics.median(r["cpu_us_per_result"] for r in mine),
-                     "decide_us_per_result": statistics.median(r["decide_us_per_result"] for r in mine),
-                     "gc_us_per_result": statistics.median(r["gc_us_per_result"] for r in mine),
-                     "broker_us_per_result": _median_or_none(r["broker_us_per_result"] for r in mine),
-                     "broker_cpus": _median_or_none(r["broker_cpus"] for r in mine),
-                     "other_cpus": statistics.median(r["other_cpus"] for r in mine),
-                     "seconds": statistics.median(r["seconds"] for r in mine),
-                     "transactions": statistics.median(r["transactions"] for r in mine)})
+        rows.append(
+            {
+                "variant": variant,
+                "workers": mine[0]["workers"],
+                "results_per_s": statistics.median(rates),
+                "min": min(rates),
+                "max": max(rates),
+                "cpu_us_per_result": statistics.median(r["cpu_us_per_result"] for r in mine),
+                "decide_us_per_result": statistics.median(r["decide_us_per_result"] for r in mine),
+                "gc_us_per_result": statistics.median(r["gc_us_per_result"] for r in mine),
+                "broker_us_per_result": _median_or_none(r["broker_us_per_result"] for r in mine),
+                "broker_cpus": _median_or_none(r["broker_cpus"] for r in mine),
+                "other_cpus": statistics.median(r["other_cpus"] for r in mine),
+                "seconds": statistics.median(r["seconds"] for r in mine),
+                "transactions": statistics.median(r["transactions"] for r in mine),
+            }
+        )
     by = {row["variant"]: row["results_per_s"] for row in rows}
     cpu = {row["variant"]: row["cpu_us_per_result"] for row in rows}
     ratios = {}
@@ -905,59 +1054,80 @@ def _opt(value: float | None, spec: str) -> str:
 
 def print_report(result: dict[str, Any]) -> None:
     print(f"command: {result['command']}")
-    print(f"broker {result['bootstrap']}; {result['messages']} results of ~{result['bytes']} bytes "
-          f"({result['rejected_share']:.0%} rejected), {PARTITIONS} intake partitions, "
-          f"transactions on, batch {result['batch_size']} / linger {result['linger_ms']} ms; "
-          f"{result['cpus']} CPUs shared with the broker; median of {result['repeat']} interleaved runs")
+    print(
+        f"broker {result['bootstrap']}; {result['messages']} results of ~{result['bytes']} bytes "
+        f"({result['rejected_share']:.0%} rejected), {PARTITIONS} intake partitions, "
+        f"transactions on, batch {result['batch_size']} / linger {result['linger_ms']} ms; "
+        f"{result['cpus']} CPUs shared with the broker; median of {result['repeat']} interleaved runs"
+    )
     print()
-    header = (f"{'variant':<22}{'procs':>6}{'results/s':>11}{'min':>9}{'max':>9}"
-              f"{'cpu us/res':>12}{'decide':>8}{'gc':>6}{'broker':>8}{'others':>8}")
+    header = (
+        f"{'variant':<22}{'procs':>6}{'results/s':>11}{'min':>9}{'max':>9}"
+        f"{'cpu us/res':>12}{'decide':>8}{'gc':>6}{'broker':>8}{'others':>8}"
+    )
     print(header)
     print("-" * len(header))
     for row in result["rows"]:
-        print(f"{row['variant']:<22}{row['workers']:>6}{row['results_per_s']:>11,.0f}"
-              f"{row['min']:>9,.0f}{row['max']:>9,.0f}{row['cpu_us_per_result']:>12,.0f}"
-              f"{row['decide_us_per_result']:>8,.0f}{row['gc_us_per_result']:>6,.0f}"
-              f"{_opt(row['broker_us_per_result'], '8,.0f')}{row['other_cpus']:>8.2f}")
-    print("cpu us/res: CPU time of the worker process(es) per result; decide: of it, wall time in\n"
-          "decide_batch (gate + output records, before the transaction opens); gc: in the garbage\n"
-          "collector; broker: the broker's CPU per result; others: CPUs busy with other users' work\n"
-          "during the run (machine busy time minus the workers, the broker and this process)")
+        print(
+            f"{row['variant']:<22}{row['workers']:>6}{row['results_per_s']:>11,.0f}"
+            f"{row['min']:>9,.0f}{row['max']:>9,.0f}{row['cpu_us_per_result']:>12,.0f}"
+            f"{row['decide_us_per_result']:>8,.0f}{row['gc_us_per_result']:>6,.0f}"
+            f"{_opt(row['broker_us_per_result'], '8,.0f')}{row['other_cpus']:>8.2f}"
+        )
+    print(
+        "cpu us/res: CPU time of the worker process(es) per result; decide: of it, wall time in\n"
+        "decide_batch (gate + output records, before the transaction opens); gc: in the garbage\n"
+        "collector; broker: the broker's CPU per result; others: CPUs busy with other users' work\n"
+        "during the run (machine busy time minus the workers, the broker and this process)"
+    )
     print()
     contended = [row["variant"] for row in result["rows"] if row["other_cpus"] > CONTENDED_CPUS]
     if contended:
-        print(f"WARNING: other users kept more than {CONTENDED_CPUS} CPUs busy (median) during: "
-              f"{', '.join(contended)}; compare per CPU-second")
-    targets = {"worker/relay": f"target >= {TARGET_WORKER_OVER_RELAY}",
-               "worker/pyjsonschema": f"target >= {TARGET_RS_OVER_PY}",
-               "x2/x1": "at most 1.5 with 3 partitions, given the cores"}
+        print(
+            f"WARNING: other users kept more than {CONTENDED_CPUS} CPUs busy (median) during: "
+            f"{', '.join(contended)}; compare per CPU-second"
+        )
+    targets = {
+        "worker/relay": f"target >= {TARGET_WORKER_OVER_RELAY}",
+        "worker/pyjsonschema": f"target >= {TARGET_RS_OVER_PY}",
+        "x2/x1": "at most 1.5 with 3 partitions, given the cores",
+    }
     for name, value in result["ratios"].items():
         print(f"{name:<36}{value:>6.2f}   {targets.get(name, '')}")
     lat = result.get("latency")
     if lat:
         print()
-        print(f"latency: one live worker fed at {lat['rate']:,.0f} results/s (half the worker rate; "
-              f"achieved {lat['achieved_rate']:,.0f}/s for {lat['send_seconds']:.0f}s), "
-              f"{lat['received']:,}/{lat['sent']:,} received")
+        print(
+            f"latency: one live worker fed at {lat['rate']:,.0f} results/s (half the worker rate; "
+            f"achieved {lat['achieved_rate']:,.0f}/s for {lat['send_seconds']:.0f}s), "
+            f"{lat['received']:,}/{lat['sent']:,} received"
+        )
         print(f"{'ms':<44}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
-        for name, label in (("total", "intake CreateTime -> agent read (committed)"),
-                            ("to_decision", "  intake CreateTime -> audit record sent"),
-                            ("decision_to_agent", "  audit record sent -> agent read")):
+        for name, label in (
+            ("total", "intake CreateTime -> agent read (committed)"),
+            ("to_decision", "  intake CreateTime -> audit record sent"),
+            ("decision_to_agent", "  audit record sent -> agent read"),
+        ):
             row = lat[name]
             if row:
-                print(f"{label:<44}{row['p50']:>8.1f}{row['p90']:>8.1f}{row['p99']:>8.1f}"
-                      f"{row['max']:>8.1f}")
+                print(f"{label:<44}{row['p50']:>8.1f}{row['p90']:>8.1f}{row['p99']:>8.1f}{row['max']:>8.1f}")
         if lat.get("txn_mean_ms") is not None:
-            print(f"worker: {lat['transactions']:,.0f} transactions (first send to commit: mean "
-                  f"{lat['txn_mean_ms']:.1f} ms, p99 <= {lat['txn_p99_ms']:.0f} ms), mean batch "
-                  f"{lat['batch_mean']:.1f} results; {lat['gc_full']} full collections, longest GC "
-                  f"pause {lat['gc_max_ms']:.0f} ms ({lat['requests_held']:,} requests held)")
-        print(f"CPUs busy while sending: worker {lat['worker_cpus']:.2f}, broker {lat['broker_cpus']:.2f}, "
-              f"bench producer+consumer {lat['bench_cpus']:.2f}, other users {lat['other_cpus']:.2f}")
+            print(
+                f"worker: {lat['transactions']:,.0f} transactions (first send to commit: mean "
+                f"{lat['txn_mean_ms']:.1f} ms, p99 <= {lat['txn_p99_ms']:.0f} ms), mean batch "
+                f"{lat['batch_mean']:.1f} results; {lat['gc_full']} full collections, longest GC "
+                f"pause {lat['gc_max_ms']:.0f} ms ({lat['requests_held']:,} requests held)"
+            )
+        print(
+            f"CPUs busy while sending: worker {lat['worker_cpus']:.2f}, broker {lat['broker_cpus']:.2f}, "
+            f"bench producer+consumer {lat['bench_cpus']:.2f}, other users {lat['other_cpus']:.2f}"
+        )
         print(f"target p99 < {TARGET_P99_MS:g} ms: {lat['total'].get('p99', math.inf):.0f} ms")
         if lat["other_cpus"] > CONTENDED_CPUS:
-            print(f"WARNING: other users kept {lat['other_cpus']:.2f} CPUs busy during the latency run: "
-                  "the worker was starved, the figures say more about the machine than the worker")
+            print(
+                f"WARNING: other users kept {lat['other_cpus']:.2f} CPUs busy during the latency run: "
+                "the worker was starved, the figures say more about the machine than the worker"
+            )
     for problem in result["problems"]:
         print(f"PROBLEM: {problem}")
 
@@ -971,18 +1141,22 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
         latency = None
         try:
             await bench.create(bench.config("setup"))  # the shared requests topic
-            await bench.delete({f"{bench.prefix}.setup.{t}" for t in
-                                ("intake", "agent", "quarantine", "audit")})
+            await bench.delete(
+                {f"{bench.prefix}.setup.{t}" for t in ("intake", "agent", "quarantine", "audit")}
+            )
             await bench.publish_requests(bench.backlog)
             for repeat in range(1, args.repeat + 1):
                 for variant in variants:
                     run = await bench.backlog_run(variant, repeat)
                     runs.append(run)
                     if not args.json:
-                        print(f"  run {repeat} {variant:<20} {run['results_per_s']:>8,.0f} results/s "
-                              f"({run['seconds']:.2f}s, audit span {run['audit_span_seconds']:.2f}s, "
-                              f"{run['transactions']} txns)"
-                              + (f"  {run['problems']}" if run["problems"] else ""), flush=True)
+                        print(
+                            f"  run {repeat} {variant:<20} {run['results_per_s']:>8,.0f} results/s "
+                            f"({run['seconds']:.2f}s, audit span {run['audit_span_seconds']:.2f}s, "
+                            f"{run['transactions']} txns)"
+                            + (f"  {run['problems']}" if run["problems"] else ""),
+                            flush=True,
+                        )
             if args.profile:
                 for variant in variants:
                     if variant != "worker x2":
@@ -999,30 +1173,53 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
     sample = bench.backlog[0]
     return {
         "command": " ".join([".venv/bin/python", "ops/bench/worker_bench.py", *sys.argv[1:]]),
-        "bootstrap": bootstrap, "messages": args.messages, "repeat": args.repeat,
-        "bytes": len(sample.value), "rejected_share": 1 / REJECT_EVERY, "batch_size": 500,
-        "linger_ms": 20, "cpus": os.cpu_count(), "runs": runs, **summary, "latency": latency,
+        "bootstrap": bootstrap,
+        "messages": args.messages,
+        "repeat": args.repeat,
+        "bytes": len(sample.value),
+        "rejected_share": 1 / REJECT_EVERY,
+        "batch_size": 500,
+        "linger_ms": 20,
+        "cpus": os.cpu_count(),
+        "runs": runs,
+        **summary,
+        "latency": latency,
         "problems": [p for run in runs for p in run["problems"]],
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000,
-                        help="results in the backlog (default 20000)")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs per variant; the median is reported (default 3)")
+    parser.add_argument("--messages", type=int, default=20_000, help="results in the backlog (default 20000)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs per variant; the median is reported (default 3)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--latency-seconds", type=float, default=20.0,
-                        help="length of the live latency run, 0 to skip (default 20)")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
-                        metavar="VARIANT", help=f"subset of {', '.join(VARIANTS)}")
-    parser.add_argument("--profile", metavar="DIR",
-                        help="also run each variant once under cProfile, stats to DIR/<variant>")
-    parser.add_argument("--py-spy", metavar="BIN",
-                        help="with --profile: sample with this py-spy binary instead (raw stacks)")
-    parser.add_argument("--hex-ids", action="store_true",
-                        help="request ids with a hex segment (digit before 'e'), see run_tag()")
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=20.0,
+        help="length of the live latency run, 0 to skip (default 20)",
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=list(VARIANTS),
+        choices=VARIANTS,
+        metavar="VARIANT",
+        help=f"subset of {', '.join(VARIANTS)}",
+    )
+    parser.add_argument(
+        "--profile", metavar="DIR", help="also run each variant once under cProfile, stats to DIR/<variant>"
+    )
+    parser.add_argument(
+        "--py-spy", metavar="BIN", help="with --profile: sample with this py-spy binary instead (raw stacks)"
+    )
+    parser.add_argument(
+        "--hex-ids",
+        action="store_true",
+        help="request ids with a hex segment (digit before 'e'), see run_tag()",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

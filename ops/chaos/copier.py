@@ -8,7 +8,7 @@ Starts its own broker (a second ``ops/kafka/kafka.sh`` instance on the first fre
 pair from 29092/29093 on, data in a temporary directory; the shared broker on 19092 is
 never touched), publishes ``--messages`` sample results of the realistic mix over 3
 intake partitions (some results before their request records) while worker
-subprocesses (``python -m worker.cli run``) decide them, and meanwhile: SIGKILLs a
+subprocesses (``python -m toolgate.cli run``) decide them, and meanwhile: SIGKILLs a
 worker ``--kills`` times at random points (a replacement joins each time), has a
 second worker join and leave (SIGTERM), restarts the broker once (down for
 ``--broker-down`` seconds, longer than the clients' 40 s request timeout, so the
@@ -60,10 +60,15 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> int:
         _print(f"copier: could not start the broker: {exc}")
         return 2
     _print(f"copier: broker up in {time.monotonic() - started:.1f}s")
-    plan = Plan(messages=args.messages, seed=args.seed, kills=args.kills,
-                batch_size=args.batch_size, max_ahead=args.max_ahead,
-                hard_broker_restart=args.hard_broker_restart,
-                broker_down_seconds=args.broker_down)
+    plan = Plan(
+        messages=args.messages,
+        seed=args.seed,
+        kills=args.kills,
+        batch_size=args.batch_size,
+        max_ahead=args.max_ahead,
+        hard_broker_restart=args.hard_broker_restart,
+        broker_down_seconds=args.broker_down,
+    )
     try:
         report = await run_chaos(plan, broker, workdir, out=_print)
     finally:
@@ -78,25 +83,58 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=100_000, metavar="N",
-                        help="intake messages (default 100000)")
-    parser.add_argument("--seed", type=int, default=None, metavar="S",
-                        help="seed of the traffic and the schedule (default: random, printed)")
-    parser.add_argument("--kills", type=int, default=3, metavar="K",
-                        help="SIGKILLs at random points mid-run, besides the final crash (default 3)")
-    parser.add_argument("--batch-size", type=int, default=100, metavar="N",
-                        help="the workers' records per transaction and partition (default 100)")
-    parser.add_argument("--max-ahead", type=int, default=5000, metavar="N",
-                        help="published but undecided messages, at most (default 5000)")
-    parser.add_argument("--hard-broker-restart", action="store_true",
-                        help="SIGKILL the broker instead of stopping it cleanly (kafka.sh stop)")
-    parser.add_argument("--broker-down", type=float, default=45.0, metavar="S",
-                        help="seconds the broker stays down during the restart (default 45: "
-                             "longer than the clients' 40 s request timeout)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the broker data and worker logs (default: kept only on failure)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--messages", type=int, default=100_000, metavar="N", help="intake messages (default 100000)"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="S",
+        help="seed of the traffic and the schedule (default: random, printed)",
+    )
+    parser.add_argument(
+        "--kills",
+        type=int,
+        default=3,
+        metavar="K",
+        help="SIGKILLs at random points mid-run, besides the final crash (default 3)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=100,
+        metavar="N",
+        help="the workers' records per transaction and partition (default 100)",
+    )
+    parser.add_argument(
+        "--max-ahead",
+        type=int,
+        default=5000,
+        metavar="N",
+        help="published but undecided messages, at most (default 5000)",
+    )
+    parser.add_argument(
+        "--hard-broker-restart",
+        action="store_true",
+        help="SIGKILL the broker instead of stopping it cleanly (kafka.sh stop)",
+    )
+    parser.add_argument(
+        "--broker-down",
+        type=float,
+        default=45.0,
+        metavar="S",
+        help="seconds the broker stays down during the restart (default 45: "
+        "longer than the clients' 40 s request timeout)",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the broker data and worker logs (default: kept only on failure)",
+    )
     args = parser.parse_args(argv)
     if args.messages < 1000 or args.kills < 1:
         parser.error("--messages must be at least 1000 and --kills at least 1")

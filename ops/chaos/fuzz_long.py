@@ -63,15 +63,23 @@ class Stats:
         return time.monotonic() - self.started
 
     def summary(self) -> dict[str, Any]:
-        return {"engine": self.engine, "elapsed_s": round(self.elapsed, 1), "inputs": self.inputs,
-                "inputs_per_s": round(self.inputs / max(self.elapsed, 1e-9)),
-                "crashes": self.crashes, "outcomes": dict(sorted(self.outcomes.items())),
-                "inputs_by_kind": dict(sorted(self.by_kind.items())), "failures": self.failures[:20]}
+        return {
+            "engine": self.engine,
+            "elapsed_s": round(self.elapsed, 1),
+            "inputs": self.inputs,
+            "inputs_per_s": round(self.inputs / max(self.elapsed, 1e-9)),
+            "crashes": self.crashes,
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "inputs_by_kind": dict(sorted(self.by_kind.items())),
+            "failures": self.failures[:20],
+        }
 
     def print(self, *, final: bool = False) -> None:
-        line = (f"fuzz_long: {self.elapsed:8.1f} s  inputs {self.inputs:,}  "
-                f"({self.inputs / max(self.elapsed, 1e-9):,.0f}/s)  crashes {self.crashes}  "
-                f"unique outcomes {len(self.outcomes)}")
+        line = (
+            f"fuzz_long: {self.elapsed:8.1f} s  inputs {self.inputs:,}  "
+            f"({self.inputs / max(self.elapsed, 1e-9):,.0f}/s)  crashes {self.crashes}  "
+            f"unique outcomes {len(self.outcomes)}"
+        )
         print(line, flush=True)
         if final:
             for outcome, count in sorted(self.outcomes.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -94,11 +102,16 @@ def build_property(stats: Stats, settings_: Any) -> Any:
     contracts = targets(gate)
     oracles: dict[str, Any] = {}
     json_values = st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False, allow_infinity=False)
         | st.text(max_size=40),
-        lambda children: st.lists(children, max_size=6)
-        | st.dictionaries(st.text(max_size=12), children, max_size=6),
-        max_leaves=40)
+        lambda children: (
+            st.lists(children, max_size=6) | st.dictionaries(st.text(max_size=12), children, max_size=6)
+        ),
+        max_leaves=40,
+    )
 
     @settings_
     @given(data=st.data())
@@ -125,9 +138,16 @@ def run_hypothesis(stats: Stats, deadline: float, batch: int) -> None:
     from hypothesis import HealthCheck, settings
 
     while time.monotonic() < deadline:
-        prop = build_property(stats, settings(
-            max_examples=batch, derandomize=False, database=None, deadline=None,
-            suppress_health_check=list(HealthCheck)))
+        prop = build_property(
+            stats,
+            settings(
+                max_examples=batch,
+                derandomize=False,
+                database=None,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
         try:
             prop()
         except Exception as exc:  # a property broke: count it, keep fuzzing
@@ -145,11 +165,13 @@ def run_atheris(stats: Stats, deadline: float, crash_dir: Path, replay: list[Pat
     from hypothesis import HealthCheck, settings
 
     # The gate's modules, instrumented for coverage feedback (before anything imports them).
-    with atheris.instrument_imports(include=["worker"]):
-        for module in ("worker._gate", "worker._parse", "worker._project", "worker._rules"):
+    with atheris.instrument_imports(include=["toolgate"]):
+        for name in ("_gate", "_parse", "_project", "_rules"):
+            module = f"toolgate.gate.{name}"
             importlib.import_module(module)
-    prop = build_property(stats, settings(database=None, deadline=None,
-                                          suppress_health_check=list(HealthCheck)))
+    prop = build_property(
+        stats, settings(database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    )
     fuzz_one = prop.hypothesis.fuzz_one_input
 
     def one_input(buffer: bytes) -> None:
@@ -193,14 +215,24 @@ def main(argv: list[str] | None = None) -> int:
     global _JSON
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to fuzz (10)")
-    parser.add_argument("--engine", choices=["auto", "atheris", "hypothesis"], default="auto",
-                        help="auto: atheris when it is installed, else hypothesis")
-    parser.add_argument("--batch", type=int, default=2000,
-                        help="hypothesis engine: examples per batch (2000)")
-    parser.add_argument("--crash-dir", type=Path, default=Path("fuzz-crashes"),
-                        help="atheris engine: where failing inputs are saved")
-    parser.add_argument("--replay", type=Path, nargs="*", default=[],
-                        help="atheris engine: run these saved inputs and stop")
+    parser.add_argument(
+        "--engine",
+        choices=["auto", "atheris", "hypothesis"],
+        default="auto",
+        help="auto: atheris when it is installed, else hypothesis",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=2000, help="hypothesis engine: examples per batch (2000)"
+    )
+    parser.add_argument(
+        "--crash-dir",
+        type=Path,
+        default=Path("fuzz-crashes"),
+        help="atheris engine: where failing inputs are saved",
+    )
+    parser.add_argument(
+        "--replay", type=Path, nargs="*", default=[], help="atheris engine: run these saved inputs and stop"
+    )
     parser.add_argument("--json", action="store_true", help="also print the summary as JSON")
     args = parser.parse_args(argv)
     _JSON = args.json
@@ -208,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if engine == "auto":
         try:
             import atheris  # noqa: F401
+
             engine = "atheris"
         except ImportError:
             engine = "hypothesis"

@@ -2,7 +2,7 @@
 applied to toolgate, on a private broker that the run restarts.
 
 A producer feeds intake (request records first, some results *before* their request
-record) while worker subprocesses (``python -m worker.cli run``) decide it; meanwhile
+record) while worker subprocesses (``python -m toolgate.cli run``) decide it; meanwhile
 the run SIGKILLs workers at random points (when a transaction is open, if it catches
 one), has a second worker join and leave (SIGTERM), and restarts the broker (optionally
 after an outage: longer than the clients' 40 s request timeout, the workers' own
@@ -48,11 +48,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
+from toolgate._config import Config
+from toolgate.gate._signing import Keyring
+from toolgate.tools._traffic import Sample, TrafficGenerator
 
 from tests.integration.worker_kit import KEYRING, ROOT, private_config, read_all, start_worker
-from worker._config import Config
-from worker._signing import Keyring
-from worker._traffic import Sample, TrafficGenerator
 
 KAFKA_SH = ROOT / "ops" / "kafka" / "kafka.sh"
 HOST = "127.0.0.1"
@@ -103,21 +103,34 @@ class PrivateBroker:
         """The environment that selects this instance in ``kafka.sh`` (and no other knob of
         the caller's: a SASL port meant for another instance would collide)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_KAFKA_")}
-        env.update({"TOOLGATE_KAFKA_PORT": str(self.port),
-                    "TOOLGATE_KAFKA_CONTROLLER_PORT": str(self.controller_port),
-                    "TOOLGATE_KAFKA_DATA": str(self.data)})
+        env.update(
+            {
+                "TOOLGATE_KAFKA_PORT": str(self.port),
+                "TOOLGATE_KAFKA_CONTROLLER_PORT": str(self.controller_port),
+                "TOOLGATE_KAFKA_DATA": str(self.data),
+            }
+        )
         return env
 
     async def script(self, command: str) -> str:
         """Run ``kafka.sh COMMAND`` for this instance; its output, or BrokerScriptError."""
         proc = await asyncio.create_subprocess_exec(
-            "bash", str(KAFKA_SH), command, env=self.env(), cwd=ROOT,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            "bash",
+            str(KAFKA_SH),
+            command,
+            env=self.env(),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         out, _ = await proc.communicate()
         text = out.decode(errors="replace")
         if proc.returncode != 0:
-            raise BrokerScriptError(f"kafka.sh {command} (port {self.port}, data {self.data}) "
-                                    f"exited {proc.returncode}:\n{text[-3000:]}")
+            raise BrokerScriptError(
+                f"kafka.sh {command} (port {self.port}, data {self.data}) "
+                f"exited {proc.returncode}:\n{text[-3000:]}"
+            )
         return text
 
     async def start(self) -> None:
@@ -189,9 +202,11 @@ class ConcurrentReader:
     def __init__(self, config: Config) -> None:
         self.config = config
         t, p = config.topics, config.partitions
-        self.tps = ([TopicPartition(t.agent, i) for i in range(p.agent)]
-                    + [TopicPartition(t.quarantine, i) for i in range(p.quarantine)]
-                    + [TopicPartition(t.audit, i) for i in range(p.audit)])
+        self.tps = (
+            [TopicPartition(t.agent, i) for i in range(p.agent)]
+            + [TopicPartition(t.quarantine, i) for i in range(p.quarantine)]
+            + [TopicPartition(t.audit, i) for i in range(p.audit)]
+        )
         self.seen: set[tuple[str, int, int]] = set()
         self.seen_twice = 0
         self.decided_origins: set[str] = set()
@@ -208,12 +223,18 @@ class ConcurrentReader:
         return len(self.decided_origins)
 
     async def start(self) -> None:
-        settings = {"bootstrap_servers": self.config.bootstrap, "group_id": None,
-                    "enable_auto_commit": False, "auto_offset_reset": "earliest"}
-        self._consumer = AIOKafkaConsumer(**settings, isolation_level="read_committed",
-                                          client_id="chaos-reader")
-        self._watcher = AIOKafkaConsumer(**settings, isolation_level="read_uncommitted",
-                                         client_id="chaos-watcher")
+        settings = {
+            "bootstrap_servers": self.config.bootstrap,
+            "group_id": None,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+        }
+        self._consumer = AIOKafkaConsumer(
+            **settings, isolation_level="read_committed", client_id="chaos-reader"
+        )
+        self._watcher = AIOKafkaConsumer(
+            **settings, isolation_level="read_uncommitted", client_id="chaos-watcher"
+        )
         await self._consumer.start()
         await self._watcher.start()
         self._consumer.assign(self.tps)
@@ -221,8 +242,10 @@ class ConcurrentReader:
         audit = [tp for tp in self.tps if tp.topic == self.config.topics.audit]
         self._watcher.assign(audit)
         await self._watcher.seek_to_end(*audit)
-        self._tasks = [asyncio.create_task(self._read(), name="chaos-reader"),
-                       asyncio.create_task(self._watch(), name="chaos-watcher")]
+        self._tasks = [
+            asyncio.create_task(self._read(), name="chaos-reader"),
+            asyncio.create_task(self._watch(), name="chaos-watcher"),
+        ]
 
     async def _poll(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
         try:
@@ -343,7 +366,8 @@ class Report:
             f"rebalances          {self.rebalances} (assignments logged: {self.assignments})",
             f"broker restarts     {self.broker_restarts} ({self.restarts_mid_txn} while a transaction "
             "was open; decisions again after "
-            + ", ".join(f"{s:.1f}s" for s in self.restart_recovery_s) + ")",
+            + ", ".join(f"{s:.1f}s" for s in self.restart_recovery_s)
+            + ")",
             f"txn aborts logged   {self.txn_aborts_logged}",
             f"aborted records     {self.aborted_records} (in aborted transactions)",
             f"aborted reads       {self.aborted_seen} (of them seen read_committed)",
@@ -355,8 +379,7 @@ class Report:
             f"unexpected verdicts {self.unexpected_verdicts}",
             f"rejection codes     {len(self.codes)}: "
             + ", ".join(f"{c}={n}" for c, n in sorted(self.codes.items())),
-            f"elapsed             {self.elapsed_s:.1f}s (total with broker and checks "
-            f"{self.total_s:.1f}s)",
+            f"elapsed             {self.elapsed_s:.1f}s (total with broker and checks {self.total_s:.1f}s)",
             f"throughput          {self.throughput:.0f} messages/s",
         ]
         for name, items in self.examples.items():
@@ -411,8 +434,9 @@ def _tail(path: Path, lines: int = 40) -> str:
 class ChaosRun:
     """One run of :class:`Plan` against ``broker``; ``workdir`` receives the worker logs."""
 
-    def __init__(self, plan: Plan, broker: PrivateBroker, workdir: Path,
-                 out: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, plan: Plan, broker: PrivateBroker, workdir: Path, out: Callable[[str], None] = print
+    ) -> None:
         self.plan = plan
         self.broker = broker
         self.workdir = workdir
@@ -433,8 +457,10 @@ class ChaosRun:
 
     def say(self, text: str) -> None:
         decided = self.reader.decided if self.reader else 0
-        self.out(f"[{time.monotonic() - self._t0:7.1f}s] decided {decided:>7} "
-                 f"published {self.published:>7}  {text}")
+        self.out(
+            f"[{time.monotonic() - self._t0:7.1f}s] decided {decided:>7} "
+            f"published {self.published:>7}  {text}"
+        )
 
     def live(self) -> list[WorkerProc]:
         return [w for w in self.workers if w.expected_end is None]
@@ -488,7 +514,8 @@ class ChaosRun:
         self.say(f"SIGTERM {proc.name}: exit {rc}")
         if rc != 0:
             self.report.violations.append(
-                f"{proc.name} did not stop cleanly on SIGTERM (exit {rc}):\n{_tail(proc.log)}")
+                f"{proc.name} did not stop cleanly on SIGTERM (exit {rc}):\n{_tail(proc.log)}"
+            )
 
     def check_alive(self) -> None:
         """A worker that ended without being told to is a failure of the run."""
@@ -522,12 +549,18 @@ class ChaosRun:
         assert self.config is not None
         assert self.reader is not None
         plan, topics = self.plan, self.config.topics
-        traffic = TrafficGenerator(Keyring.load(KEYRING, environ={}), seed=plan.seed,
-                                   run_id=uuid.uuid4().hex[:8])
+        traffic = TrafficGenerator(
+            Keyring.load(KEYRING, environ={}), seed=plan.seed, run_id=uuid.uuid4().hex[:8]
+        )
         rng = random.Random(plan.seed + 1)  # apart from the schedule's: same traffic per seed
-        producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap, acks="all",
-                                    enable_idempotence=True, linger_ms=5,
-                                    request_timeout_ms=120_000, client_id="chaos-producer")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.config.bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=5,
+            request_timeout_ms=120_000,
+            client_id="chaos-producer",
+        )
         await producer.start()
         try:
             while self.published < plan.messages:
@@ -543,22 +576,36 @@ class ChaosRun:
                 async with self._publish_lock:  # a broker restart waits for the round to finish
                     # Each step is acknowledged before the next: every request record is in
                     # before its result, except the late ones, sent after their results.
-                    await asyncio.gather(*[
-                        await producer.send(topics.requests, s.request_bytes(),
-                                            key=s.request_id.encode())
-                        for s in chunk if s.request is not None and s.request_id not in late_ids])
+                    await asyncio.gather(
+                        *[
+                            await producer.send(topics.requests, s.request_bytes(), key=s.request_id.encode())
+                            for s in chunk
+                            if s.request is not None and s.request_id not in late_ids
+                        ]
+                    )
                     for s in chunk:
                         self.samples[s.request_id] = s
-                    await asyncio.gather(*[
-                        await producer.send(topics.intake, s.message.value, key=s.message.key,
-                                            headers=list(s.message.headers))
-                        for s in chunk])
+                    await asyncio.gather(
+                        *[
+                            await producer.send(
+                                topics.intake,
+                                s.message.value,
+                                key=s.message.key,
+                                headers=list(s.message.headers),
+                            )
+                            for s in chunk
+                        ]
+                    )
                     if late:
                         await asyncio.sleep(rng.uniform(0.0, 0.3))
-                        await asyncio.gather(*[
-                            await producer.send(topics.requests, s.request_bytes(),
-                                                key=s.request_id.encode())
-                            for s in late])
+                        await asyncio.gather(
+                            *[
+                                await producer.send(
+                                    topics.requests, s.request_bytes(), key=s.request_id.encode()
+                                )
+                                for s in late
+                            ]
+                        )
                 self.late |= late_ids
                 self.published += count
         finally:
@@ -573,8 +620,7 @@ class ChaosRun:
         events += [(rng.uniform(0.30, 0.55), "restart") for _ in range(plan.broker_restarts)]
         events.append((rng.uniform(0.60, 0.75), "term"))
         span = 0.70 / max(plan.kills, 1)
-        events += [(rng.uniform(0.15 + i * span, 0.15 + (i + 1) * span), "kill")
-                   for i in range(plan.kills)]
+        events += [(rng.uniform(0.15 + i * span, 0.15 + (i + 1) * span), "kill") for i in range(plan.kills)]
         events.sort()
         events.append((rng.uniform(0.80, 0.92), "crash"))
         return events
@@ -584,8 +630,11 @@ class ChaosRun:
         the broker goes away (start-up needs the cluster and is not retried) and dies of a
         SIGTERM that comes before its signal handlers: the restart and the SIGTERM are for
         running workers."""
-        await self.wait_for(lambda: all(_logged(w.log, "worker started") for w in self.live()),
-                            "the workers to finish starting", producer)
+        await self.wait_for(
+            lambda: all(_logged(w.log, "worker started") for w in self.live()),
+            "the workers to finish starting",
+            producer,
+        )
 
     async def bounce_broker(self, producer: asyncio.Task[None]) -> None:
         assert self.reader is not None
@@ -596,8 +645,7 @@ class ChaosRun:
             how = "SIGKILL" if self.plan.hard_broker_restart else "stop"
             self.say(f"broker restart: {how}" + (" (a transaction was open)" if mid else ""))
             started = time.monotonic()
-            await self.broker.restart(hard=self.plan.hard_broker_restart,
-                                      down=self.plan.broker_down_seconds)
+            await self.broker.restart(hard=self.plan.hard_broker_restart, down=self.plan.broker_down_seconds)
             self.report.broker_restarts += 1
             self.say(f"broker restart: serving again after {time.monotonic() - started:.1f}s")
         self._recovery = (time.monotonic(), self.reader.decided)
@@ -618,11 +666,11 @@ class ChaosRun:
             for at, action in events:
                 target = int(at * plan.messages)
                 if action == "crash":
-                    await self.wait_for(lambda t=target: producer.done() and self._past(t),
-                                        "the end of the traffic", producer)
+                    await self.wait_for(
+                        lambda t=target: producer.done() and self._past(t), "the end of the traffic", producer
+                    )
                 else:
-                    await self.wait_for(lambda t=target: self._past(t), f"{action} at {target}",
-                                        producer)
+                    await self.wait_for(lambda t=target: self._past(t), f"{action} at {target}", producer)
                 await asyncio.sleep(self.rng.uniform(0.0, 0.4))  # a random point, not a boundary
                 await self.act(action, producer)
                 await self.wait_recovered(producer)
@@ -650,14 +698,18 @@ class ChaosRun:
         up, before = self._recovery
         remaining = self.published - before
         need = before + min(3 * self.plan.batch_size, max(remaining, 1))
-        await self.wait_for(lambda: self.reader is not None and self.reader.decided >= need,
-                            "decisions after the broker restart", producer)
+        await self.wait_for(
+            lambda: self.reader is not None and self.reader.decided >= need,
+            "decisions after the broker restart",
+            producer,
+        )
         self.check_alive()
         recovery = time.monotonic() - up
         self.report.restart_recovery_s.append(recovery)
         self._recovery = None
-        self.say(f"decisions flow again {recovery:.1f}s after the broker restart; "
-                 f"{len(self.live())} workers alive")
+        self.say(
+            f"decisions flow again {recovery:.1f}s after the broker restart; {len(self.live())} workers alive"
+        )
 
     async def act(self, action: str, producer: asyncio.Task[None]) -> None:
         if action == "join":
@@ -682,8 +734,10 @@ class ChaosRun:
         try:
             rc = await asyncio.to_thread(burst.popen.wait, self.plan.drain_seconds)
         except subprocess.TimeoutExpired as exc:
-            raise RunFailed(f"the --burst worker did not finish within {self.plan.drain_seconds:g}s; "
-                            f"log tail:\n{_tail(burst.log)}") from exc
+            raise RunFailed(
+                f"the --burst worker did not finish within {self.plan.drain_seconds:g}s; "
+                f"log tail:\n{_tail(burst.log)}"
+            ) from exc
         burst.expected_end = f"exit {rc}"
         self.say(f"{burst.name} (--burst) exited {rc}")
         if rc != 0:
@@ -728,8 +782,9 @@ class ChaosRun:
 
         report.messages = len(intake)
         if report.messages != self.plan.messages:
-            report.violations.append(f"intake holds {report.messages} records, "
-                                     f"{self.plan.messages} were published")
+            report.violations.append(
+                f"intake holds {report.messages} records, {self.plan.messages} were published"
+            )
         origin_of = {}  # request id (intake key) -> origin
         for r in intake:
             origin_of[r.key] = f"{t.intake}/{r.partition}/{r.offset}"
@@ -744,14 +799,14 @@ class ChaosRun:
                 decisions[event["origin"]].append(event)
         agent_n = collections.Counter(origin_of.get(r.key, f"?key={r.key}") for r in agent)
         quarantine_n = collections.Counter(
-            r.headers.get("tg-origin", b"?").decode(errors="replace") for r in quarantine)
+            r.headers.get("tg-origin", b"?").decode(errors="replace") for r in quarantine
+        )
 
         dup, lost, misfiled, unexpected = [], [], [], []
         for origin in sorted(origins):
             events = decisions.get(origin, [])
             rejected = bool(events) and events[0]["outcome"] == "rejected"
-            extra = (max(0, len(events) - 1) + max(0, agent_n[origin] - 1)
-                     + max(0, quarantine_n[origin] - 1))
+            extra = max(0, len(events) - 1) + max(0, agent_n[origin] - 1) + max(0, quarantine_n[origin] - 1)
             if extra:
                 dup.extend([origin] * extra)
             if not events:
@@ -762,7 +817,7 @@ class ChaosRun:
                 lost.append(f"{origin} (rejected, not quarantined)")
             if events and not rejected and quarantine_n[origin]:
                 misfiled.append(f"{origin} (accepted, but quarantined)")
-        strays = ((set(decisions) | set(agent_n) | set(quarantine_n)) - origins)
+        strays = (set(decisions) | set(agent_n) | set(quarantine_n)) - origins
         misfiled += [f"{s} (output of no intake record)" for s in sorted(strays)]
 
         key_of = {origin: key for key, origin in origin_of.items()}
@@ -801,16 +856,23 @@ class ChaosRun:
         report.reader_seen_twice = self.reader.seen_twice
         report.duplicates, report.losses = len(dup), len(lost)
         report.misfiled, report.unexpected_verdicts = len(misfiled), len(unexpected)
-        for name, items in (("duplicates", dup), ("losses", lost), ("misfiled", misfiled),
-                            ("unexpected verdicts", unexpected),
-                            ("aborted reads", sorted(seen & aborted))):
+        for name, items in (
+            ("duplicates", dup),
+            ("losses", lost),
+            ("misfiled", misfiled),
+            ("unexpected verdicts", unexpected),
+            ("aborted reads", sorted(seen & aborted)),
+        ):
             if items:
                 report.examples[name] = [str(i) for i in items[:5]]
-        for name, value in (("duplicates", report.duplicates), ("losses", report.losses),
-                            ("misfiled", report.misfiled),
-                            ("unexpected verdicts", report.unexpected_verdicts),
-                            ("aborted reads", report.aborted_seen),
-                            ("uncommitted reads", report.uncommitted_seen)):
+        for name, value in (
+            ("duplicates", report.duplicates),
+            ("losses", report.losses),
+            ("misfiled", report.misfiled),
+            ("unexpected verdicts", report.unexpected_verdicts),
+            ("aborted reads", report.aborted_seen),
+            ("uncommitted reads", report.uncommitted_seen),
+        ):
             if value:
                 report.violations.append(f"{name}: {value}")
         expected_codes = {s.expect[1] for s in self.samples.values() if s.expect is not None}
@@ -818,8 +880,9 @@ class ChaosRun:
             report.violations.append(f"rejection codes never decided: {sorted(missing)}")
 
 
-async def run_chaos(plan: Plan, broker: PrivateBroker, workdir: Path,
-                    out: Callable[[str], None] = print) -> Report:
+async def run_chaos(
+    plan: Plan, broker: PrivateBroker, workdir: Path, out: Callable[[str], None] = print
+) -> Report:
     """Run ``plan`` on ``broker`` (already started); the report of the run."""
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     return await ChaosRun(plan, broker, workdir, out).run()

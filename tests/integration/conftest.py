@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
+from toolgate._config import Config
 
 from tests.integration.live import LiveWorker
 from tests.integration.worker_kit import drop_topics, private_config
-from worker._config import Config
 
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
 PROBE_TIMEOUT_S = 10.0
@@ -56,9 +56,7 @@ def bootstrap() -> str:
         problem = str(exc) or type(exc).__name__
     else:
         return servers
-    reason = (
-        f"no Kafka broker answers on {servers} ({problem}); start it with ops/kafka/kafka.sh start"
-    )
+    reason = f"no Kafka broker answers on {servers} ({problem}); start it with ops/kafka/kafka.sh start"
     if os.environ.get("TOOLGATE_REQUIRE_KAFKA") == "1":
         pytest.fail(f"TOOLGATE_REQUIRE_KAFKA=1 but {reason}", pytrace=False)
     pytest.skip(reason)

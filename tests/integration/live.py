@@ -15,6 +15,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from toolgate._config import Config
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._signing import Keyring
+from toolgate.service._service import Worker, WorkerOptions, WorkerStats
+from toolgate.tools._traffic import Sample
+
 from tests.integration.worker_kit import (
     KEYRING,
     ROOT,
@@ -24,12 +31,6 @@ from tests.integration.worker_kit import (
     samples,
     worker_env,
 )
-from worker._config import Config
-from worker._contracts import ContractSet
-from worker._gate import Gate
-from worker._service import Worker, WorkerOptions, WorkerStats
-from worker._signing import Keyring
-from worker._traffic import Sample
 
 VENV_BIN = Path(sys.executable).parent
 

@@ -77,19 +77,14 @@ async def _drain(consumer: AIOKafkaConsumer) -> list[ConsumerRecord]:
     return records
 
 
-async def _values(
-    bootstrap: str, topic: str, isolation_level: str, partitions: int = 1
-) -> list[bytes]:
+async def _values(bootstrap: str, topic: str, isolation_level: str, partitions: int = 1) -> list[bytes]:
     async with _reader(bootstrap, topic, isolation_level, partitions) as consumer:
         return [r.value for r in await _drain(consumer)]
 
 
 async def _seed(bootstrap: str, topic: str, count: int) -> None:
     async with _producer(bootstrap, acks="all") as producer:
-        futures = [
-            await producer.send(topic, f"in-{i}".encode(), key=str(i).encode())
-            for i in range(count)
-        ]
+        futures = [await producer.send(topic, f"in-{i}".encode(), key=str(i).encode()) for i in range(count)]
         await asyncio.gather(*futures)
 
 
@@ -132,8 +127,7 @@ class TestCommittedTransaction:
             async with _producer(bootstrap, transactional_id=_uid("txn")) as producer:
                 async with producer.transaction():
                     futures = [
-                        await producer.send(output, b"out-" + rec.value, key=rec.key)
-                        for rec in inputs
+                        await producer.send(output, b"out-" + rec.value, key=rec.key) for rec in inputs
                     ]
                     await producer.send_offsets_to_transaction(next_offsets, group)
                 await asyncio.gather(*futures)
@@ -209,9 +203,7 @@ class TestZombieFencing:
         committed = await admin.list_consumer_group_offsets(group)
         assert {tp: om.offset for tp, om in committed.items()} == {tp_in: 7}
 
-    async def test_send_of_fenced_producer_fails(
-        self, bootstrap: str, topic_factory: TopicFactory
-    ) -> None:
+    async def test_send_of_fenced_producer_fails(self, bootstrap: str, topic_factory: TopicFactory) -> None:
         """After the successor starts, the zombie's next send fails with ProducerFenced."""
         topic = await topic_factory("output")
         txn_id = _uid("txn")

@@ -53,14 +53,21 @@ async def chaos_broker(tmp_path: Path) -> AsyncIterator[PrivateBroker]:
 
 class TestCopier:
     async def test_kills_rebalances_and_a_broker_restart_decide_everything_once(
-            self, chaos_broker: PrivateBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        self, chaos_broker: PrivateBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """Exactly one decision per intake offset, and no aborted record read committed."""
         # This test's own clients reconnect through the broker restart: their connection errors
         # are expected (the workers' logs are files under tmp_path).
         caplog.set_level(logging.CRITICAL, logger="aiokafka")
         seed = int(os.environ.get("TOOLGATE_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
-        plan = Plan(messages=MESSAGES, seed=seed, kills=1, batch_size=200, max_ahead=2500,
-                    broker_down_seconds=OUTAGE_SECONDS)
+        plan = Plan(
+            messages=MESSAGES,
+            seed=seed,
+            kills=1,
+            batch_size=200,
+            max_ahead=2500,
+            broker_down_seconds=OUTAGE_SECONDS,
+        )
         report = await run_chaos(plan, chaos_broker, tmp_path / "run")
         figures = report.figures()
         print(f"\n{figures}\nworker logs: {tmp_path / 'run'}")

@@ -58,16 +58,24 @@ class Prometheus:
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(RULES_FILE)],
-            "scrape_configs": [{"job_name": "toolgate", "scrape_interval": "1s",
-                                "static_configs": [{"targets": [target]}]}],
+            "scrape_configs": [
+                {"job_name": "toolgate", "scrape_interval": "1s", "static_configs": [{"targets": [target]}]}
+            ],
         }
         config_file = workdir / "prometheus.yml"
         config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                [binary, f"--config.file={config_file}", f"--storage.tsdb.path={workdir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT)
+                [
+                    binary,
+                    f"--config.file={config_file}",
+                    f"--storage.tsdb.path={workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def get(self, path: str, **params: str) -> Any:
         url = f"http://127.0.0.1:{self.port}{path}"
@@ -120,11 +128,15 @@ def prometheus(live: LiveWorker, tmp_path_factory: pytest.TempPathFactory) -> It
     every query to have data (bounded wait; the tests report what is still missing)."""
     binary = _prometheus_binary()
     assert live.worker is not None
-    server = Prometheus(binary, tmp_path_factory.mktemp("prometheus"),
-                        f"127.0.0.1:{live.worker.metrics_port}")
+    server = Prometheus(
+        binary, tmp_path_factory.mktemp("prometheus"), f"127.0.0.1:{live.worker.metrics_port}"
+    )
     try:
-        live.wait_until(lambda: server.process.poll() is not None or server.ready(), START_SECONDS,
-                        "seeing Prometheus ready")
+        live.wait_until(
+            lambda: server.process.poll() is not None or server.ready(),
+            START_SECONDS,
+            "seeing Prometheus ready",
+        )
         assert server.process.poll() is None, server.log_tail()
         queries = [q.expr for q in [*panel_queries(), *watched_rule_queries()]]
         seed = 100

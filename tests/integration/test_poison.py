@@ -19,6 +19,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from toolgate._config import Config
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import Message
+from toolgate.gate._rules import Evidence
+from toolgate.gate._signing import Keyring
+from toolgate.service._service import Worker, WorkerOptions
 
 from tests.integration.worker_kit import (
     CONTRACTS,
@@ -29,13 +36,6 @@ from tests.integration.worker_kit import (
     read_all,
     start_worker,
 )
-from worker._config import Config
-from worker._contracts import ContractSet
-from worker._gate import Gate
-from worker._records import Message
-from worker._rules import Evidence
-from worker._service import Worker, WorkerOptions
-from worker._signing import Keyring
 
 CORPUS_CONTRACTS = ROOT / "tests" / "corpus" / "contracts"
 INVALID = {"code": "INVALID_RESPONSE", "retryable": False}
@@ -76,44 +76,62 @@ async def run_until(worker: Worker, decided: int, seconds: float = 90) -> None:
 
 
 def review(request_id: str, change: str = "CR-1042") -> bytes:
-    return json.dumps({"tool": "review_status", "request_id": request_id, "outcome": "success",
-                       "data": {"change_id": change, "decision": "approved",
-                                "reviewed_by": "alice@example.com"}}).encode()
+    return json.dumps(
+        {
+            "tool": "review_status",
+            "request_id": request_id,
+            "outcome": "success",
+            "data": {"change_id": change, "decision": "approved", "reviewed_by": "alice@example.com"},
+        }
+    ).encode()
 
 
 def headers(tool: str, request_id: str, version: str = "1.4.2") -> list[tuple[str, bytes]]:
-    return [("tg-tool", tool.encode()), ("tg-request-id", request_id.encode()),
-            ("tg-adapter", b"review-adapter"), ("tg-adapter-version", version.encode())]
+    return [
+        ("tg-tool", tool.encode()),
+        ("tg-request-id", request_id.encode()),
+        ("tg-adapter", b"review-adapter"),
+        ("tg-adapter-version", version.encode()),
+    ]
 
 
 def request(request_id: str, tool: str = "review_status", **bind: Any) -> bytes:
     now = datetime.now(UTC)
-    return json.dumps({"request_id": request_id, "tool": tool,
-                       "issued_at": (now - timedelta(seconds=5)).isoformat(),
-                       "expires_at": (now + timedelta(minutes=10)).isoformat(),
-                       "bind": bind, "attempt": 1, "max_attempts": 3}).encode()
+    return json.dumps(
+        {
+            "request_id": request_id,
+            "tool": tool,
+            "issued_at": (now - timedelta(seconds=5)).isoformat(),
+            "expires_at": (now + timedelta(minutes=10)).isoformat(),
+            "bind": bind,
+            "attempt": 1,
+            "max_attempts": 3,
+        }
+    ).encode()
 
 
 Record = tuple[bytes, bytes, list[tuple[str, bytes]]]
 
 
 async def send(config: Config, topic: str, records: list[Record], **producer: Any) -> None:
-    client = AIOKafkaProducer(bootstrap_servers=config.bootstrap, acks="all", linger_ms=5,
-                              **producer)
+    client = AIOKafkaProducer(bootstrap_servers=config.bootstrap, acks="all", linger_ms=5, **producer)
     await client.start()
     try:
-        futures = [await client.send(topic, value, key=key, headers=hdrs)
-                   for key, value, hdrs in records]
+        futures = [await client.send(topic, value, key=key, headers=hdrs) for key, value, hdrs in records]
         await asyncio.gather(*futures)
     finally:
         await client.stop()
 
 
 async def publish_reviews(config: Config, ids: list[str]) -> None:
-    await send(config, config.topics.requests,
-               [(rid.encode(), request(rid, change_id="CR-1042"), []) for rid in ids])
-    await send(config, config.topics.intake,
-               [(rid.encode(), review(rid), headers("review_status", rid)) for rid in ids])
+    await send(
+        config, config.topics.requests, [(rid.encode(), request(rid, change_id="CR-1042"), []) for rid in ids]
+    )
+    await send(
+        config,
+        config.topics.intake,
+        [(rid.encode(), review(rid), headers("review_status", rid)) for rid in ids],
+    )
 
 
 def agent_by_key(records: list[Any]) -> dict[str, dict[str, Any]]:
@@ -122,7 +140,8 @@ def agent_by_key(records: list[Any]) -> dict[str, dict[str, Any]]:
 
 class TestEvaluationRaises:
     async def test_raising_evaluation_is_quarantined_and_the_loop_goes_on(
-            self, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+        self, config: Config, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """Evaluation raising in a rule or outside the gate is INTERNAL_ERROR; later results are decided."""
         ids = [f"req.poison{i:04d}" for i in range(30)]
         in_rule, in_evaluate = ids[9], ids[19]
@@ -132,8 +151,7 @@ class TestEvaluationRaises:
             if evidence.request_id == in_rule:
                 raise RuntimeError("a rule that breaks on one message")
 
-        monkeypatch.setitem(gate._rules, "review_status@v1",
-                            (*gate._rules["review_status@v1"], boom))
+        monkeypatch.setitem(gate._rules, "review_status@v1", (*gate._rules["review_status@v1"], boom))
         evaluate = gate.evaluate
 
         def evaluate_or_raise(message: Message, *args: Any, **kwargs: Any) -> Any:
@@ -171,24 +189,42 @@ class TestPathologicalPattern:
         bad = {"req.redos0050": "a" * 50 + "!", "req.redos0255": "a" * 255 + "!"}
         good = {"req.redos0good": "a" * 64}
         items = {**bad, **good}
-        await send(config, config.topics.requests,
-                   [(rid.encode(), request(rid, tool="token_check"), []) for rid in items])
-        await send(config, config.topics.intake, [
-            (rid.encode(), json.dumps({"tool": "token_check", "request_id": rid,
-                                       "outcome": "success", "data": {"token": token}}).encode(),
-             headers("token_check", rid, "1.0.0")) for rid, token in items.items()])
+        await send(
+            config,
+            config.topics.requests,
+            [(rid.encode(), request(rid, tool="token_check"), []) for rid in items],
+        )
+        await send(
+            config,
+            config.topics.intake,
+            [
+                (
+                    rid.encode(),
+                    json.dumps(
+                        {
+                            "tool": "token_check",
+                            "request_id": rid,
+                            "outcome": "success",
+                            "data": {"token": token},
+                        }
+                    ).encode(),
+                    headers("token_check", rid, "1.0.0"),
+                )
+                for rid, token in items.items()
+            ],
+        )
         worker = make_worker(config, make_gate(CORPUS_CONTRACTS))
         started = time.perf_counter()
         await run_until(worker, len(items))
         wall = time.perf_counter() - started
 
         registry = worker.metrics.registry
-        schema_seconds = registry.get_sample_value("toolgate_evaluation_seconds_sum",
-                                                   {"stage": "schema"})
-        schema_count = registry.get_sample_value("toolgate_evaluation_seconds_count",
-                                                 {"stage": "schema"})
-        print(f"\npathological pattern: {schema_count:g} results rejected at the schema stage in "
-              f"{schema_seconds * 1000:.2f} ms of gate time (run {wall:.1f} s)")
+        schema_seconds = registry.get_sample_value("toolgate_evaluation_seconds_sum", {"stage": "schema"})
+        schema_count = registry.get_sample_value("toolgate_evaluation_seconds_count", {"stage": "schema"})
+        print(
+            f"\npathological pattern: {schema_count:g} results rejected at the schema stage in "
+            f"{schema_seconds * 1000:.2f} ms of gate time (run {wall:.1f} s)"
+        )
         assert schema_count == len(bad)
         assert schema_seconds < 0.25  # 2**50 steps for a backtracking engine; here about a millisecond
         assert worker.stats.by_code == {"SCHEMA_VIOLATION": 2}
@@ -199,20 +235,36 @@ class TestPathologicalPattern:
 
 class TestHugeMessage:
     async def test_ten_megabytes_is_refused_by_size_and_quarantined_truncated(
-            self, config: Config, admin: AIOKafkaAdminClient) -> None:
+        self, config: Config, admin: AIOKafkaAdminClient
+    ) -> None:
         """A 10 MB result is PAYLOAD_TOO_LARGE, quarantined truncated (tg-truncated, full sha256)."""
-        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, config.topics.intake,
-                                                  configs={"max.message.bytes": str(16 << 20)})])
+        await admin.alter_configs(
+            [
+                ConfigResource(
+                    ConfigResourceType.TOPIC,
+                    config.topics.intake,
+                    configs={"max.message.bytes": str(16 << 20)},
+                )
+            ]
+        )
         big_id, next_id = "req.huge0001", "req.huge0002"
         head = review(big_id)[:-2] + b',"padding":"'
         value = head + b"x" * (TEN_MB - len(head) - 3) + b'"}}'
         assert len(value) == TEN_MB
-        await send(config, config.topics.requests,
-                   [(rid.encode(), request(rid, change_id="CR-1042"), []) for rid in (big_id, next_id)])
-        await send(config, config.topics.intake,
-                   [(big_id.encode(), value, headers("review_status", big_id)),
-                    (next_id.encode(), review(next_id), headers("review_status", next_id))],
-                   max_request_size=16 << 20)
+        await send(
+            config,
+            config.topics.requests,
+            [(rid.encode(), request(rid, change_id="CR-1042"), []) for rid in (big_id, next_id)],
+        )
+        await send(
+            config,
+            config.topics.intake,
+            [
+                (big_id.encode(), value, headers("review_status", big_id)),
+                (next_id.encode(), review(next_id), headers("review_status", next_id)),
+            ],
+            max_request_size=16 << 20,
+        )
         worker = make_worker(config, make_gate())
         await run_until(worker, 2)
 
@@ -228,8 +280,12 @@ class TestHugeMessage:
         assert 0 < len(record.value) < WorkerOptions().max_record_bytes
         assert value.startswith(record.value)
         agent = agent_by_key(await read_all(config, config.topics.agent))
-        assert agent[big_id] == {"tool": "review_status", "request_id": big_id,
-                                 "outcome": "failure", "error": INVALID}
+        assert agent[big_id] == {
+            "tool": "review_status",
+            "request_id": big_id,
+            "outcome": "failure",
+            "error": INVALID,
+        }
         assert agent[next_id]["outcome"] == "success"
         audit = {r.key: json.loads(r.value) for r in await read_all(config, config.topics.audit)}
         assert audit[big_id]["raw_sha256"] == hashlib.sha256(value).hexdigest()
@@ -260,7 +316,8 @@ def _get(url: str) -> tuple[int, str]:
 
 class TestUnknownBurst:
     async def test_ten_thousand_unknown_results_keep_the_worker_up_and_bounded(
-            self, bootstrap: str, tmp_path: Path) -> None:
+        self, bootstrap: str, tmp_path: Path
+    ) -> None:
         """10,000 unknown-request results are each counted UNKNOWN_REQUEST; the worker stays up, bounded."""
         config = await private_config(bootstrap, partitions=3)
         try:
@@ -270,8 +327,11 @@ class TestUnknownBurst:
 
     async def _burst(self, config: Config, tmp_path: Path) -> None:
         ids = [f"req.burst{i:08d}" for i in range(BURST)]
-        await send(config, config.topics.intake,
-                   [(rid.encode(), review(rid), headers("review_status", rid)) for rid in ids])
+        await send(
+            config,
+            config.topics.intake,
+            [(rid.encode(), review(rid), headers("review_status", rid)) for rid in ids],
+        )
         log = tmp_path / "worker.log"
         proc = start_worker(config, log=log)
         samples: list[int] = []
@@ -283,8 +343,13 @@ class TestUnknownBurst:
             while decided < BURST and time.monotonic() - started < 180 and proc.poll() is None:
                 samples.append(_status(proc.pid)["VmRSS"])
                 _, text = await asyncio.to_thread(_get, f"{base}/metrics")
-                decided = _metric(text, "toolgate_rejections_total", code="UNKNOWN_REQUEST",
-                                  stage="correlate", tool="review_status")
+                decided = _metric(
+                    text,
+                    "toolgate_rejections_total",
+                    code="UNKNOWN_REQUEST",
+                    stage="correlate",
+                    tool="review_status",
+                )
                 await asyncio.sleep(0.25)  # polling a running process, not waiting for time
             seconds = time.monotonic() - started
             status = _status(proc.pid)
@@ -297,12 +362,13 @@ class TestUnknownBurst:
                 proc.send_signal(signal.SIGTERM)
             assert proc.wait(60) == 0, log.read_text()[-3000:]
         peak_mib = status["VmHWM"] / 1024
-        print(f"\nunknown-request burst: {BURST:,} decided in {seconds:.1f} s; worker RSS "
-              f"first sample {samples[0] / 1024:.1f} MiB, last {status['VmRSS'] / 1024:.1f} MiB, "
-              f"peak (VmHWM) {peak_mib:.1f} MiB")
+        print(
+            f"\nunknown-request burst: {BURST:,} decided in {seconds:.1f} s; worker RSS "
+            f"first sample {samples[0] / 1024:.1f} MiB, last {status['VmRSS'] / 1024:.1f} MiB, "
+            f"peak (VmHWM) {peak_mib:.1f} MiB"
+        )
         assert decided == BURST
-        assert _metric(text, "toolgate_results_total", outcome="rejected",
-                       tool="review_status") == BURST
+        assert _metric(text, "toolgate_results_total", outcome="rejected", tool="review_status") == BURST
         assert (health, ready) == (200, 200)
         assert peak_mib < PEAK_RSS_LIMIT_MIB
 
@@ -313,9 +379,12 @@ class TestUnknownBurst:
         agent = await read_all(config, config.topics.agent)
         assert len(agent) == BURST
         # The agent hears nothing about requests it never issued: no request id echoed.
-        assert {r.value for r in agent} == {json.dumps(
-            {"tool": "review_status", "request_id": None, "outcome": "failure", "error": INVALID},
-            separators=(",", ":")).encode()}
+        assert {r.value for r in agent} == {
+            json.dumps(
+                {"tool": "review_status", "request_id": None, "outcome": "failure", "error": INVALID},
+                separators=(",", ":"),
+            ).encode()
+        }
         assert len(await read_all(config, config.topics.quarantine)) == BURST
 
 

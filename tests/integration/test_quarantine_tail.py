@@ -12,8 +12,15 @@ from tests.integration.worker_kit import ROOT, Record, read_all
 
 
 def tail(live: LiveWorker, *args: str, **env: str) -> tuple[int, list[dict[str, Any]], str]:
-    result = subprocess.run(["toolgate", "quarantine", "tail", *args], env={**live.env(), **env},
-                            cwd=ROOT, capture_output=True, text=True, check=False, timeout=120)
+    result = subprocess.run(
+        ["toolgate", "quarantine", "tail", *args],
+        env={**live.env(), **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     return result.returncode, [json.loads(line) for line in result.stdout.splitlines()], result.stderr
 
 
@@ -42,8 +49,11 @@ class TestQuarantineTail:
 
     def test_filter_by_tool(self, live: LiveWorker) -> None:
         """--tool keeps the tool's records, rejected before or after its contract was found."""
-        expected = [r.offset for r in quarantine(live)
-                    if (r.headers["tg-contract"] or r.headers["tg-tool"]).split(b"@")[0] == b"review_status"]
+        expected = [
+            r.offset
+            for r in quarantine(live)
+            if (r.headers["tg-contract"] or r.headers["tg-tool"]).split(b"@")[0] == b"review_status"
+        ]
         code, lines, err = tail(live, "--tool", "review_status", "-n", "1000")
         assert code == 0, err
         assert [line["offset"] for line in lines] == expected

@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from toolgate._config import Config
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._signing import Keyring
+from toolgate.service._service import Worker, WorkerOptions
+from toolgate.tools._replay import Selection, read_quarantine, run_replay
 
 from tests.integration.worker_kit import (
     CONTRACTS,
     KEYRING,
     read_all,
 )
-from worker._config import Config
-from worker._contracts import ContractSet
-from worker._gate import Gate
-from worker._replay import Selection, read_quarantine, run_replay
-from worker._service import Worker, WorkerOptions
-from worker._signing import Keyring
 
 
 def contracts_with_v2(root: Path, status: str) -> Path:
@@ -53,20 +53,34 @@ async def publish_reviews(config: Config, count: int, *, comment_every: int) -> 
     try:
         for i in range(count):
             rid = f"req.rp{now:%H%M%S}{i:05d}"
-            request = {"request_id": rid, "tool": "review_status", "issued_at": now.isoformat(),
-                       "expires_at": (now + timedelta(minutes=30)).isoformat(),
-                       "bind": {"change_id": f"CR-{i + 1}"}, "attempt": 1, "max_attempts": 2}
+            request = {
+                "request_id": rid,
+                "tool": "review_status",
+                "issued_at": now.isoformat(),
+                "expires_at": (now + timedelta(minutes=30)).isoformat(),
+                "bind": {"change_id": f"CR-{i + 1}"},
+                "attempt": 1,
+                "max_attempts": 2,
+            }
             await producer.send(config.topics.requests, json.dumps(request).encode(), key=rid.encode())
-            data: dict[str, Any] = {"change_id": f"CR-{i + 1}", "decision": "approved",
-                                    "reviewed_by": "alice@example.com"}
+            data: dict[str, Any] = {
+                "change_id": f"CR-{i + 1}",
+                "decision": "approved",
+                "reviewed_by": "alice@example.com",
+            }
             has_comment[rid] = i % comment_every == 0
             if has_comment[rid]:
                 data["comment"] = "LGTM"
             value = {"tool": "review_status", "request_id": rid, "outcome": "success", "data": data}
-            headers = [("tg-tool", b"review_status"), ("tg-request-id", rid.encode()),
-                       ("tg-adapter", b"review-adapter"), ("tg-adapter-version", b"1.5.0")]
-            await producer.send(config.topics.intake, json.dumps(value).encode(), key=rid.encode(),
-                                headers=headers)
+            headers = [
+                ("tg-tool", b"review_status"),
+                ("tg-request-id", rid.encode()),
+                ("tg-adapter", b"review-adapter"),
+                ("tg-adapter-version", b"1.5.0"),
+            ]
+            await producer.send(
+                config.topics.intake, json.dumps(value).encode(), key=rid.encode(), headers=headers
+            )
         await producer.flush()
     finally:
         await producer.stop()
@@ -107,21 +121,45 @@ class TestReplay:
 
         fixed = gate_for(contracts_with_v2(tmp_path / "fixed", "active"))
         out = io.StringIO()
-        assert await run_replay(config, fixed, Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
-                                apply_it=False, max_replays=3, now=datetime.now(UTC), out=out) == 0
+        assert (
+            await run_replay(
+                config,
+                fixed,
+                Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
+                apply_it=False,
+                max_replays=3,
+                now=datetime.now(UTC),
+                out=out,
+            )
+            == 0
+        )
         assert f"would now pass: {len(commented)}" in out.getvalue()
         assert len(await read_all(config, config.topics.intake)) == 60  # the dry run wrote nothing
 
-        await run_replay(config, fixed, Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
-                         apply_it=True, max_replays=3, now=datetime.now(UTC), out=io.StringIO())
+        await run_replay(
+            config,
+            fixed,
+            Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
+            apply_it=True,
+            max_replays=3,
+            now=datetime.now(UTC),
+            out=io.StringIO(),
+        )
         await decide_all(config, fixed, len(commented))
         delivered = successes(await read_all(config, config.topics.agent))
         assert set(delivered) == set(has_comment)
         assert set(delivered.values()) == {1}
 
         # Replaying the same quarantine again delivers nothing new: duplicates are refused.
-        await run_replay(config, fixed, Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
-                         apply_it=True, max_replays=3, now=datetime.now(UTC), out=io.StringIO())
+        await run_replay(
+            config,
+            fixed,
+            Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
+            apply_it=True,
+            max_replays=3,
+            now=datetime.now(UTC),
+            out=io.StringIO(),
+        )
         await decide_all(config, fixed, len(commented))
         assert successes(await read_all(config, config.topics.agent)) == delivered
         quarantine, _ = await read_quarantine(config, Selection(codes=frozenset({"DUPLICATE_RESULT"})))
@@ -134,14 +172,22 @@ class TestReplay:
         gate = gate_for(CONTRACTS)  # never fixed: every replay is quarantined again
         await decide_all(config, gate, 6)
         for decided in (6, 12):  # quarantine: 6 at count 0, then +6 at 1, then +6 at 1 and +6 at 2
-            await run_replay(config, gate, Selection(), apply_it=True, max_replays=2,
-                             now=datetime.now(UTC), out=io.StringIO())
+            await run_replay(
+                config,
+                gate,
+                Selection(),
+                apply_it=True,
+                max_replays=2,
+                now=datetime.now(UTC),
+                out=io.StringIO(),
+            )
             await decide_all(config, gate, decided)
         records, _ = await read_quarantine(config, Selection())
         assert sorted(r.replays for r in records) == [0] * 6 + [1] * 12 + [2] * 6
         out = io.StringIO()
-        await run_replay(config, gate, Selection(), apply_it=True, max_replays=2,
-                         now=datetime.now(UTC), out=out)
+        await run_replay(
+            config, gate, Selection(), apply_it=True, max_replays=2, now=datetime.now(UTC), out=out
+        )
         assert "replayed 18 records" in out.getvalue()
         assert "6 refused by the loop guard" in out.getvalue()
 
@@ -158,8 +204,9 @@ class TestReplay:
 
 
 class TestShadowLive:
-    async def test_shadow_counts_and_audits_while_active_decides(self, config: Config,
-                                                               tmp_path: Path) -> None:
+    async def test_shadow_counts_and_audits_while_active_decides(
+        self, config: Config, tmp_path: Path
+    ) -> None:
         """A shadow version's disagreements are counted and audited; the active one decides."""
         has_comment = await publish_reviews(config, 30, comment_every=2)
         worker = await decide_all(config, gate_for(contracts_with_v2(tmp_path / "c", "shadow")), 30)

@@ -11,11 +11,11 @@ import subprocess
 import urllib.request
 
 import pytest
+from toolgate.tools._top import parse
 
 from tests.integration.live import LiveWorker
 from tests.integration.worker_kit import ROOT
 from tests.ops_catalog import runbook_commands
-from worker._top import parse
 
 COMMANDS = runbook_commands()
 
@@ -23,8 +23,15 @@ COMMANDS = runbook_commands()
 def _run(live: LiveWorker, command: str) -> subprocess.CompletedProcess[str]:
     assert live.worker is not None
     concrete = command.replace("127.0.0.1:9464", f"127.0.0.1:{live.worker.metrics_port}")
-    return subprocess.run(["bash", "-c", concrete], env=live.env(), cwd=ROOT, capture_output=True,
-                          text=True, check=False, timeout=120)
+    return subprocess.run(
+        ["bash", "-c", concrete],
+        env=live.env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
 
 
 def _replayed(live: LiveWorker) -> float:

@@ -4,7 +4,7 @@ A broker instance of its own (``ops/kafka/kafka.sh`` with ``TOOLGATE_KAFKA_SASL_
 ``TOOLGATE_KAFKA_SCRAM_USERS``, its own ports and data directory; never the shared
 broker) enforces ACLs on its SASL_PLAINTEXT listener with
 ``allow.everyone.if.no.acl.found=false``. As ``admin`` the test creates the topics and
-applies ``worker._acls.acl_plan``; then the real worker runs as ``toolgate`` on sample
+applies ``toolgate.tools._acls.acl_plan``; then the real worker runs as ``toolgate`` on sample
 traffic written by ``platform`` (requests) and ``adapter`` (intake), and decides every
 result. The negative proofs show the ACLs mean what DESIGN.md's table says: adapters
 and agents cannot write where only toolgate or the platform may, agents cannot read
@@ -34,6 +34,13 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
 )
+from toolgate._config import Config, Partitions, Security, Topics
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._signing import Keyring
+from toolgate.service._kafka import client_settings, ensure_topics
+from toolgate.service._service import Worker, WorkerOptions
+from toolgate.tools._acls import TRANSACTIONAL_PREFIX, acl_plan, apply_acls, describe_acls
 
 from tests.integration.worker_kit import (
     CLEAN,
@@ -46,13 +53,6 @@ from tests.integration.worker_kit import (
     read_all,
     samples,
 )
-from worker._acls import TRANSACTIONAL_PREFIX, acl_plan, apply_acls, describe_acls
-from worker._config import Config, Partitions, Security, Topics
-from worker._contracts import ContractSet
-from worker._gate import Gate
-from worker._kafka import client_settings, ensure_topics
-from worker._service import Worker, WorkerOptions
-from worker._signing import Keyring
 
 KAFKA_SH = ROOT / "ops" / "kafka" / "kafka.sh"
 HOST = "127.0.0.1"
@@ -91,23 +91,36 @@ class SaslBroker:
     def env(self) -> dict[str, str]:
         """The environment that selects this instance in ``kafka.sh`` (every command)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_KAFKA_")}
-        env.update({
-            "TOOLGATE_KAFKA_PORT": str(self.port),
-            "TOOLGATE_KAFKA_CONTROLLER_PORT": str(self.controller_port),
-            "TOOLGATE_KAFKA_SASL_PORT": str(self.sasl_port),
-            "TOOLGATE_KAFKA_DATA": str(self.data),
-            "TOOLGATE_KAFKA_SCRAM_USERS": ",".join(f"{u}:{p}" for u, p in self.passwords.items()),
-        })
+        env.update(
+            {
+                "TOOLGATE_KAFKA_PORT": str(self.port),
+                "TOOLGATE_KAFKA_CONTROLLER_PORT": str(self.controller_port),
+                "TOOLGATE_KAFKA_SASL_PORT": str(self.sasl_port),
+                "TOOLGATE_KAFKA_DATA": str(self.data),
+                "TOOLGATE_KAFKA_SCRAM_USERS": ",".join(f"{u}:{p}" for u, p in self.passwords.items()),
+            }
+        )
         return env
 
     def script(self, command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(KAFKA_SH), command], env=self.env(), cwd=ROOT,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=240, check=False)
+        return subprocess.run(
+            ["bash", str(KAFKA_SH), command],
+            env=self.env(),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
 
     def security(self, user: str, password: str | None = None) -> Security:
-        return Security(protocol="SASL_PLAINTEXT", sasl_mechanism=MECHANISM, sasl_username=user,
-                        sasl_password=self.passwords[user] if password is None else password)
+        return Security(
+            protocol="SASL_PLAINTEXT",
+            sasl_mechanism=MECHANISM,
+            sasl_username=user,
+            sasl_password=self.passwords[user] if password is None else password,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -115,13 +128,20 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker
     """The SASL instance, started for this module and stopped after it."""
     port, controller_port, sasl_port = _free_ports(3)
     # token_hex: the characters kafka.sh accepts in TOOLGATE_KAFKA_SCRAM_USERS.
-    broker = SaslBroker(tmp_path_factory.mktemp("sasl-broker"), port, controller_port, sasl_port,
-                        {user: secrets.token_hex(12) for user in USERS})
+    broker = SaslBroker(
+        tmp_path_factory.mktemp("sasl-broker"),
+        port,
+        controller_port,
+        sasl_port,
+        {user: secrets.token_hex(12) for user in USERS},
+    )
     try:
         started = broker.script("start")
         if started.returncode != 0:
-            reason = (f"the SASL broker instance did not start (kafka.sh start exited "
-                      f"{started.returncode}):\n{started.stderr[-3000:]}")
+            reason = (
+                f"the SASL broker instance did not start (kafka.sh start exited "
+                f"{started.returncode}):\n{started.stderr[-3000:]}"
+            )
             if os.environ.get("TOOLGATE_REQUIRE_KAFKA") == "1":
                 pytest.fail(reason, pytrace=False)
             pytest.skip(reason)
@@ -138,13 +158,22 @@ def secured(sasl_broker: SaslBroker) -> Config:
     The returned configuration is admin's; ``as_user`` turns it into another principal's.
     """
     tag = uuid.uuid4().hex[:8]
-    topics = Topics(requests=f"tg-s-{tag}.requests", intake=f"tg-s-{tag}.intake",
-                    agent=f"tg-s-{tag}.agent", quarantine=f"tg-s-{tag}.quarantine",
-                    audit=f"tg-s-{tag}.audit")
-    config = Config(bootstrap=f"{HOST}:{sasl_broker.sasl_port}", group_id=f"toolgate.s-{tag}",
-                    topics=topics, partitions=Partitions(quarantine=1),
-                    contracts_dir=str(CONTRACTS), keyring=str(KEYRING),
-                    security=sasl_broker.security("admin"))
+    topics = Topics(
+        requests=f"tg-s-{tag}.requests",
+        intake=f"tg-s-{tag}.intake",
+        agent=f"tg-s-{tag}.agent",
+        quarantine=f"tg-s-{tag}.quarantine",
+        audit=f"tg-s-{tag}.audit",
+    )
+    config = Config(
+        bootstrap=f"{HOST}:{sasl_broker.sasl_port}",
+        group_id=f"toolgate.s-{tag}",
+        topics=topics,
+        partitions=Partitions(quarantine=1),
+        contracts_dir=str(CONTRACTS),
+        keyring=str(KEYRING),
+        security=sasl_broker.security("admin"),
+    )
 
     async def prepare() -> None:
         await ensure_topics(config)
@@ -169,9 +198,14 @@ async def _produce(config: Config, topic: str, **options: object) -> None:
 
 
 async def _subscribe(config: Config, topic: str, group: str) -> None:
-    consumer = AIOKafkaConsumer(topic, **client_settings(config), group_id=group,
-                                enable_auto_commit=False, auto_offset_reset="earliest",
-                                request_timeout_ms=10000)
+    consumer = AIOKafkaConsumer(
+        topic,
+        **client_settings(config),
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        request_timeout_ms=10000,
+    )
     try:
         await consumer.start()
         await consumer.getmany(timeout_ms=5000)
@@ -189,9 +223,11 @@ class TestScram:
         """Each principal of the trust table authenticates with SCRAM-SHA-256; admin also with
         SCRAM-SHA-512 (both mechanisms are enabled, each user has both credentials)."""
         logins = [as_user(secured, sasl_broker, user) for user in USERS]
-        logins.append(msgspec.structs.replace(
-            secured, security=msgspec.structs.replace(secured.security,
-                                                      sasl_mechanism="SCRAM-SHA-512")))
+        logins.append(
+            msgspec.structs.replace(
+                secured, security=msgspec.structs.replace(secured.security, sasl_mechanism="SCRAM-SHA-512")
+            )
+        )
         for config in logins:
             admin = AIOKafkaAdminClient(**client_settings(config), request_timeout_ms=10000)
             try:
@@ -200,15 +236,21 @@ class TestScram:
             finally:
                 await admin.close()
 
-    @pytest.mark.parametrize(("user", "password"), [("toolgate", "not-the-password"),
-                                                    ("nobody", "whatever")])
-    async def test_bad_credentials_do_not_log_in(self, sasl_broker: SaslBroker, secured: Config,
-                                                 user: str, password: str,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+    @pytest.mark.parametrize(("user", "password"), [("toolgate", "not-the-password"), ("nobody", "whatever")])
+    async def test_bad_credentials_do_not_log_in(
+        self,
+        sasl_broker: SaslBroker,
+        secured: Config,
+        user: str,
+        password: str,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
         """A wrong password, or a user without SCRAM credentials, fails to authenticate (the
         client cannot bootstrap; the broker's answer, which aiokafka logs, says why)."""
-        config = msgspec.structs.replace(secured, security=msgspec.structs.replace(
-            secured.security, sasl_username=user, sasl_password=password))
+        config = msgspec.structs.replace(
+            secured,
+            security=msgspec.structs.replace(secured.security, sasl_username=user, sasl_password=password),
+        )
         admin = AIOKafkaAdminClient(**client_settings(config), request_timeout_ms=10000)
         try:
             with pytest.raises(KafkaConnectionError, match="Unable to bootstrap"):
@@ -216,8 +258,9 @@ class TestScram:
         finally:
             await admin.close()
         reasons = [r.getMessage() for r in caplog.records if r.name == "aiokafka"]
-        assert any("SaslAuthenticationFailed" in reason and "invalid credentials" in reason
-                   for reason in reasons), reasons
+        assert any(
+            "SaslAuthenticationFailed" in reason and "invalid credentials" in reason for reason in reasons
+        ), reasons
 
 
 # --------------------------------------------------------------------------- the worker
@@ -271,18 +314,22 @@ class TestWorkerUnderAcls:
 class TestAclsRefuse:
     """What the trust table forbids, the broker refuses."""
 
-    @pytest.mark.parametrize(("user", "topic"), [
-        ("adapter", "agent"),  # an adapter cannot speak to agents directly
-        ("adapter", "requests"),  # nor vouch for its own result
-        ("adapter", "audit"),
-        ("agent", "agent"),  # agents only read
-        ("agent", "intake"),
-        ("toolgate", "intake"),  # only adapters write intake
-        ("toolgate", "requests"),  # only the platform writes requests
-        ("platform", "agent"),
-    ])
-    async def test_write_refused(self, sasl_broker: SaslBroker, secured: Config, user: str,
-                                 topic: str) -> None:
+    @pytest.mark.parametrize(
+        ("user", "topic"),
+        [
+            ("adapter", "agent"),  # an adapter cannot speak to agents directly
+            ("adapter", "requests"),  # nor vouch for its own result
+            ("adapter", "audit"),
+            ("agent", "agent"),  # agents only read
+            ("agent", "intake"),
+            ("toolgate", "intake"),  # only adapters write intake
+            ("toolgate", "requests"),  # only the platform writes requests
+            ("platform", "agent"),
+        ],
+    )
+    async def test_write_refused(
+        self, sasl_broker: SaslBroker, secured: Config, user: str, topic: str
+    ) -> None:
         """Producing to a topic the principal may not write fails with TopicAuthorizationFailed."""
         config = as_user(secured, sasl_broker, user)
         with pytest.raises(TopicAuthorizationFailedError):
@@ -294,26 +341,31 @@ class TestAclsRefuse:
         with pytest.raises(TopicAuthorizationFailedError):
             await _subscribe(config, secured.topics.intake, f"agent-{uuid.uuid4().hex[:6]}")
 
-    async def test_agent_reads_only_in_its_own_groups(self, sasl_broker: SaslBroker,
-                                                      secured: Config) -> None:
+    async def test_agent_reads_only_in_its_own_groups(self, sasl_broker: SaslBroker, secured: Config) -> None:
         """The agent topic in toolgate's group (or any other outside ``agent*``) is refused."""
         config = as_user(secured, sasl_broker, "agent")
         with pytest.raises(GroupAuthorizationFailedError):
             await _subscribe(config, secured.topics.agent, secured.group_id)
 
     async def test_adapter_cannot_take_toolgates_transactional_ids(
-            self, sasl_broker: SaslBroker, secured: Config) -> None:
+        self, sasl_broker: SaslBroker, secured: Config
+    ) -> None:
         """An adapter cannot start a producer with a worker's transactional id: it could
         otherwise fence the worker's producer for that intake partition."""
         config = as_user(secured, sasl_broker, "adapter")
         with pytest.raises(TransactionalIdAuthorizationFailed):
-            await _produce(config, secured.topics.intake, enable_idempotence=True,
-                           transactional_id=f"{TRANSACTIONAL_PREFIX}.{secured.topics.intake}.0")
+            await _produce(
+                config,
+                secured.topics.intake,
+                enable_idempotence=True,
+                transactional_id=f"{TRANSACTIONAL_PREFIX}.{secured.topics.intake}.0",
+            )
 
-    async def test_refusals_leave_nothing_behind(self, sasl_broker: SaslBroker,
-                                                 secured: Config) -> None:
+    async def test_refusals_leave_nothing_behind(self, sasl_broker: SaslBroker, secured: Config) -> None:
         """No refused write reached a topic: every agent record is a worker's decision."""
-        admin_reads = {name: await read_all(secured, getattr(secured.topics, name))
-                       for name in ("agent", "requests", "audit")}
+        admin_reads = {
+            name: await read_all(secured, getattr(secured.topics, name))
+            for name in ("agent", "requests", "audit")
+        }
         for name, records in admin_reads.items():
             assert all(r.key != "tg-forged" for r in records), name

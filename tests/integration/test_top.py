@@ -13,16 +13,24 @@ from tests.integration.worker_kit import ROOT, read_all
 
 
 def top(live: LiveWorker, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["toolgate", "top", "--once", *args], env=live.env(), cwd=ROOT,
-                          capture_output=True, text=True, check=False, timeout=60)
+    return subprocess.run(
+        ["toolgate", "top", "--once", *args],
+        env=live.env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def decided(live: LiveWorker) -> tuple[set[str], set[str], int]:
     """(tools, rejection codes, count) of the worker's decisions, from its audit topic."""
     assert live.config is not None
     audit = asyncio.run(read_all(live.config, live.config.topics.audit))
-    events = [e for e in (json.loads(r.value or b"") for r in audit)
-              if e.get("kind", "decision") == "decision"]  # not the sampled shadow verdicts
+    events = [
+        e for e in (json.loads(r.value or b"") for r in audit) if e.get("kind", "decision") == "decision"
+    ]  # not the sampled shadow verdicts
     tools = {e["tool"] or "unknown" for e in events}
     codes = {e["code"] for e in events if e["outcome"] == "rejected"}
     return tools, codes, len(events)

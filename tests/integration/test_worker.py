@@ -8,6 +8,12 @@ import signal
 import urllib.request
 from pathlib import Path
 
+from toolgate._config import Config
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._signing import Keyring
+from toolgate.service._service import Worker, WorkerOptions
+
 from tests.integration.worker_kit import (
     CLEAN,
     KEYRING,
@@ -19,11 +25,6 @@ from tests.integration.worker_kit import (
     start_worker,
     wait_for_count,
 )
-from worker._config import Config
-from worker._contracts import ContractSet
-from worker._gate import Gate
-from worker._service import Worker, WorkerOptions
-from worker._signing import Keyring
 
 
 def make_worker(config: Config, **options: object) -> Worker:
@@ -56,7 +57,8 @@ class TestEndToEnd:
         quarantine = await read_all(config, config.topics.quarantine)
         audit = await read_all(config, config.topics.audit)
         assert check_exactly_once(items, agent, quarantine, audit) | {"results": 300} == CLEAN | {
-            "results": 300}
+            "results": 300
+        }
 
     async def test_quarantine_carries_diagnostics(self, config: Config) -> None:
         """A quarantine record keeps the original bytes and headers and adds the diagnosis."""
@@ -77,8 +79,13 @@ class TestEndToEnd:
             assert detail["code"] == code
             for name, value in sample.message.headers:
                 assert record.headers[name] == value
-            for name in ("tg-origin", "tg-raw-sha256", "tg-worker-version", "tg-rejected-at",
-                         "tg-replay-count"):
+            for name in (
+                "tg-origin",
+                "tg-raw-sha256",
+                "tg-worker-version",
+                "tg-rejected-at",
+                "tg-replay-count",
+            ):
                 assert record.headers[name]
 
     async def test_agent_sees_only_projection_or_fixed_failure(self, config: Config) -> None:
@@ -107,18 +114,26 @@ class TestEndToEnd:
                     await asyncio.wait({task}, timeout=0.1)
             port = worker.metrics_port
             body = await asyncio.to_thread(
-                lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read())
+                lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            )
             ready = await asyncio.to_thread(
-                lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status)
+                lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status
+            )
         finally:
             worker.request_stop()
             await task
         text = body.decode()
         rejected = expected_rejections(items)
-        total = sum(float(line.split()[-1]) for line in text.splitlines()
-                    if line.startswith("toolgate_results_total{"))
-        rejections = sum(float(line.split()[-1]) for line in text.splitlines()
-                         if line.startswith("toolgate_rejections_total{"))
+        total = sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("toolgate_results_total{")
+        )
+        rejections = sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("toolgate_rejections_total{")
+        )
         assert (total, rejections) == (len(items), len(rejected))
         assert 'toolgate_rejections_total{code="DUPLICATE_KEY",stage="parse",tool="review_status"}' in text
         assert 'toolgate_transactions_total{result="committed"}' in text
@@ -155,8 +170,9 @@ class TestRequestOrdering:
 
 
 class TestCrashes:
-    async def test_sigkill_mid_stream_loses_and_duplicates_nothing(self, config: Config,
-                                                                   tmp_path: Path) -> None:
+    async def test_sigkill_mid_stream_loses_and_duplicates_nothing(
+        self, config: Config, tmp_path: Path
+    ) -> None:
         """A worker killed mid-stream and restarted leaves every result decided exactly once."""
         items = samples(3000, seed=13)
         await publish(config, items)
@@ -179,8 +195,7 @@ class TestCrashes:
         agent = await read_all(config, config.topics.agent)
         quarantine = await read_all(config, config.topics.quarantine)
         audit = await read_all(config, config.topics.audit)
-        assert check_exactly_once(items, agent, quarantine, audit) | {"results": 0} == CLEAN | {
-            "results": 0}
+        assert check_exactly_once(items, agent, quarantine, audit) | {"results": 0} == CLEAN | {"results": 0}
         uncommitted = await read_all(config, config.topics.agent, isolation="read_uncommitted")
         # The killed worker's open transaction left records a read_uncommitted reader sees.
         assert len(uncommitted) >= len(agent)
@@ -208,7 +223,5 @@ class TestCrashes:
         agent = await read_all(config, config.topics.agent)
         quarantine = await read_all(config, config.topics.quarantine)
         audit = await read_all(config, config.topics.audit)
-        assert check_exactly_once(items, agent, quarantine, audit) | {"results": 0} == CLEAN | {
-            "results": 0}
+        assert check_exactly_once(items, agent, quarantine, audit) | {"results": 0} == CLEAN | {"results": 0}
         assert "partitions assigned" in log.read_text()
-

@@ -16,11 +16,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-
-from worker._config import Config, Partitions, Topics
-from worker._kafka import client_settings, ensure_topics
-from worker._signing import Keyring
-from worker._traffic import Sample, TrafficGenerator
+from toolgate._config import Config, Partitions, Topics
+from toolgate.gate._signing import Keyring
+from toolgate.service._kafka import client_settings, ensure_topics
+from toolgate.tools._traffic import Sample, TrafficGenerator
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = ROOT / "contracts"
@@ -30,13 +29,23 @@ KEYRING = CONTRACTS / "fixtures-keyring.toml"
 async def private_config(bootstrap: str, *, partitions: int = 3) -> Config:
     """A configuration with uniquely named topics (created) and group, so tests never meet."""
     tag = uuid.uuid4().hex[:10]
-    topics = Topics(requests=f"tg-t-{tag}.requests", intake=f"tg-t-{tag}.intake",
-                    agent=f"tg-t-{tag}.agent", quarantine=f"tg-t-{tag}.quarantine",
-                    audit=f"tg-t-{tag}.audit")
-    config = Config(bootstrap=bootstrap, group_id=f"tg-t-{tag}", topics=topics,
-                    partitions=Partitions(requests=partitions, intake=partitions, agent=partitions,
-                                          quarantine=1, audit=partitions),
-                    contracts_dir=str(CONTRACTS), keyring=str(KEYRING))
+    topics = Topics(
+        requests=f"tg-t-{tag}.requests",
+        intake=f"tg-t-{tag}.intake",
+        agent=f"tg-t-{tag}.agent",
+        quarantine=f"tg-t-{tag}.quarantine",
+        audit=f"tg-t-{tag}.audit",
+    )
+    config = Config(
+        bootstrap=bootstrap,
+        group_id=f"tg-t-{tag}",
+        topics=topics,
+        partitions=Partitions(
+            requests=partitions, intake=partitions, agent=partitions, quarantine=1, audit=partitions
+        ),
+        contracts_dir=str(CONTRACTS),
+        keyring=str(KEYRING),
+    )
     await ensure_topics(config)
     return config
 
@@ -54,13 +63,13 @@ async def drop_topics(config: Config) -> None:
 
 def samples(count: int, *, seed: int = 11) -> list[Sample]:
     """``count`` samples of the realistic mix, fresh against the real clock."""
-    traffic = TrafficGenerator(Keyring.load(KEYRING, environ={}), seed=seed,
-                               run_id=uuid.uuid4().hex[:8])
+    traffic = TrafficGenerator(Keyring.load(KEYRING, environ={}), seed=seed, run_id=uuid.uuid4().hex[:8])
     return list(traffic.mix(count, datetime.now(UTC)))
 
 
-async def publish(config: Config, items: list[Sample], *, requests: bool = True,
-                  results: bool = True) -> None:
+async def publish(
+    config: Config, items: list[Sample], *, requests: bool = True, results: bool = True
+) -> None:
     """Write the request records, then the results (keys = request ids), as the client
     ``config.security`` names."""
     producer = AIOKafkaProducer(**client_settings(config), acks="all", linger_ms=5)
@@ -73,8 +82,12 @@ async def publish(config: Config, items: list[Sample], *, requests: bool = True,
                     await producer.send(config.topics.requests, raw, key=sample.request_id.encode())
         if results:
             for sample in items:
-                await producer.send(config.topics.intake, sample.message.value,
-                                    key=sample.message.key, headers=list(sample.message.headers))
+                await producer.send(
+                    config.topics.intake,
+                    sample.message.value,
+                    key=sample.message.key,
+                    headers=list(sample.message.headers),
+                )
         await producer.flush()
     finally:
         await producer.stop()
@@ -94,9 +107,13 @@ class Record:
 
 async def read_all(config: Config, topic: str, *, isolation: str = "read_committed") -> list[Record]:
     """Every record of ``topic`` visible at this isolation level, up to the end offsets now."""
-    consumer = AIOKafkaConsumer(**client_settings(config), group_id=None,
-                                isolation_level=isolation, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        **client_settings(config),
+        group_id=None,
+        isolation_level=isolation,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     await consumer.start()
     out: list[Record] = []
     try:
@@ -112,8 +129,16 @@ async def read_all(config: Config, topic: str, *, isolation: str = "read_committ
             batches = await consumer.getmany(timeout_ms=500, max_records=5000)
             for tp, records in batches.items():
                 for r in records:
-                    out.append(Record(topic, tp.partition, r.offset, (r.key or b"").decode(),
-                                      r.value, dict(r.headers or ())))
+                    out.append(
+                        Record(
+                            topic,
+                            tp.partition,
+                            r.offset,
+                            (r.key or b"").decode(),
+                            r.value,
+                            dict(r.headers or ()),
+                        )
+                    )
     finally:
         await consumer.stop()
     return out
@@ -151,21 +176,33 @@ def worker_env(config: Config) -> dict[str, str]:
     """Environment that points a ``toolgate run`` subprocess at a private configuration."""
     t = config.topics
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-    env.update({
-        "TOOLGATE_BOOTSTRAP": config.bootstrap, "TOOLGATE_GROUP_ID": config.group_id,
-        "TOOLGATE_TOPIC_REQUESTS": t.requests, "TOOLGATE_TOPIC_INTAKE": t.intake,
-        "TOOLGATE_TOPIC_AGENT": t.agent, "TOOLGATE_TOPIC_QUARANTINE": t.quarantine,
-        "TOOLGATE_TOPIC_AUDIT": t.audit, "TOOLGATE_CONTRACTS_DIR": str(CONTRACTS),
-        "TOOLGATE_KEYRING": str(KEYRING), "TOOLGATE_METRICS_PORT": "0",
-    })
+    env.update(
+        {
+            "TOOLGATE_BOOTSTRAP": config.bootstrap,
+            "TOOLGATE_GROUP_ID": config.group_id,
+            "TOOLGATE_TOPIC_REQUESTS": t.requests,
+            "TOOLGATE_TOPIC_INTAKE": t.intake,
+            "TOOLGATE_TOPIC_AGENT": t.agent,
+            "TOOLGATE_TOPIC_QUARANTINE": t.quarantine,
+            "TOOLGATE_TOPIC_AUDIT": t.audit,
+            "TOOLGATE_CONTRACTS_DIR": str(CONTRACTS),
+            "TOOLGATE_KEYRING": str(KEYRING),
+            "TOOLGATE_METRICS_PORT": "0",
+        }
+    )
     return env
 
 
 def start_worker(config: Config, *args: str, log: Path) -> subprocess.Popen[bytes]:
     """A ``toolgate run`` subprocess on a private configuration, logging to ``log``."""
     with log.open("ab") as handle:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen([sys.executable, "-m", "worker.cli", "run", *args], cwd=ROOT,
-                                env=worker_env(config), stdout=handle, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "toolgate.cli", "run", *args],
+            cwd=ROOT,
+            env=worker_env(config),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def expected_rejections(items: list[Sample]) -> dict[str, tuple[str, str]]:
@@ -173,8 +210,9 @@ def expected_rejections(items: list[Sample]) -> dict[str, tuple[str, str]]:
     return {s.request_id: s.expect for s in items if s.expect is not None}
 
 
-def check_exactly_once(items: list[Sample], agent: list[Record], quarantine: list[Record],
-                       audit: list[Record]) -> dict[str, Any]:
+def check_exactly_once(
+    items: list[Sample], agent: list[Record], quarantine: list[Record], audit: list[Record]
+) -> dict[str, Any]:
     """The invariants of DESIGN.md, as counts: one agent envelope and one audit event per
     result, a quarantine record for exactly the rejected ones."""
     ids = [s.request_id for s in items]
@@ -192,5 +230,11 @@ def check_exactly_once(items: list[Sample], agent: list[Record], quarantine: lis
     }
 
 
-CLEAN = {"agent_missing": 0, "agent_duplicates": 0, "audit_missing": 0, "audit_duplicates": 0,
-         "quarantine_wrong": 0, "strays": 0}
+CLEAN = {
+    "agent_missing": 0,
+    "agent_duplicates": 0,
+    "audit_missing": 0,
+    "audit_duplicates": 0,
+    "quarantine_wrong": 0,
+    "strays": 0,
+}

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from worker._records import Message, RequestRecord
+from toolgate.gate._records import Message, RequestRecord
 
 CONTRACTS = Path(__file__).parents[2] / "contracts"
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -19,9 +18,14 @@ REQUEST_ID = "req.J7q94MkP"
 def review_request(**changes: Any) -> RequestRecord:
     """A review_status request for CR-1042, issued a minute ago."""
     fields: dict[str, Any] = {
-        "request_id": REQUEST_ID, "tool": "review_status",
-        "issued_at": NOW - timedelta(minutes=1), "expires_at": NOW + timedelta(minutes=5),
-        "bind": {"change_id": "CR-1042"}, "attempt": 1, "max_attempts": 3}
+        "request_id": REQUEST_ID,
+        "tool": "review_status",
+        "issued_at": NOW - timedelta(minutes=1),
+        "expires_at": NOW + timedelta(minutes=5),
+        "bind": {"change_id": "CR-1042"},
+        "attempt": 1,
+        "max_attempts": 3,
+    }
     fields.update(changes)
     return RequestRecord(**fields)
 
@@ -33,15 +37,24 @@ def review_value(**data_changes: Any) -> dict[str, Any]:
     return {"tool": "review_status", "request_id": REQUEST_ID, "outcome": "success", "data": data}
 
 
-def message(value: Any = None, *, raw: bytes | None = None, key: bytes | None = REQUEST_ID.encode(),
-            tool: str = "review_status", **headers: str | None) -> Message:
+def message(
+    value: Any = None,
+    *,
+    raw: bytes | None = None,
+    key: bytes | None = REQUEST_ID.encode(),
+    tool: str = "review_status",
+    **headers: str | None,
+) -> Message:
     """An intake message; keyword headers use underscores (tg_adapter -> tg-adapter)."""
-    hdrs: dict[str, str | None] = {"tg-tool": tool, "tg-request-id": REQUEST_ID,
-                                   "tg-adapter": "review-adapter", "tg-adapter-version": "1.0.0"}
+    hdrs: dict[str, str | None] = {
+        "tg-tool": tool,
+        "tg-request-id": REQUEST_ID,
+        "tg-adapter": "review-adapter",
+        "tg-adapter-version": "1.0.0",
+    }
     hdrs.update({k.replace("_", "-"): v for k, v in headers.items()})
     body = raw if raw is not None else msgspec.json.encode(value if value is not None else review_value())
-    return Message(key=key, value=body,
-                   headers=[(k, v.encode()) for k, v in hdrs.items() if v is not None])
+    return Message(key=key, value=body, headers=[(k, v.encode()) for k, v in hdrs.items() if v is not None])
 
 
 Evaluate = Callable[..., Any]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.tools._fixtures import fixtures_keyring
 
 from tests.unit.builders import CONTRACTS
-from worker._contracts import ContractSet
-from worker._fixtures import fixtures_keyring
-from worker._gate import Gate
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import shlex
 
 import pytest
-
-from worker._acls import (
+from toolgate._config import Config, Topics
+from toolgate.cli import main
+from toolgate.service._service import WorkerOptions
+from toolgate.tools._acls import (
     AGENT_GROUP_PREFIX,
     TRANSACTIONAL_PREFIX,
     Acl,
@@ -17,24 +19,26 @@ from worker._acls import (
     acl_plan,
     kafka_acls_commands,
 )
-from worker._config import Config, Topics
-from worker._service import WorkerOptions
-from worker.cli import main
 
-TOPICS = Topics(requests="p.requests", intake="p.intake", agent="p.agent",
-                quarantine="p.quarantine", audit="p.audit")
+TOPICS = Topics(
+    requests="p.requests", intake="p.intake", agent="p.agent", quarantine="p.quarantine", audit="p.audit"
+)
 CONFIG = Config(topics=TOPICS, group_id="toolgate-prod")
 P = Principals()
 
 
 def _topic_ops(plan: list[Acl], principal: str, operation: str) -> set[str]:
-    return {a.name for a in plan
-            if a.principal == principal and a.resource == "topic" and a.operation == operation}
+    return {
+        a.name
+        for a in plan
+        if a.principal == principal and a.resource == "topic" and a.operation == operation
+    }
 
 
 def _who(plan: list[Acl], topic: str, operation: str) -> set[str]:
-    return {a.principal for a in plan
-            if a.resource == "topic" and a.name == topic and a.operation == operation}
+    return {
+        a.principal for a in plan if a.resource == "topic" and a.name == topic and a.operation == operation
+    }
 
 
 @pytest.fixture(scope="module")
@@ -66,29 +70,39 @@ class TestTrustTable:
         adapter = {(a.resource, a.name, a.operation) for a in plan if a.principal == P.adapter}
         assert adapter == {("topic", TOPICS.intake, "write"), ("topic", TOPICS.intake, "describe")}
         agent = {(a.resource, a.name, a.pattern, a.operation) for a in plan if a.principal == P.agent}
-        assert agent == {("topic", TOPICS.agent, "literal", "read"),
-                         ("topic", TOPICS.agent, "literal", "describe"),
-                         ("group", AGENT_GROUP_PREFIX, "prefixed", "read"),
-                         ("group", AGENT_GROUP_PREFIX, "prefixed", "describe")}
+        assert agent == {
+            ("topic", TOPICS.agent, "literal", "read"),
+            ("topic", TOPICS.agent, "literal", "describe"),
+            ("group", AGENT_GROUP_PREFIX, "prefixed", "read"),
+            ("group", AGENT_GROUP_PREFIX, "prefixed", "describe"),
+        }
 
     def test_toolgate_topics(self, plan: list[Acl]) -> None:
         """toolgate reads requests and intake, writes the three outputs, reads back audit
         (the ledger) and quarantine (replay)."""
         assert _topic_ops(plan, P.toolgate, "read") == {
-            TOPICS.requests, TOPICS.intake, TOPICS.audit, TOPICS.quarantine}
-        assert _topic_ops(plan, P.toolgate, "write") == {
-            TOPICS.agent, TOPICS.quarantine, TOPICS.audit}
+            TOPICS.requests,
+            TOPICS.intake,
+            TOPICS.audit,
+            TOPICS.quarantine,
+        }
+        assert _topic_ops(plan, P.toolgate, "write") == {TOPICS.agent, TOPICS.quarantine, TOPICS.audit}
 
     def test_toolgate_group_transactions_and_idempotence(self, plan: list[Acl]) -> None:
         """Its consumer group (the configured id, as a prefix), the transactional ids the worker
         uses (one per intake partition) and idempotent writes."""
-        own = {(a.resource, a.name, a.pattern, a.operation) for a in plan
-               if a.principal == P.toolgate and a.resource != "topic"}
-        assert own == {("group", "toolgate-prod", "prefixed", "read"),
-                       ("group", "toolgate-prod", "prefixed", "describe"),
-                       ("transactional-id", TRANSACTIONAL_PREFIX, "prefixed", "write"),
-                       ("transactional-id", TRANSACTIONAL_PREFIX, "prefixed", "describe"),
-                       ("cluster", "kafka-cluster", "literal", "idempotent-write")}
+        own = {
+            (a.resource, a.name, a.pattern, a.operation)
+            for a in plan
+            if a.principal == P.toolgate and a.resource != "topic"
+        }
+        assert own == {
+            ("group", "toolgate-prod", "prefixed", "read"),
+            ("group", "toolgate-prod", "prefixed", "describe"),
+            ("transactional-id", TRANSACTIONAL_PREFIX, "prefixed", "write"),
+            ("transactional-id", TRANSACTIONAL_PREFIX, "prefixed", "describe"),
+            ("cluster", "kafka-cluster", "literal", "idempotent-write"),
+        }
         assert WorkerOptions().transactional_prefix == TRANSACTIONAL_PREFIX
 
     def test_only_allow_and_no_wildcards(self, plan: list[Acl]) -> None:
@@ -102,8 +116,9 @@ class TestTrustTable:
         principals = Principals(adapter="User:connector-7", agent="User:assistant")
         plan = acl_plan(CONFIG, principals, agent_group_prefix="assistant-")
         assert _who(plan, TOPICS.intake, "write") == {"User:connector-7", P.operator}
-        assert ("group", "assistant-") in {(a.resource, a.name) for a in plan
-                                           if a.principal == "User:assistant"}
+        assert ("group", "assistant-") in {
+            (a.resource, a.name) for a in plan if a.principal == "User:assistant"
+        }
         assert not any(a.principal in {P.adapter, P.agent} for a in plan)
 
 
@@ -115,8 +130,14 @@ class TestKafkaAclsCommands:
         covered = []
         for line in kafka_acls_commands(plan, "broker:9094"):
             words = shlex.split(line)
-            assert words[:6] == ["kafka-acls.sh", "--bootstrap-server", "broker:9094",
-                                 "--command-config", "admin.properties", "--add"]
+            assert words[:6] == [
+                "kafka-acls.sh",
+                "--bootstrap-server",
+                "broker:9094",
+                "--command-config",
+                "admin.properties",
+                "--add",
+            ]
             principal = words[words.index("--allow-principal") + 1]
             ops = [words[i + 1] for i, w in enumerate(words) if w == "--operation"]
             pattern = "prefixed" if "--resource-pattern-type" in words else "literal"
@@ -126,17 +147,27 @@ class TestKafkaAclsCommands:
                 flag = next(w for w in words if w in {"--topic", "--group", "--transactional-id"})
                 resource, name = flag[2:], words[words.index(flag) + 1]
             for op in ops:
-                covered.append(Acl(principal, resource, name, pattern,
-                                   {"Read": "read", "Write": "write", "Describe": "describe",
-                                    "IdempotentWrite": "idempotent-write"}[op]))
+                covered.append(
+                    Acl(
+                        principal,
+                        resource,
+                        name,
+                        pattern,
+                        {
+                            "Read": "read",
+                            "Write": "write",
+                            "Describe": "describe",
+                            "IdempotentWrite": "idempotent-write",
+                        }[op],
+                    )
+                )
         assert sorted(covered) == plan
 
 
 class TestCli:
     """`toolgate acls plan` prints the plan for the configured topics."""
 
-    def test_plan_lines(self, capsys: pytest.CaptureFixture[str],
-                        monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_plan_lines(self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
         for name, value in {"TOOLGATE_TOPIC_INTAKE": "p.intake", "TOOLGATE_GROUP_ID": "tg"}.items():
             monkeypatch.setenv(name, value)
         assert main(["acls", "plan", "--adapter", "User:connector-7"]) == 0

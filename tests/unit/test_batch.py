@@ -8,28 +8,41 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from toolgate._config import Topics
+from toolgate.gate._batch import ShadowSampler, decide_batch
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import Message, RequestRecord
+
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, message, review_request, review_value
-from worker._batch import ShadowSampler, decide_batch
-from worker._config import Topics
-from worker._contracts import ContractSet
-from worker._gate import Gate
-from worker._records import Message, RequestRecord
 
 TOPICS = Topics(agent="a", quarantine="q", audit="au")
 
 
-def decide(gate: Gate, messages: list[Message], requests: dict[str, RequestRecord],
-           accepted: set[tuple[str, int]] | None = None) -> Any:
+def decide(
+    gate: Gate,
+    messages: list[Message],
+    requests: dict[str, RequestRecord],
+    accepted: set[tuple[str, int]] | None = None,
+) -> Any:
     known = accepted or set()
-    return decide_batch(gate, messages, requests.get, lambda r, a: (r, a) in known, NOW,
-                        topics=TOPICS, max_record_bytes=1 << 20)
+    return decide_batch(
+        gate,
+        messages,
+        requests.get,
+        lambda r, a: (r, a) in known,
+        NOW,
+        topics=TOPICS,
+        max_record_bytes=1 << 20,
+    )
 
 
 class TestDecideBatch:
     def test_records_per_decision(self, gate: Gate) -> None:
         """Accepted results write agent and audit; rejected ones agent, quarantine and audit."""
-        batch = decide(gate, [message(), message(review_value(admin_override=True))],
-                       {REQUEST_ID: review_request()})
+        batch = decide(
+            gate, [message(), message(review_value(admin_override=True))], {REQUEST_ID: review_request()}
+        )
         assert [r.topic for r in batch.records] == ["a", "au", "a", "q", "au"]
         assert batch.accepted == {(REQUEST_ID, 1)}
 
@@ -47,6 +60,7 @@ class TestDecideBatch:
 
     def test_raising_gate_quarantines_and_goes_on(self, gate: Gate) -> None:
         """A message whose evaluation raises is INTERNAL_ERROR, quarantined, and the batch goes on."""
+
         class Exploding(Gate):
             def evaluate(self, msg: Message, *args: Any, **kwargs: Any) -> Any:
                 if msg.key == b"boom":
@@ -77,13 +91,13 @@ def shadow_gate(tmp_path: Path, gate: Gate) -> Gate:
         folder = tmp_path / "review_status" / f"v{version}"
         shutil.copytree(source, folder)
         spec = (folder / "contract.yaml").read_text()
-        spec = spec.replace("version: 1", f"version: {version}").replace("status: active",
-                                                                         f"status: {status}")
+        spec = spec.replace("version: 1", f"version: {version}").replace(
+            "status: active", f"status: {status}"
+        )
         (folder / "contract.yaml").write_text(spec)
         if version == 2:
             schema = json.loads((folder / "schema.json").read_text())
-            schema["$defs"]["reviewStatus"]["properties"]["comment"] = {"type": "string",
-                                                                        "maxLength": 200}
+            schema["$defs"]["reviewStatus"]["properties"]["comment"] = {"type": "string", "maxLength": 200}
             (folder / "schema.json").write_text(json.dumps(schema))
     return Gate(ContractSet.load(tmp_path), gate.keyring)
 
@@ -92,12 +106,12 @@ class TestShadow:
     def test_disagreement_counted_and_sampled(self, tmp_path: Path, gate: Gate) -> None:
         """A shadow verdict that differs is reported and audited; the active version still decides."""
         shadowed = shadow_gate(tmp_path, gate)
-        batch = decide(shadowed, [message(review_value(comment="looks good"))],
-                       {REQUEST_ID: review_request()})
+        batch = decide(
+            shadowed, [message(review_value(comment="looks good"))], {REQUEST_ID: review_request()}
+        )
         decision = batch.decisions[0].verdict
         assert (decision.contract, decision.code) == ("review_status@v1", "SCHEMA_VIOLATION")
-        assert [(d.tool, d.version, d.sampled) for d in batch.disagreements] == [
-            ("review_status", 2, True)]
+        assert [(d.tool, d.version, d.sampled) for d in batch.disagreements] == [("review_status", 2, True)]
         events = [json.loads(r.value or b"") for r in batch.records if r.topic == "au"]
         shadow = [e for e in events if e["kind"] == "shadow"]
         assert len(shadow) == 1

@@ -217,9 +217,7 @@ class TestComposeServices:
             dockerfile = context / spec.get("dockerfile", "Dockerfile")
             assert dockerfile.is_file(), f"{name}: no {dockerfile}"
 
-    def test_topics_run_once_after_a_healthy_broker(
-        self, services: dict[str, dict[str, Any]]
-    ) -> None:
+    def test_topics_run_once_after_a_healthy_broker(self, services: dict[str, dict[str, Any]]) -> None:
         """Topics are ensured once, only after the broker reports healthy."""
         topics = services["topics"]
         assert topics["command"] == ["topics", "ensure"]
@@ -233,11 +231,9 @@ class TestComposeServices:
         condition = worker["depends_on"]["topics"]["condition"]
         assert condition == "service_completed_successfully"
 
-    def test_toolgate_environment_is_valid_config(
-        self, services: dict[str, dict[str, Any]]
-    ) -> None:
+    def test_toolgate_environment_is_valid_config(self, services: dict[str, dict[str, Any]]) -> None:
         """Every TOOLGATE_* variable a service sets is a known, well-typed setting."""
-        config = pytest.importorskip("worker._config", reason="toolgate is not importable")
+        config = pytest.importorskip("toolgate._config", reason="toolgate is not importable")
         for name in ("topics", "worker"):
             env = {k: v for k, v in _env(services[name]).items() if k.startswith("TOOLGATE_")}
             config.load_config(environ=env)
@@ -248,9 +244,7 @@ class TestComposeServices:
         contracts_dir = _env(worker)["TOOLGATE_CONTRACTS_DIR"]
         assert _bind_source(worker, contracts_dir) == (ROOT / "contracts").resolve()
 
-    def test_worker_metrics_port_is_the_published_one(
-        self, services: dict[str, dict[str, Any]]
-    ) -> None:
+    def test_worker_metrics_port_is_the_published_one(self, services: dict[str, dict[str, Any]]) -> None:
         """The port the worker serves metrics on is the container port that is published."""
         worker = services["worker"]
         port = int(_env(worker).get("TOOLGATE_METRICS_PORT", METRICS_PORT))
@@ -466,9 +460,7 @@ class TestGrafana:
         assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "true"
         assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
 
-    def test_datasource_points_at_the_prometheus_service(
-        self, services: dict[str, dict[str, Any]]
-    ) -> None:
+    def test_datasource_points_at_the_prometheus_service(self, services: dict[str, dict[str, Any]]) -> None:
         """The provisioned data source is the compose Prometheus, with the uid panels use."""
         provisioning = _bind_source(services["grafana"], "/etc/grafana/provisioning")
         data = _load_yaml(provisioning / "datasources" / "prometheus.yml")
@@ -608,7 +600,7 @@ class TestDockerfile:
         ]
         for required in (".venv", ".git", "ops/kafka/.jars", "ops/kafka/.data"):
             assert required in patterns, required
-        for copied in ("pyproject.toml", "README.md", "worker", "contracts", "worker/cli.py"):
+        for copied in ("pyproject.toml", "README.md", "worker", "contracts", "worker/toolgate/cli.py"):
             assert not any(fnmatch.fnmatch(copied, p) for p in patterns), copied
 
     def test_healthcheck_passes_on_a_healthy_worker(
@@ -655,8 +647,11 @@ def _merge_service(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]
 
 def _ignored(path: Path) -> bool:
     """Whether ops/kafka/secure/.gitignore keeps ``path`` (a file in that folder) out of git."""
-    patterns = [line.strip() for line in (SECURE_DIR / ".gitignore").read_text(encoding="utf-8").splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (SECURE_DIR / ".gitignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     return any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns)
 
 
@@ -699,8 +694,9 @@ def _protocols(kafka_env: dict[str, str]) -> dict[str, str]:
 class TestComposeSecure:
     """docker-compose.secure.yml: SASL_SSL with SCRAM-SHA-512, ACLs, a principal per party."""
 
-    def test_overrides_known_services(self, services: dict[str, dict[str, Any]],
-                                      secure: dict[str, Any]) -> None:
+    def test_overrides_known_services(
+        self, services: dict[str, dict[str, Any]], secure: dict[str, Any]
+    ) -> None:
         """The override changes services of docker-compose.yml and adds the two security steps."""
         assert set(secure["services"]) - set(services) == SECURE_SERVICES
         assert {"kafka", "topics", "worker"} <= set(secure["services"])
@@ -727,10 +723,12 @@ class TestComposeSecure:
         listeners = _listeners(secure_kafka["KAFKA_LISTENERS"])
         controller = secure_kafka["KAFKA_CONTROLLER_LISTENER_NAMES"]
         assert secure_kafka["KAFKA_CONTROLLER_QUORUM_VOTERS"] == (
-            f"{secure_kafka['KAFKA_NODE_ID']}@127.0.0.1:{listeners[controller][1]}")
+            f"{secure_kafka['KAFKA_NODE_ID']}@127.0.0.1:{listeners[controller][1]}"
+        )
 
-    def test_host_listener_is_sasl_ssl_and_published(self, secured: dict[str, dict[str, Any]],
-                                                     secure_kafka: dict[str, str]) -> None:
+    def test_host_listener_is_sasl_ssl_and_published(
+        self, secured: dict[str, dict[str, Any]], secure_kafka: dict[str, str]
+    ) -> None:
         """localhost:19092 is still the published port, now a SASL_SSL listener."""
         advertised = _listeners(secure_kafka["KAFKA_ADVERTISED_LISTENERS"])
         listeners = _listeners(secure_kafka["KAFKA_LISTENERS"])
@@ -743,23 +741,29 @@ class TestComposeSecure:
         users are the broker itself (loopback listeners) and admin."""
         assert secure_kafka["KAFKA_SASL_ENABLED_MECHANISMS"] == "SCRAM-SHA-512"
         assert secure_kafka["KAFKA_AUTHORIZER_CLASS_NAME"] == (
-            "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        )
         assert secure_kafka["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
         assert set(secure_kafka["KAFKA_SUPER_USERS"].split(";")) == {"User:ANONYMOUS", "User:admin"}
 
-    def test_broker_tls_and_jaas_files(self, secured: dict[str, dict[str, Any]],
-                                       secure_kafka: dict[str, str]) -> None:
+    def test_broker_tls_and_jaas_files(
+        self, secured: dict[str, dict[str, Any]], secure_kafka: dict[str, str]
+    ) -> None:
         """The keystore and its password file are in the folder mounted at /etc/kafka/secrets
         (or documented placeholders there); the JAAS file is committed and holds no secret."""
         secrets = _bind_source(secured["kafka"], "/etc/kafka/secrets")
         assert secrets == (SECURE_DIR / "broker").resolve()
         assert secrets.is_dir()
         assert secure_kafka["KAFKA_SSL_KEYSTORE_TYPE"] == "PKCS12"
-        for key in ("KAFKA_SSL_KEYSTORE_FILENAME", "KAFKA_SSL_KEYSTORE_CREDENTIALS",
-                    "KAFKA_SSL_KEY_CREDENTIALS"):
+        for key in (
+            "KAFKA_SSL_KEYSTORE_FILENAME",
+            "KAFKA_SSL_KEYSTORE_CREDENTIALS",
+            "KAFKA_SSL_KEY_CREDENTIALS",
+        ):
             _secure_file(secrets / secure_kafka[key])
-        match = re.search(r"-Djava\.security\.auth\.login\.config=/etc/kafka/secrets/(\S+)",
-                          secure_kafka["KAFKA_OPTS"])
+        match = re.search(
+            r"-Djava\.security\.auth\.login\.config=/etc/kafka/secrets/(\S+)", secure_kafka["KAFKA_OPTS"]
+        )
         assert match, secure_kafka["KAFKA_OPTS"]
         jaas = secrets / match.group(1)
         text = jaas.read_text(encoding="utf-8")
@@ -768,8 +772,9 @@ class TestComposeSecure:
         assert "password" not in text.lower()
         assert not _ignored(jaas)
 
-    def test_healthcheck_uses_the_loopback_listener(self, secured: dict[str, dict[str, Any]],
-                                                    secure_kafka: dict[str, str]) -> None:
+    def test_healthcheck_uses_the_loopback_listener(
+        self, secured: dict[str, dict[str, Any]], secure_kafka: dict[str, str]
+    ) -> None:
         """The health check reaches the broker where no credentials are needed."""
         text = " ".join(secured["kafka"]["healthcheck"]["test"])
         match = re.search(r"--bootstrap-server[ =]127\.0\.0\.1:(\d+)", text)
@@ -777,11 +782,12 @@ class TestComposeSecure:
         listeners = _listeners(secure_kafka["KAFKA_LISTENERS"])
         assert ("127.0.0.1", int(match.group(1))) in listeners.values()
 
-    def test_kafka_users_creates_every_principal(self, secured: dict[str, dict[str, Any]],
-                                                 secure_kafka: dict[str, str]) -> None:
+    def test_kafka_users_creates_every_principal(
+        self, secured: dict[str, dict[str, Any]], secure_kafka: dict[str, str]
+    ) -> None:
         """kafka-users runs the mounted scram-users.sh in the broker's network namespace, against
         the loopback listener, for admin and every principal of the ACL plan."""
-        acls = pytest.importorskip("worker._acls", reason="toolgate is not importable")
+        acls = pytest.importorskip("toolgate.tools._acls", reason="toolgate is not importable")
         service = secured["kafka-users"]
         assert service["image"] == secured["kafka"]["image"]
         assert service["network_mode"] == "service:kafka"
@@ -791,11 +797,10 @@ class TestComposeSecure:
         assert _bind_source(service, command[1]) == (SECURE_DIR / "scram-users.sh").resolve()
         script = (SECURE_DIR / "scram-users.sh").read_text(encoding="utf-8")
         assert "SCRAM-SHA-512=" in script
-        default = re.search(r'SCRAM_BOOTSTRAP:-([0-9.]+):(\d+)\}', script)
+        default = re.search(r"SCRAM_BOOTSTRAP:-([0-9.]+):(\d+)\}", script)
         assert default, "scram-users.sh has no default bootstrap"
         listeners = _listeners(secure_kafka["KAFKA_LISTENERS"])
-        name = next(n for n, addr in listeners.items()
-                    if addr == (default.group(1), int(default.group(2))))
+        name = next(n for n, addr in listeners.items() if addr == (default.group(1), int(default.group(2))))
         assert _protocols(secure_kafka)[name] == "PLAINTEXT"
         users = dict(item.split(":", 1) for item in _env(service)["SCRAM_USERS"].split(","))
         principals = {value.split(":", 1)[1] for value in vars(acls.Principals()).values()}
@@ -803,22 +808,23 @@ class TestComposeSecure:
         for user, password in users.items():
             assert re.fullmatch(r"\$\{SCRAM_[A-Z]+_PASSWORD:\?[^}]+\}", password), user
 
-    @pytest.mark.parametrize(("service", "user"), [("topics", "admin"), ("acls", "admin"),
-                                                   ("worker", "toolgate")])
-    def test_toolgate_services_log_in_over_tls(self, secured: dict[str, dict[str, Any]],
-                                               secure_kafka: dict[str, str], service: str,
-                                               user: str) -> None:
+    @pytest.mark.parametrize(
+        ("service", "user"), [("topics", "admin"), ("acls", "admin"), ("worker", "toolgate")]
+    )
+    def test_toolgate_services_log_in_over_tls(
+        self, secured: dict[str, dict[str, Any]], secure_kafka: dict[str, str], service: str, user: str
+    ) -> None:
         """Each toolgate service: valid TOOLGATE_* settings, SASL_SSL with SCRAM-SHA-512 to a
         SASL_SSL listener the broker advertises as kafka, its own user, the password from .env,
         and the CA file from the mounted ops/kafka/secure/client."""
-        config_module = pytest.importorskip("worker._config", reason="toolgate is not importable")
+        config_module = pytest.importorskip("toolgate._config", reason="toolgate is not importable")
         env = {k: v for k, v in _env(secured[service]).items() if k.startswith("TOOLGATE_")}
         config = config_module.load_config(environ={k: _interpolated(v) for k, v in env.items()})
         sec = config.security
-        assert (sec.protocol, sec.sasl_mechanism, sec.sasl_username) == (
-            "SASL_SSL", "SCRAM-SHA-512", user)
-        assert re.fullmatch(r"\$\{SCRAM_[A-Z]+_PASSWORD:\?[^}]+\}",
-                            env["TOOLGATE_SECURITY_SASL_PASSWORD"]), service
+        assert (sec.protocol, sec.sasl_mechanism, sec.sasl_username) == ("SASL_SSL", "SCRAM-SHA-512", user)
+        assert re.fullmatch(r"\$\{SCRAM_[A-Z]+_PASSWORD:\?[^}]+\}", env["TOOLGATE_SECURITY_SASL_PASSWORD"]), (
+            service
+        )
         host, _, port = config.bootstrap.rpartition(":")
         advertised = _listeners(secure_kafka["KAFKA_ADVERTISED_LISTENERS"])
         names = [name for name, addr in advertised.items() if addr == (host, int(port))]
@@ -834,19 +840,19 @@ class TestComposeSecure:
             if "secure" in source_path:
                 assert read_only, f"{service}: {source_path} is writable"
 
-    def test_admin_is_a_super_user_and_the_worker_is_not(self, secured: dict[str, dict[str, Any]],
-                                                         secure_kafka: dict[str, str]) -> None:
+    def test_admin_is_a_super_user_and_the_worker_is_not(
+        self, secured: dict[str, dict[str, Any]], secure_kafka: dict[str, str]
+    ) -> None:
         """Topics and ACLs are made by a super user; the worker has only what the ACLs grant."""
         supers = set(secure_kafka["KAFKA_SUPER_USERS"].split(";"))
         for name in ("topics", "acls"):
             assert f"User:{_env(secured[name])['TOOLGATE_SECURITY_SASL_USERNAME']}" in supers
         assert f"User:{_env(secured['worker'])['TOOLGATE_SECURITY_SASL_USERNAME']}" not in supers
 
-    def test_acls_are_applied_before_the_worker_starts(
-            self, secured: dict[str, dict[str, Any]]) -> None:
+    def test_acls_are_applied_before_the_worker_starts(self, secured: dict[str, dict[str, Any]]) -> None:
         """kafka-users, topics, acls and the worker start in that order, each after the previous
         one succeeded; the ACL step is `toolgate acls apply`, a command the CLI accepts."""
-        cli = pytest.importorskip("worker.cli", reason="toolgate is not importable")
+        cli = pytest.importorskip("toolgate.cli", reason="toolgate is not importable")
         acls = secured["acls"]
         assert acls["command"] == ["acls", "apply"]
         cli._parser().parse_args(acls["command"])
@@ -873,8 +879,14 @@ class TestComposeSecure:
     def test_secret_material_stays_out_of_git_and_the_image(self) -> None:
         """Keys, keystores, certificates and password files are ignored by git; the secure folder
         and .env are not in the image's build context."""
-        for name in ("ca.key", "broker/kafka.keystore.p12", "broker/keystore_creds",
-                     "client/ca.pem", "client/truststore.p12", "broker.key"):
+        for name in (
+            "ca.key",
+            "broker/kafka.keystore.p12",
+            "broker/keystore_creds",
+            "client/ca.pem",
+            "client/truststore.p12",
+            "broker.key",
+        ):
             assert _ignored(SECURE_DIR / name), name
         for name in ("README.md", "scram-users.sh", "broker/broker_jaas.conf"):
             assert (SECURE_DIR / name).is_file(), name

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from worker._config import load_config
-from worker._errors import ConfigError
+from toolgate._config import load_config
+from toolgate._errors import ConfigError
 
 
 class TestConfig:
@@ -21,10 +20,14 @@ class TestConfig:
         """TOOLGATE_* variables win over the TOML file, which wins over defaults."""
         path = tmp_path / "tg.toml"
         path.write_text('bootstrap = "file:9092"\n[topics]\nintake = "from.file"\n')
-        config = load_config(path, environ={"TOOLGATE_BOOTSTRAP": "env:9092",
-                                            "TOOLGATE_PARTITIONS_INTAKE": "6"})
+        config = load_config(
+            path, environ={"TOOLGATE_BOOTSTRAP": "env:9092", "TOOLGATE_PARTITIONS_INTAKE": "6"}
+        )
         assert (config.bootstrap, config.topics.intake, config.partitions.intake) == (
-            "env:9092", "from.file", 6)
+            "env:9092",
+            "from.file",
+            6,
+        )
 
     def test_unknown_key_names_file_and_path(self, tmp_path: Path) -> None:
         """An unknown key fails naming the file and the path."""
@@ -40,8 +43,13 @@ class TestConfig:
 
     def test_broker_script_knobs_are_not_configuration(self) -> None:
         """ops/kafka/kafka.sh's TOOLGATE_KAFKA_* knobs may be set where toolgate runs."""
-        config = load_config(environ={"TOOLGATE_KAFKA_PORT": "29092", "TOOLGATE_KAFKA_HEAP": "1g",
-                                      "TOOLGATE_BOOTSTRAP": "127.0.0.1:29092"})
+        config = load_config(
+            environ={
+                "TOOLGATE_KAFKA_PORT": "29092",
+                "TOOLGATE_KAFKA_HEAP": "1g",
+                "TOOLGATE_BOOTSTRAP": "127.0.0.1:29092",
+            }
+        )
         assert config.bootstrap == "127.0.0.1:29092"
 
     def test_secrets_masked(self) -> None:

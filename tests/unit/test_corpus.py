@@ -13,13 +13,13 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import STAGES, Gate
+from toolgate.gate._records import Message, RequestRecord
+from toolgate.gate._signing import signed_message
+from toolgate.tools._fixtures import fixtures_keyring
 
 from tests.unit.builders import CONTRACTS
-from worker._contracts import ContractSet
-from worker._fixtures import fixtures_keyring
-from worker._gate import STAGES, Gate
-from worker._records import Message, RequestRecord
-from worker._signing import signed_message
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 MANIFEST: dict[str, Any] = json.loads((CORPUS / "manifest.json").read_bytes())
@@ -29,8 +29,14 @@ REQUEST_ID: str = MANIFEST["request_id"]
 TIME_BOUND_S = 0.5  # per case, gate only; the slowest case takes a few milliseconds
 INVALID = {"code": "INVALID_RESPONSE", "retryable": False}
 # The parse-policy codes of the README: the corpus must exercise every one.
-PARSE_CODES = {"DUPLICATE_KEY", "MALFORMED_JSON", "NUMBER_OUT_OF_RANGE", "NESTING_TOO_DEEP",
-               "UNSUPPORTED_CONTENT_TYPE", "TEXT_EXTRACTION_FAILED"}
+PARSE_CODES = {
+    "DUPLICATE_KEY",
+    "MALFORMED_JSON",
+    "NUMBER_OUT_OF_RANGE",
+    "NESTING_TOO_DEEP",
+    "UNSUPPORTED_CONTENT_TYPE",
+    "TEXT_EXTRACTION_FAILED",
+}
 
 
 def corpus_contracts() -> ContractSet:
@@ -50,16 +56,26 @@ def corpus_message(gate: Gate, case: dict[str, Any], raw: bytes) -> Message:
         key = gate.keyring.get(contract.spec.signature.key_id)
         assert key is not None
         headers["tg-signature"] = base64.b64encode(key.sign(signed_message(REQUEST_ID, raw))).decode()
-    return Message(key=REQUEST_ID.encode(), value=raw, origin="corpus/0/0",
-                   headers=[(k, v.encode()) for k, v in headers.items() if v is not None])
+    return Message(
+        key=REQUEST_ID.encode(),
+        value=raw,
+        origin="corpus/0/0",
+        headers=[(k, v.encode()) for k, v in headers.items() if v is not None],
+    )
 
 
 def corpus_request(case: dict[str, Any]) -> RequestRecord:
     """The outstanding request the case answers, so correlation passes where it is reached."""
     tool = case["tool"]
-    return RequestRecord(request_id=REQUEST_ID, tool=tool, issued_at=NOW - timedelta(minutes=1),
-                         expires_at=NOW + timedelta(minutes=5),
-                         bind=MANIFEST["tools"][tool]["bind"], attempt=1, max_attempts=3)
+    return RequestRecord(
+        request_id=REQUEST_ID,
+        tool=tool,
+        issued_at=NOW - timedelta(minutes=1),
+        expires_at=NOW + timedelta(minutes=5),
+        bind=MANIFEST["tools"][tool]["bind"],
+        attempt=1,
+        max_attempts=3,
+    )
 
 
 def load_generator() -> ModuleType:
@@ -101,8 +117,7 @@ class TestCorpusCases:
         else:
             assert not verdict.accepted
             tool = case["tool"] if case["tool"] in corpus_gate.contracts.tools else None
-            assert agent == {"tool": tool, "request_id": REQUEST_ID, "outcome": "failure",
-                             "error": INVALID}
+            assert agent == {"tool": tool, "request_id": REQUEST_ID, "outcome": "failure", "error": INVALID}
 
 
 class TestManifest:
@@ -140,8 +155,10 @@ class TestManifest:
 
     def test_signed_tools_are_signed_with_known_keys(self, corpus_gate: Gate) -> None:
         """The contracts that ask for a signature name keys the corpus keyring holds."""
-        signed = {c.spec.tool: c.spec.signature.key_id for c in corpus_gate.contracts
-                  if c.spec.signature is not None}
+        signed = {
+            c.spec.tool: c.spec.signature.key_id
+            for c in corpus_gate.contracts
+            if c.spec.signature is not None
+        }
         assert set(signed) == {"job_status", "deploy_status"}
         assert all(corpus_gate.keyring.get(key_id) is not None for key_id in signed.values())
-

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.tools._fixtures import Case, fixtures_keyring, load_cases, run_case
 
 from tests.unit.builders import CONTRACTS
-from worker._contracts import ContractSet
-from worker._fixtures import Case, fixtures_keyring, load_cases, run_case
-from worker._gate import Gate
 
 _CONTRACTS = ContractSet.load(CONTRACTS)
 _KEYRING = fixtures_keyring(CONTRACTS)

@@ -15,6 +15,8 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toolgate.gate._contracts import compile_schema
+from toolgate.gate._gate import Gate
 
 from tests.fuzzing import (
     MUTATIONS,
@@ -27,22 +29,30 @@ from tests.fuzzing import (
     scenarios,
     targets,
 )
-from worker._contracts import compile_schema
-from worker._gate import Gate
 
 GATE = fuzz_gate()
 TARGETS = targets(GATE)
 ORACLES: dict[str, Oracle] = {}
 JSON_TARGETS = [c for c in TARGETS if c.spec.content_type == "application/json"]
-_ci = settings(max_examples=250, deadline=None, derandomize=True, database=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+_ci = settings(
+    max_examples=250,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=20)
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
 contracts = st.sampled_from(TARGETS)
 
 
@@ -98,8 +108,15 @@ class TestSchemaGenerated:
         def run(data: st.DataObject) -> None:
             scenario = data.draw(scenarios(GATE, contract, mutations=(mutation,)))
             verdict = check(GATE, scenario, ORACLES)
-            if mutation in ("unknown_field", "duplicate_member", "duplicate_escaped_name",
-                            "truncate", "second_document", "non_finite", "deepen"):
+            if mutation in (
+                "unknown_field",
+                "duplicate_member",
+                "duplicate_escaped_name",
+                "truncate",
+                "second_document",
+                "non_finite",
+                "deepen",
+            ):
                 assert not verdict.accepted
 
         run()
@@ -110,9 +127,17 @@ class TestOracle:
         """The independent oracle asserts format date-time (python-jsonschema needs rfc3339-validator)."""
         job = next(c for c in TARGETS if c.spec.tool == "job_status")
         oracle = Oracle(job)
-        good = {"tool": "job_status", "request_id": "req.J7q94MkP", "outcome": "success",
-                "data": {"project_id": "bluebird", "run_id": "run_7Hk2mQ9xLp4sTb",
-                         "state": "failed", "observed_at": NOW.isoformat()}}
+        good = {
+            "tool": "job_status",
+            "request_id": "req.J7q94MkP",
+            "outcome": "success",
+            "data": {
+                "project_id": "bluebird",
+                "run_id": "run_7Hk2mQ9xLp4sTb",
+                "state": "failed",
+                "observed_at": NOW.isoformat(),
+            },
+        }
         assert oracle.valid(good)
         good["data"]["observed_at"] = "yesterday"
         assert not oracle.valid(good)
@@ -120,5 +145,6 @@ class TestOracle:
     def test_gate_is_the_real_one(self) -> None:
         """The fuzzed gate holds the bundled contracts and the corpus-only ones."""
         assert isinstance(GATE, Gate)
-        assert {"review_status", "job_status", "deploy_status", "service_state",
-                "wide_report"} <= {c.spec.tool for c in TARGETS}
+        assert {"review_status", "job_status", "deploy_status", "service_state", "wide_report"} <= {
+            c.spec.tool for c in TARGETS
+        }

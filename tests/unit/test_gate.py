@@ -9,12 +9,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from toolgate._errors import ContractError
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import Verdict
 
 from tests.unit.builders import NOW, REQUEST_ID, message, review_request, review_value
-from worker._contracts import ContractSet
-from worker._errors import ContractError
-from worker._gate import Gate
-from worker._records import Verdict
 
 
 def agent(verdict: Verdict) -> dict[str, object]:
@@ -28,8 +28,11 @@ class TestAccept:
         verdict = gate.evaluate(message(), review_request(), NOW)
         assert verdict.accepted, verdict.diagnostics
         assert agent(verdict) == {
-            "tool": "review_status", "request_id": REQUEST_ID, "outcome": "success",
-            "data": {"change_id": "CR-1042", "decision": "approved", "reviewed_by": "alice@example.com"}}
+            "tool": "review_status",
+            "request_id": REQUEST_ID,
+            "outcome": "success",
+            "data": {"change_id": "CR-1042", "decision": "approved", "reviewed_by": "alice@example.com"},
+        }
         assert verdict.contract == "review_status@v1"
 
     def test_verdict_carries_digests(self, gate: Gate) -> None:
@@ -43,8 +46,12 @@ class TestAccept:
 
     def test_valid_failure_passes_its_code(self, gate: Gate) -> None:
         """A valid upstream failure reaches the agent with its own code."""
-        value = {"tool": "review_status", "request_id": REQUEST_ID, "outcome": "failure",
-                 "error": {"code": "UPSTREAM_UNAVAILABLE", "retryable": True}}
+        value = {
+            "tool": "review_status",
+            "request_id": REQUEST_ID,
+            "outcome": "failure",
+            "error": {"code": "UPSTREAM_UNAVAILABLE", "retryable": True},
+        }
         verdict = gate.evaluate(message(value), review_request(), NOW)
         assert verdict.accepted
         assert agent(verdict)["error"] == {"code": "UPSTREAM_UNAVAILABLE", "retryable": True}
@@ -53,8 +60,12 @@ class TestAccept:
 
 class TestRetryPolicy:
     def failure(self, code: str, retryable: bool = True) -> dict[str, object]:
-        return {"tool": "review_status", "request_id": REQUEST_ID, "outcome": "failure",
-                "error": {"code": code, "retryable": retryable}}
+        return {
+            "tool": "review_status",
+            "request_id": REQUEST_ID,
+            "outcome": "failure",
+            "error": {"code": code, "retryable": retryable},
+        }
 
     def test_code_outside_policy_is_not_retryable(self, gate: Gate) -> None:
         """The upstream cannot make a code retryable that the contract does not list."""
@@ -63,14 +74,14 @@ class TestRetryPolicy:
 
     def test_last_attempt_is_not_retryable(self, gate: Gate) -> None:
         """No attempts left means not retryable, whatever the upstream says."""
-        verdict = gate.evaluate(message(self.failure("UPSTREAM_UNAVAILABLE")),
-                                review_request(attempt=3, max_attempts=3), NOW)
+        verdict = gate.evaluate(
+            message(self.failure("UPSTREAM_UNAVAILABLE")), review_request(attempt=3, max_attempts=3), NOW
+        )
         assert agent(verdict)["error"] == {"code": "UPSTREAM_UNAVAILABLE", "retryable": False}
 
     def test_upstream_may_decline_retry(self, gate: Gate) -> None:
         """An upstream that says not retryable is believed."""
-        verdict = gate.evaluate(message(self.failure("UPSTREAM_UNAVAILABLE", False)),
-                                review_request(), NOW)
+        verdict = gate.evaluate(message(self.failure("UPSTREAM_UNAVAILABLE", False)), review_request(), NOW)
         assert agent(verdict)["error"]["retryable"] is False  # type: ignore[index]
 
 
@@ -79,9 +90,12 @@ class TestRejectionEnvelope:
         """Every rejection gives the agent INVALID_RESPONSE, not retryable, and nothing else."""
         verdict = gate.evaluate(message(review_value(admin_override=True)), review_request(), NOW)
         assert not verdict.accepted
-        assert agent(verdict) == {"tool": "review_status", "request_id": REQUEST_ID,
-                                  "outcome": "failure",
-                                  "error": {"code": "INVALID_RESPONSE", "retryable": False}}
+        assert agent(verdict) == {
+            "tool": "review_status",
+            "request_id": REQUEST_ID,
+            "outcome": "failure",
+            "error": {"code": "INVALID_RESPONSE", "retryable": False},
+        }
 
     def test_unsafe_key_is_not_echoed(self, gate: Gate) -> None:
         """A key that is not a plain identifier never reaches the agent envelope."""
@@ -114,31 +128,37 @@ class TestLimits:
 
 
 class TestParse:
-    @pytest.mark.parametrize(("raw", "code"), [
-        (b'{"a":1,"a":2}', "DUPLICATE_KEY"),
-        (b'{"a":1,"\\u0061":2}', "DUPLICATE_KEY"),
-        (b"[[[[[[[[[[1]]]]]]]]]]", "NESTING_TOO_DEEP"),
-        (b"[" * 100_000, "NESTING_TOO_DEEP"),
-        (b'{"n":1e400}', "NUMBER_OUT_OF_RANGE"),
-        (b'{"n":-1E+999}', "NUMBER_OUT_OF_RANGE"),
-        (b"1" * 4400, "NUMBER_OUT_OF_RANGE"),
-        (b'{"n":NaN}', "MALFORMED_JSON"),
-        (b'{"n":Infinity}', "MALFORMED_JSON"),
-        (b"", "MALFORMED_JSON"),
-        (b"{} {}", "MALFORMED_JSON"),
-        (b'{"a":1}garbage', "MALFORMED_JSON"),
-        (b"\xef\xbb\xbf{}", "MALFORMED_JSON"),
-        (b'"\xff"', "MALFORMED_JSON"),
-        (b'"\xc0\xaf"', "MALFORMED_JSON"),
-        (b'"\\ud800"', "MALFORMED_JSON"),
-        (b'"\xed\xa0\x80"', "MALFORMED_JSON"),
-        (b'"a\x00b"', "MALFORMED_JSON"),
-        (b"<html><body>Approved</body></html>", "MALFORMED_JSON"),
-    ])
+    @pytest.mark.parametrize(
+        ("raw", "code"),
+        [
+            (b'{"a":1,"a":2}', "DUPLICATE_KEY"),
+            (b'{"a":1,"\\u0061":2}', "DUPLICATE_KEY"),
+            (b"[[[[[[[[[[1]]]]]]]]]]", "NESTING_TOO_DEEP"),
+            (b"[" * 100_000, "NESTING_TOO_DEEP"),
+            (b'{"n":1e400}', "NUMBER_OUT_OF_RANGE"),
+            (b'{"n":-1E+999}', "NUMBER_OUT_OF_RANGE"),
+            (b"1" * 4400, "NUMBER_OUT_OF_RANGE"),
+            (b'{"n":NaN}', "MALFORMED_JSON"),
+            (b'{"n":Infinity}', "MALFORMED_JSON"),
+            (b"", "MALFORMED_JSON"),
+            (b"{} {}", "MALFORMED_JSON"),
+            (b'{"a":1}garbage', "MALFORMED_JSON"),
+            (b"\xef\xbb\xbf{}", "MALFORMED_JSON"),
+            (b'"\xff"', "MALFORMED_JSON"),
+            (b'"\xc0\xaf"', "MALFORMED_JSON"),
+            (b'"\\ud800"', "MALFORMED_JSON"),
+            (b'"\xed\xa0\x80"', "MALFORMED_JSON"),
+            (b'"a\x00b"', "MALFORMED_JSON"),
+            (b"<html><body>Approved</body></html>", "MALFORMED_JSON"),
+        ],
+    )
     def test_hostile_bytes(self, gate: Gate, raw: bytes, code: str) -> None:
         """What parsers disagree on is rejected at the parse stage with its own code."""
-        verdict = gate.evaluate(message(raw=raw[:2048]) if len(raw) <= 2048 else
-                                message(raw=raw, tool="nope"), review_request(), NOW)
+        verdict = gate.evaluate(
+            message(raw=raw[:2048]) if len(raw) <= 2048 else message(raw=raw, tool="nope"),
+            review_request(),
+            NOW,
+        )
         if len(raw) > 2048:  # over review_status's byte limit: judged with the default limits
             assert verdict.stage in ("limits", "parse")
             return
@@ -181,17 +201,21 @@ class TestContract:
 
 
 class TestSchema:
-    @pytest.mark.parametrize(("value", "keyword"), [
-        (review_value(admin_override=True), "additionalProperties"),
-        ({**review_value(), "data": None}, "type"),
-        ({**review_value(), "data": []}, "type"),
-        (review_value(change_id=""), "pattern"),
-        (review_value(reviewed_by="x" * 129), "maxLength"),
-        ({**review_value(), "error": {"code": "NOT_FOUND", "retryable": False}}, "additionalProperties"),
-        (review_value(decision="approved!"), "enum"),
-    ])
-    def test_violations_name_keyword_and_path(self, gate: Gate, value: dict[str, object],
-                                              keyword: str) -> None:
+    @pytest.mark.parametrize(
+        ("value", "keyword"),
+        [
+            (review_value(admin_override=True), "additionalProperties"),
+            ({**review_value(), "data": None}, "type"),
+            ({**review_value(), "data": []}, "type"),
+            (review_value(change_id=""), "pattern"),
+            (review_value(reviewed_by="x" * 129), "maxLength"),
+            ({**review_value(), "error": {"code": "NOT_FOUND", "retryable": False}}, "additionalProperties"),
+            (review_value(decision="approved!"), "enum"),
+        ],
+    )
+    def test_violations_name_keyword_and_path(
+        self, gate: Gate, value: dict[str, object], keyword: str
+    ) -> None:
         """A schema violation reports the keyword and the schema path of the branch meant."""
         verdict = gate.evaluate(message(value), review_request(), NOW)
         assert (verdict.stage, verdict.code) == ("schema", "SCHEMA_VIOLATION")
@@ -261,8 +285,9 @@ class TestSemantic:
     def test_next_attempt_is_not_duplicate(self, gate: Gate) -> None:
         """A result for the request's next attempt is accepted once the first was."""
         seen = {(REQUEST_ID, 1)}
-        verdict = gate.evaluate(message(tg_attempt="2"), review_request(attempt=2), NOW,
-                                lambda r, a: (r, a) in seen)
+        verdict = gate.evaluate(
+            message(tg_attempt="2"), review_request(attempt=2), NOW, lambda r, a: (r, a) in seen
+        )
         assert verdict.accepted
 
     def test_old_attempt_is_stale(self, gate: Gate) -> None:
@@ -298,13 +323,24 @@ NESTED_SCHEMA = {
     "type": "object",
     "required": ["tool", "request_id", "outcome", "data"],
     "properties": {
-        "tool": {"const": "nested"}, "request_id": {"type": "string", "maxLength": 64},
+        "tool": {"const": "nested"},
+        "request_id": {"type": "string", "maxLength": 64},
         "outcome": {"const": "success"},
-        "data": {"type": "object", "additionalProperties": False, "properties": {
-            "run": {"type": "object", "additionalProperties": False, "properties": {
-                "id": {"type": "string", "maxLength": 20},
-                "secret": {"type": "string", "maxLength": 20}}},
-            "note": {"type": "string", "maxLength": 1000}}},
+        "data": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "run": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "id": {"type": "string", "maxLength": 20},
+                        "secret": {"type": "string", "maxLength": 20},
+                    },
+                },
+                "note": {"type": "string", "maxLength": 1000},
+            },
+        },
     },
     "additionalProperties": False,
 }
@@ -312,7 +348,10 @@ NESTED_SCHEMA = {
 
 class TestProjection:
     def gate(self, tmp_path: Path) -> Gate:
-        write_contract(tmp_path, "nested", """\
+        write_contract(
+            tmp_path,
+            "nested",
+            """\
             tool: nested
             version: 1
             status: active
@@ -320,36 +359,62 @@ class TestProjection:
             limits: {max_bytes: 4096, max_depth: 5}
             projection: [/data/run/id]
             display_text: [{pointer: /data/note, max_length: 10}]
-            """, NESTED_SCHEMA)
+            """,
+            NESTED_SCHEMA,
+        )
         return Gate(ContractSet.load(tmp_path))
 
     def test_nested_pointer_builds_new_object(self, tmp_path: Path) -> None:
         """A nested pointer copies one leaf; its siblings stay behind."""
-        value = {"tool": "nested", "request_id": REQUEST_ID, "outcome": "success",
-                 "data": {"run": {"id": "r1", "secret": "CANARY"}, "note": "0123456789abcdef"}}
-        verdict = self.gate(tmp_path).evaluate(message(value, tool="nested"),
-                                               review_request(tool="nested", bind={}), NOW)
+        value = {
+            "tool": "nested",
+            "request_id": REQUEST_ID,
+            "outcome": "success",
+            "data": {"run": {"id": "r1", "secret": "CANARY"}, "note": "0123456789abcdef"},
+        }
+        verdict = self.gate(tmp_path).evaluate(
+            message(value, tool="nested"), review_request(tool="nested", bind={}), NOW
+        )
         assert verdict.accepted, verdict.diagnostics
-        assert agent(verdict) == {"tool": "nested", "request_id": REQUEST_ID, "outcome": "success",
-                                  "data": {"run": {"id": "r1"}},
-                                  "untrusted_text": {"note": "0123456789"}}
+        assert agent(verdict) == {
+            "tool": "nested",
+            "request_id": REQUEST_ID,
+            "outcome": "success",
+            "data": {"run": {"id": "r1"}},
+            "untrusted_text": {"note": "0123456789"},
+        }
 
     def test_object_leaf_is_refused(self, tmp_path: Path) -> None:
         """Projecting a pointer that holds an object fails the closed output schema."""
-        folder = write_contract(tmp_path, "leaky", """\
+        folder = write_contract(
+            tmp_path,
+            "leaky",
+            """\
             tool: leaky
             version: 1
             status: active
             schema: schema.json
             limits: {max_bytes: 4096, max_depth: 5}
             projection: [/data/run]
-            """, {**NESTED_SCHEMA, "properties": {**NESTED_SCHEMA["properties"],  # type: ignore[dict-item]
-                                                  "tool": {"const": "leaky"}}})
+            """,
+            {
+                **NESTED_SCHEMA,
+                "properties": {
+                    **NESTED_SCHEMA["properties"],  # type: ignore[dict-item]
+                    "tool": {"const": "leaky"},
+                },
+            },
+        )
         assert folder.exists()
-        value = {"tool": "leaky", "request_id": REQUEST_ID, "outcome": "success",
-                 "data": {"run": {"id": "r1", "secret": "CANARY"}}}
+        value = {
+            "tool": "leaky",
+            "request_id": REQUEST_ID,
+            "outcome": "success",
+            "data": {"run": {"id": "r1", "secret": "CANARY"}},
+        }
         verdict = Gate(ContractSet.load(tmp_path)).evaluate(
-            message(value, tool="leaky"), review_request(tool="leaky", bind={}), NOW)
+            message(value, tool="leaky"), review_request(tool="leaky", bind={}), NOW
+        )
         assert (verdict.stage, verdict.code) == ("project", "INTERNAL_ERROR")
         assert b"CANARY" not in verdict.agent
 
@@ -357,93 +422,129 @@ class TestProjection:
 class TestContractLoading:
     def test_unknown_key_names_file_and_path(self, tmp_path: Path) -> None:
         """An unknown key in contract.yaml fails naming the file and the path."""
-        write_contract(tmp_path, "bad", """\
+        write_contract(
+            tmp_path,
+            "bad",
+            """\
             tool: bad
             version: 1
             status: active
             schema: schema.json
             limits: {max_bytes: 4096, max_depth: 5, max_items: 3}
             projection: []
-            """, NESTED_SCHEMA)
+            """,
+            NESTED_SCHEMA,
+        )
         with pytest.raises(ContractError, match=r"bad/v1/contract.yaml.*max_items.*\$\.limits"):
             ContractSet.load(tmp_path)
 
     def test_pointer_outside_data(self, tmp_path: Path) -> None:
         """A projection pointer outside /data fails at load with its path."""
-        write_contract(tmp_path, "bad", """\
+        write_contract(
+            tmp_path,
+            "bad",
+            """\
             tool: bad
             version: 1
             status: active
             schema: schema.json
             limits: {max_bytes: 4096, max_depth: 5}
             projection: [/tool]
-            """, NESTED_SCHEMA)
+            """,
+            NESTED_SCHEMA,
+        )
         with pytest.raises(ContractError, match=r"\$\.projection\[0\]"):
             ContractSet.load(tmp_path)
 
     def test_remote_ref_refused(self, tmp_path: Path) -> None:
         """A schema with a remote $ref does not compile."""
-        write_contract(tmp_path, "bad", """\
+        write_contract(
+            tmp_path,
+            "bad",
+            """\
             tool: bad
             version: 1
             status: active
             schema: schema.json
             limits: {max_bytes: 4096, max_depth: 5}
             projection: []
-            """, {"$ref": "https://example.invalid/schema.json"})
+            """,
+            {"$ref": "https://example.invalid/schema.json"},
+        )
         with pytest.raises(ContractError, match="refused"):
             ContractSet.load(tmp_path)
 
     def test_file_ref_refused(self, tmp_path: Path) -> None:
         """A schema with a file $ref does not compile."""
         (tmp_path / "other.json").write_text("{}")
-        write_contract(tmp_path, "bad", """\
+        write_contract(
+            tmp_path,
+            "bad",
+            """\
             tool: bad
             version: 1
             status: active
             schema: schema.json
             limits: {max_bytes: 4096, max_depth: 5}
             projection: []
-            """, {"$ref": f"file://{tmp_path}/other.json"})
+            """,
+            {"$ref": f"file://{tmp_path}/other.json"},
+        )
         with pytest.raises(ContractError, match="refused"):
             ContractSet.load(tmp_path)
 
     def test_folder_must_match_tool(self, tmp_path: Path) -> None:
         """A contract whose tool differs from its folder name fails at load."""
-        write_contract(tmp_path, "other", """\
+        write_contract(
+            tmp_path,
+            "other",
+            """\
             tool: bad
             version: 1
             status: active
             schema: schema.json
             limits: {max_bytes: 4096, max_depth: 5}
             projection: []
-            """, NESTED_SCHEMA)
+            """,
+            NESTED_SCHEMA,
+        )
         with pytest.raises(ContractError, match=r"\$\.tool"):
             ContractSet.load(tmp_path)
 
 
 class TestTimestamps:
-    @pytest.mark.parametrize(("text", "expected"), [
-        ("2026-05-01T14:29:41Z", "2026-05-01T14:29:41+00:00"),
-        ("2026-05-01t14:29:41z", "2026-05-01T14:29:41+00:00"),
-        ("2026-05-01T23:59:60Z", "2026-05-01T23:59:59.999999+00:00"),
-        ("2026-05-01T14:29:41.123456789+02:00", "2026-05-01T14:29:41.123456+02:00"),
-    ])
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("2026-05-01T14:29:41Z", "2026-05-01T14:29:41+00:00"),
+            ("2026-05-01t14:29:41z", "2026-05-01T14:29:41+00:00"),
+            ("2026-05-01T23:59:60Z", "2026-05-01T23:59:59.999999+00:00"),
+            ("2026-05-01T14:29:41.123456789+02:00", "2026-05-01T14:29:41.123456+02:00"),
+        ],
+    )
     def test_rfc3339_accepted(self, text: str, expected: str) -> None:
         """Every RFC 3339 date-time parses, lowercase and leap seconds included."""
-        from worker._rules import parse_timestamp
+        from toolgate.gate._rules import parse_timestamp
 
         parsed = parse_timestamp(text)
         assert parsed is not None
         assert parsed.isoformat() == expected
 
-    @pytest.mark.parametrize("text", [
-        "20260501T142941Z", "2026-W18-5T14:29:41Z", "2026-05-01T14:29:41+0000",
-        "2026-13-45T99:00:00Z", "2026-05-01T14:29:41", "2026-05-01 14:29:41Z", 1714573781,
-    ])
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "20260501T142941Z",
+            "2026-W18-5T14:29:41Z",
+            "2026-05-01T14:29:41+0000",
+            "2026-13-45T99:00:00Z",
+            "2026-05-01T14:29:41",
+            "2026-05-01 14:29:41Z",
+            1714573781,
+        ],
+    )
     def test_not_rfc3339_refused(self, text: object) -> None:
         """ISO 8601 forms outside RFC 3339, naive times and numbers do not parse."""
-        from worker._rules import parse_timestamp
+        from toolgate.gate._rules import parse_timestamp
 
         assert parse_timestamp(text) is None
 

@@ -9,10 +9,10 @@ import json
 
 import msgspec
 import pytest
+from toolgate.gate._gate import Gate
 
 from tests.fuzzing import NOW, fuzz_gate, make_message, make_request
 from tests.unit.builders import REQUEST_ID, message, review_request
-from worker._gate import Gate
 
 
 @pytest.fixture(scope="module")
@@ -40,23 +40,41 @@ class TestFreshnessTimestamps:
     def test_ten_fraction_digits_are_fresh(self, gate: Gate) -> None:
         """A fresh RFC 3339 timestamp with 10 fraction digits is accepted, not STALE_RESULT."""
         job = next(c for c in gate.contracts if c.spec.tool == "job_status")
-        envelope = {"tool": "job_status", "request_id": REQUEST_ID, "outcome": "success",
-                    "data": {"project_id": "bluebird", "run_id": "run_7Hk2mQ9xLp4sTb",
-                             "state": "failed", "observed_at": "2026-05-01T11:59:30.1234567891Z"}}
+        envelope = {
+            "tool": "job_status",
+            "request_id": REQUEST_ID,
+            "outcome": "success",
+            "data": {
+                "project_id": "bluebird",
+                "run_id": "run_7Hk2mQ9xLp4sTb",
+                "state": "failed",
+                "observed_at": "2026-05-01T11:59:30.1234567891Z",
+            },
+        }
         raw = json.dumps(envelope).encode()
-        verdict = gate.evaluate(make_message(gate, job, raw, REQUEST_ID),
-                                make_request(job, REQUEST_ID, envelope, 1), NOW)
+        verdict = gate.evaluate(
+            make_message(gate, job, raw, REQUEST_ID), make_request(job, REQUEST_ID, envelope, 1), NOW
+        )
         assert verdict.accepted, verdict.diagnostics
 
     def test_nine_fraction_digits_are_fresh(self, gate: Gate) -> None:
         """A fresh RFC 3339 timestamp with 9 fraction digits is accepted."""
         job = next(c for c in gate.contracts if c.spec.tool == "job_status")
-        envelope = {"tool": "job_status", "request_id": REQUEST_ID, "outcome": "success",
-                    "data": {"project_id": "bluebird", "run_id": "run_7Hk2mQ9xLp4sTb",
-                             "state": "failed", "observed_at": "2026-05-01T11:59:30.123456789Z"}}
+        envelope = {
+            "tool": "job_status",
+            "request_id": REQUEST_ID,
+            "outcome": "success",
+            "data": {
+                "project_id": "bluebird",
+                "run_id": "run_7Hk2mQ9xLp4sTb",
+                "state": "failed",
+                "observed_at": "2026-05-01T11:59:30.123456789Z",
+            },
+        }
         raw = json.dumps(envelope).encode()
-        verdict = gate.evaluate(make_message(gate, job, raw, REQUEST_ID),
-                                make_request(job, REQUEST_ID, envelope, 1), NOW)
+        verdict = gate.evaluate(
+            make_message(gate, job, raw, REQUEST_ID), make_request(job, REQUEST_ID, envelope, 1), NOW
+        )
         assert verdict.accepted, verdict.diagnostics
 
 

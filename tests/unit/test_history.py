@@ -6,9 +6,10 @@ import json
 import shutil
 from pathlib import Path
 
+from toolgate.gate._contracts import ContractSet
+from toolgate.tools._diff import contract_history
+
 from tests.unit.builders import CONTRACTS
-from worker._contracts import ContractSet
-from worker._diff import contract_history
 
 
 def add_version(root: Path, folder: str, version: int, minor: int, narrow: bool) -> None:

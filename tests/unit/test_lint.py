@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-
-from worker._contracts import ContractSet
-from worker._lint import Finding, lint_contracts, lint_schema, scan_pattern
+from toolgate.gate._contracts import ContractSet
+from toolgate.tools._lint import Finding, lint_contracts, lint_schema, scan_pattern
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = ROOT / "contracts"
@@ -41,8 +40,9 @@ class TestBundledContracts:
     def test_findings_name_the_file(self) -> None:
         """Each finding carries the file it was given, the rule and a message."""
         [finding] = lint_schema({"type": "string"}, file="x/schema.json")
-        assert finding == Finding(file="x/schema.json", pointer="", rule="unbounded-string",
-                                  message=finding.message)
+        assert finding == Finding(
+            file="x/schema.json", pointer="", rule="unbounded-string", message=finding.message
+        )
         assert "maxLength" in finding.message
 
 
@@ -63,7 +63,8 @@ class TestClosedObjects:
     def test_required_alone_makes_an_object_schema(self) -> None:
         """A schema with required and a type allowing objects must be closed too."""
         assert found({"type": ["object", "null"], "required": ["a"], "properties": {"a": BOUNDED}}) == [
-            ("", "open-object")]
+            ("", "open-object")
+        ]
 
     def test_nested_open_object_is_reported_where_it_is(self) -> None:
         """The pointer names the open subschema, not the root."""
@@ -77,11 +78,15 @@ class TestClosedObjects:
 
 class TestAllOf:
     BASE: ClassVar[dict[str, Any]] = {
-        "type": "object", "required": ["subject"],
-        "properties": {"subject": {"type": "string", "minLength": 1, "maxLength": 128}}}
+        "type": "object",
+        "required": ["subject"],
+        "properties": {"subject": {"type": "string", "minLength": 1, "maxLength": 128}},
+    }
     EXTRA: ClassVar[dict[str, Any]] = {
-        "type": "object", "required": ["source"],
-        "properties": {"source": {"enum": ["directory", "review_service"]}}}
+        "type": "object",
+        "required": ["source"],
+        "properties": {"source": {"enum": ["directory", "review_service"]}},
+    }
 
     def test_seed_composition_passes(self) -> None:
         """The seed's allOf with unevaluatedProperties: false is closed."""
@@ -93,14 +98,20 @@ class TestAllOf:
 
     def test_additional_properties_inside_a_branch_is_reported(self) -> None:
         """additionalProperties: false in one branch rejects the properties of the others."""
-        schema = {"allOf": [{**self.BASE, "additionalProperties": False}, self.EXTRA],
-                  "unevaluatedProperties": False}
+        schema = {
+            "allOf": [{**self.BASE, "additionalProperties": False}, self.EXTRA],
+            "unevaluatedProperties": False,
+        }
         assert found(schema) == [("/allOf/0", "additional-properties-with-allof")]
 
     def test_additional_properties_beside_allof_is_reported(self) -> None:
         """additionalProperties: false beside allOf cannot see the branches' properties."""
-        schema = {"type": "object", "properties": {"subject": BOUNDED},
-                  "allOf": [self.EXTRA], "additionalProperties": False}
+        schema = {
+            "type": "object",
+            "properties": {"subject": BOUNDED},
+            "allOf": [self.EXTRA],
+            "additionalProperties": False,
+        }
         assert found(schema) == [("", "additional-properties-with-allof")]
 
     def test_additional_properties_that_sees_everything_passes(self) -> None:
@@ -110,15 +121,19 @@ class TestAllOf:
 
     def test_a_reused_base_judged_where_it_is_used(self) -> None:
         """A $defs base composed under unevaluatedProperties: false needs no closure of its own."""
-        schema = {"allOf": [{"$ref": "#/$defs/base"}, self.EXTRA], "unevaluatedProperties": False,
-                  "$defs": {"base": self.BASE}}
+        schema = {
+            "allOf": [{"$ref": "#/$defs/base"}, self.EXTRA],
+            "unevaluatedProperties": False,
+            "$defs": {"base": self.BASE},
+        }
         assert found(schema) == []
 
     def test_a_reused_base_used_bare_elsewhere_is_reported(self) -> None:
         """A base that is also used on its own must be closed."""
-        schema = closed(composed={"allOf": [{"$ref": "#/$defs/base"}, self.EXTRA],
-                                  "unevaluatedProperties": False},
-                        bare={"$ref": "#/$defs/base"})
+        schema = closed(
+            composed={"allOf": [{"$ref": "#/$defs/base"}, self.EXTRA], "unevaluatedProperties": False},
+            bare={"$ref": "#/$defs/base"},
+        )
         schema["$defs"] = {"base": self.BASE}
         assert found(schema) == [("/$defs/base", "open-object")]
 
@@ -153,15 +168,19 @@ class TestStrings:
         """A type list that allows a string needs a bound too."""
         assert found(closed(a={"type": ["string", "null"]})) == [("/properties/a", "unbounded-string")]
 
-    @pytest.mark.parametrize("schema", [
-        {"type": "string", "maxLength": 64},
-        {"type": "string", "enum": ["a", "b"]},
-        {"const": "x"},
-        {"enum": ["a", 1, None]},
-        {"type": "string", "pattern": "^CR-[0-9]{1,10}$"},
-        {"type": "string", "allOf": [{"maxLength": 8}]},
-        {"type": "integer"},
-    ], ids=["maxLength", "enum", "const", "enum-only", "bounded-pattern", "allOf", "not-a-string"])
+    @pytest.mark.parametrize(
+        "schema",
+        [
+            {"type": "string", "maxLength": 64},
+            {"type": "string", "enum": ["a", "b"]},
+            {"const": "x"},
+            {"enum": ["a", 1, None]},
+            {"type": "string", "pattern": "^CR-[0-9]{1,10}$"},
+            {"type": "string", "allOf": [{"maxLength": 8}]},
+            {"type": "integer"},
+        ],
+        ids=["maxLength", "enum", "const", "enum-only", "bounded-pattern", "allOf", "not-a-string"],
+    )
     def test_bounded_strings_pass(self, schema: dict[str, Any]) -> None:
         """maxLength, enum, const, an anchored bounded pattern or a bounding allOf branch bound it."""
         assert found(closed(a=schema)) == []
@@ -198,21 +217,24 @@ class TestPatterns:
         """^(?:ab|cd)$ anchors both alternatives."""
         assert found(closed(a={"type": "string", "pattern": "^(?:ab|cd)$"})) == []
 
-    @pytest.mark.parametrize(("pattern", "expected"), [
-        ("^a$", (True, True)),
-        ("^[a-z]{1,5}$", (True, True)),
-        ("^\\p{L}{1,3}$", (True, True)),
-        ("^[*+]{2}$", (True, True)),
-        ("^a\\+$", (True, True)),
-        ("^a$|^b$", (True, True)),
-        ("^a+$", (True, False)),
-        ("^a*$", (True, False)),
-        ("^a{2,}$", (True, False)),
-        ("^a\\$", (False, True)),
-        ("^a|b$", (False, True)),
-        ("a{1,3}", (False, True)),
-        ("\\Aa{1,3}\\z", (True, True)),
-    ])
+    @pytest.mark.parametrize(
+        ("pattern", "expected"),
+        [
+            ("^a$", (True, True)),
+            ("^[a-z]{1,5}$", (True, True)),
+            ("^\\p{L}{1,3}$", (True, True)),
+            ("^[*+]{2}$", (True, True)),
+            ("^a\\+$", (True, True)),
+            ("^a$|^b$", (True, True)),
+            ("^a+$", (True, False)),
+            ("^a*$", (True, False)),
+            ("^a{2,}$", (True, False)),
+            ("^a\\$", (False, True)),
+            ("^a|b$", (False, True)),
+            ("a{1,3}", (False, True)),
+            ("\\Aa{1,3}\\z", (True, True)),
+        ],
+    )
     def test_pattern_heuristic(self, pattern: str, expected: tuple[bool, bool]) -> None:
         """scan_pattern reads anchoring and bounded length from the pattern text."""
         assert scan_pattern(pattern) == expected
@@ -227,11 +249,15 @@ class TestArrays:
         """An array with maxItems but no items schema accepts anything as an item."""
         assert found(closed(a={"type": "array", "maxItems": 4})) == [("/properties/a", "unbounded-array")]
 
-    @pytest.mark.parametrize("schema", [
-        {"type": "array", "items": BOUNDED, "maxItems": 10},
-        {"type": "array", "prefixItems": [BOUNDED, {"type": "integer"}], "items": False},
-        {"const": ["a", "b"]},
-    ], ids=["maxItems", "tuple", "const"])
+    @pytest.mark.parametrize(
+        "schema",
+        [
+            {"type": "array", "items": BOUNDED, "maxItems": 10},
+            {"type": "array", "prefixItems": [BOUNDED, {"type": "integer"}], "items": False},
+            {"const": ["a", "b"]},
+        ],
+        ids=["maxItems", "tuple", "const"],
+    )
     def test_bounded_arrays_pass(self, schema: dict[str, Any]) -> None:
         """maxItems, a closed tuple or const bound an array."""
         assert found(closed(a=schema)) == []
@@ -268,8 +294,11 @@ class TestRefs:
 
     def test_ref_to_own_id_is_local(self) -> None:
         """A $ref naming the document's own $id stays local."""
-        schema = {**closed(a={"$ref": "https://t.invalid/s.json#/$defs/b"}), "$id": "https://t.invalid/s.json",
-                  "$defs": {"b": BOUNDED}}
+        schema = {
+            **closed(a={"$ref": "https://t.invalid/s.json#/$defs/b"}),
+            "$id": "https://t.invalid/s.json",
+            "$defs": {"b": BOUNDED},
+        }
         assert found(schema) == []
 
     def test_unresolved_ref_is_reported(self) -> None:
@@ -278,8 +307,10 @@ class TestRefs:
 
     def test_ref_target_is_reported_once(self) -> None:
         """An unbounded definition used twice is reported once, at the definition."""
-        schema = {**closed(a={"$ref": "#/$defs/s"}, b={"$ref": "#/$defs/s"}),
-                  "$defs": {"s": {"type": "string"}}}
+        schema = {
+            **closed(a={"$ref": "#/$defs/s"}, b={"$ref": "#/$defs/s"}),
+            "$defs": {"s": {"type": "string"}},
+        }
         assert found(schema) == [("/$defs/s", "unbounded-string")]
 
     def test_anchor_refs_resolve(self) -> None:
@@ -312,9 +343,12 @@ class TestFormat:
 class TestConditions:
     def test_open_if_and_not_subschemas_pass(self) -> None:
         """if and not only decide; they need not be closed or bounded."""
-        schema = {**closed(kind={"enum": ["a", "b"]}, a=BOUNDED),
-                  "if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["a"]},
-                  "not": {"required": ["b"]}}
+        schema = {
+            **closed(kind={"enum": ["a", "b"]}, a=BOUNDED),
+            "if": {"properties": {"kind": {"const": "a"}}},
+            "then": {"required": ["a"]},
+            "not": {"required": ["b"]},
+        }
         assert found(schema) == []
 
     def test_refs_are_still_checked_in_conditions(self) -> None:
@@ -327,8 +361,15 @@ def write_contract(root: Path, schema: dict[str, Any], projection: list[str], ex
     folder = root / "probe" / "v1"
     folder.mkdir(parents=True)
     (folder / "schema.json").write_text(json.dumps(schema))
-    lines = ["tool: probe", "version: 1", "status: active", "schema: schema.json",
-             "limits: {max_bytes: 2048, max_depth: 4}", f"projection: {json.dumps(projection)}", extra]
+    lines = [
+        "tool: probe",
+        "version: 1",
+        "status: active",
+        "schema: schema.json",
+        "limits: {max_bytes: 2048, max_depth: 4}",
+        f"projection: {json.dumps(projection)}",
+        extra,
+    ]
     (folder / "contract.yaml").write_text("\n".join(lines) + "\n")
     return root
 
@@ -338,8 +379,12 @@ class TestContractPointers:
 
     def test_declared_pointers_pass(self, tmp_path: Path) -> None:
         """Pointers to properties of the success branch's data, through its $ref, pass."""
-        root = write_contract(tmp_path, self.SCHEMA, ["/data/change_id", "/data/decision"],
-                              "rules: [{kind: bind, pointer: /data/change_id, request_key: change_id}]")
+        root = write_contract(
+            tmp_path,
+            self.SCHEMA,
+            ["/data/change_id", "/data/decision"],
+            "rules: [{kind: bind, pointer: /data/change_id, request_key: change_id}]",
+        )
         assert lint_contracts(ContractSet.load(root)) == []
 
     def test_undeclared_projection_is_reported(self, tmp_path: Path) -> None:
@@ -351,14 +396,24 @@ class TestContractPointers:
 
     def test_failure_branch_does_not_count(self, tmp_path: Path) -> None:
         """A pointer only the failure branch could satisfy is not in the success branch."""
-        root = write_contract(tmp_path, self.SCHEMA, ["/data/decision"],
-                              "rules: [{kind: bind, pointer: /data/code, request_key: code}]")
+        root = write_contract(
+            tmp_path,
+            self.SCHEMA,
+            ["/data/decision"],
+            "rules: [{kind: bind, pointer: /data/code, request_key: code}]",
+        )
         assert [(f.rule, f.pointer) for f in lint_contracts(ContractSet.load(root))] == [
-            ("pointer-not-in-schema", "$.rules[0].pointer")]
+            ("pointer-not-in-schema", "$.rules[0].pointer")
+        ]
 
     def test_display_text_pointer_is_checked(self, tmp_path: Path) -> None:
         """display_text pointers must be declared too."""
-        root = write_contract(tmp_path, self.SCHEMA, ["/data/decision"],
-                              "display_text: [{pointer: /data/summary, max_length: 100}]")
+        root = write_contract(
+            tmp_path,
+            self.SCHEMA,
+            ["/data/decision"],
+            "display_text: [{pointer: /data/summary, max_length: 100}]",
+        )
         assert [(f.rule, f.pointer) for f in lint_contracts(ContractSet.load(root))] == [
-            ("pointer-not-in-schema", "$.display_text[0].pointer")]
+            ("pointer-not-in-schema", "$.display_text[0].pointer")
+        ]

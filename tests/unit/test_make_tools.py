@@ -36,8 +36,9 @@ def _shim(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(0o755)
 
 
-def make_tools(tmp_path: Path, *, uid: int, installed: bool,
-               **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def make_tools(
+    tmp_path: Path, *, uid: int, installed: bool, **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run ``make tools`` with stand-ins; return the result and the recorded calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -52,7 +53,11 @@ def make_tools(tmp_path: Path, *, uid: int, installed: bool,
     result = subprocess.run(
         [MAKE, "--no-print-directory", "-s", "-C", str(ROOT), "tools"],
         env={"PATH": str(bin_dir), "SHIM_DIR": str(bin_dir), "CALLS": str(calls), **env},
-        capture_output=True, text=True, check=False, timeout=60)
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     lines = calls.read_text(encoding="utf-8").splitlines() if calls.exists() else []
     return result, lines
 

@@ -52,8 +52,11 @@ def problems(query: Query, catalog: dict[str, set[str]], records: set[str]) -> l
 
 
 def _annotation_queries() -> list[Query]:
-    return [Query(f"{rule['alert']} {key}", text)
-            for rule in alerts() for key, text in rule["annotations"].items()]
+    return [
+        Query(f"{rule['alert']} {key}", text)
+        for rule in alerts()
+        for key, text in rule["annotations"].items()
+    ]
 
 
 def _records() -> set[str]:
@@ -66,8 +69,7 @@ class TestReferences:
     def test_dashboard_queries(self, catalog: dict[str, set[str]]) -> None:
         """Panel queries and the tool variable name exported metrics and labels only."""
         dashboard = load_dashboard()
-        variables = [Query(f"variable {v['name']}", v["definition"])
-                     for v in dashboard["templating"]["list"]]
+        variables = [Query(f"variable {v['name']}", v["definition"]) for v in dashboard["templating"]["list"]]
         found = [p for q in [*dashboard_queries(), *variables] for p in problems(q, catalog, _records())]
         assert found == []
 
@@ -83,8 +85,11 @@ class TestReferences:
 
     def test_the_check_catches_a_wrong_name(self, catalog: dict[str, set[str]]) -> None:
         """A misspelt metric, a label the metric lacks and an unknown grouping label are reported."""
-        bad = Query("bad", 'sum by (adapter) (rate(toolgate_result_total{tool="x"}[5m])) '
-                           '+ on() toolgate_consumer_lag{tool="x"} + toolgate:nothing:here')
+        bad = Query(
+            "bad",
+            'sum by (adapter) (rate(toolgate_result_total{tool="x"}[5m])) '
+            '+ on() toolgate_consumer_lag{tool="x"} + toolgate:nothing:here',
+        )
         assert len(problems(bad, catalog, _records())) == 4
 
     def test_every_exported_metric_has_a_panel(self, catalog: dict[str, set[str]]) -> None:
@@ -117,15 +122,20 @@ class TestDashboard:
     def test_top_rejected_tools_uses_topk(self) -> None:
         """The top rejected tools panel ranks tools with topk over the rejections counter."""
         (panel,) = [p for p in load_dashboard()["panels"] if p["title"] == "Top rejected tools"]
-        assert re.search(r"topk\(\d+, sum by \(tool\) \(increase\(toolgate_rejections_total",
-                         panel["targets"][0]["expr"])
+        assert re.search(
+            r"topk\(\d+, sum by \(tool\) \(increase\(toolgate_rejections_total", panel["targets"][0]["expr"]
+        )
 
     def test_latency_quantiles_per_stage(self) -> None:
         """Gate latency is shown as histogram quantiles per stage."""
         exprs = [q.expr for q in dashboard_queries()]
         for q in ("0.5", "0.99"):
-            assert any(e.startswith(f"histogram_quantile({q}, sum by (stage, le) "
-                                    "(rate(toolgate_evaluation_seconds_bucket") for e in exprs), q
+            assert any(
+                e.startswith(
+                    f"histogram_quantile({q}, sum by (stage, le) (rate(toolgate_evaluation_seconds_bucket"
+                )
+                for e in exprs
+            ), q
 
     def test_queries_become_concrete(self) -> None:
         """Every panel query is free of Grafana variables once they are substituted."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import msgspec
+from toolgate.gate._gate import Gate
+from toolgate.gate._outputs import DIAGNOSTIC_HEADERS, outputs, replay_count
 
 from tests.unit.builders import NOW, message, review_request, review_value
-from worker._gate import Gate
-from worker._outputs import DIAGNOSTIC_HEADERS, outputs, replay_count
 
 TOPICS = {"agent_topic": "a", "quarantine_topic": "q", "audit_topic": "au"}
 
@@ -75,6 +75,19 @@ class TestOutputs:
         msg = message()
         audit = outputs(msg, gate.evaluate(msg, review_request(), NOW), decided_at=NOW, **TOPICS)[-1]
         event = msgspec.json.decode(audit.value or b"")
-        assert set(event) >= {"request_id", "tool", "adapter", "adapter_version", "source", "contract",
-                              "outcome", "stage", "code", "raw_sha256", "projected_sha256", "origin",
-                              "decided_at", "worker_version"}
+        assert set(event) >= {
+            "request_id",
+            "tool",
+            "adapter",
+            "adapter_version",
+            "source",
+            "contract",
+            "outcome",
+            "stage",
+            "code",
+            "raw_sha256",
+            "projected_sha256",
+            "origin",
+            "decided_at",
+            "worker_version",
+        }

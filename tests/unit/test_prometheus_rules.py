@@ -46,8 +46,9 @@ def _alert_cases() -> list[dict[str, Any]]:
 
 
 def _promtool(promtool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([promtool, *args], capture_output=True, text=True, check=False, cwd=cwd,
-                          timeout=120)
+    return subprocess.run(
+        [promtool, *args], capture_output=True, text=True, check=False, cwd=cwd, timeout=120
+    )
 
 
 class TestPromtool:
@@ -130,8 +131,15 @@ def _nested_pytest(tmp_path: Path, require: bool) -> subprocess.CompletedProcess
     if require:
         env["TOOLGATE_REQUIRE_KAFKA"] = "1"
     node = f"{Path(__file__).relative_to(ROOT)}::TestPromtool::test_check_rules"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
-                          capture_output=True, text=True, check=False, cwd=ROOT, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
 
 
 class TestWithoutPromtool:

@@ -8,20 +8,26 @@ from typing import Any
 import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toolgate.gate._gate import STAGES, Gate
 
 from tests.unit.builders import NOW, REQUEST_ID, message, review_request, review_value
-from worker._gate import STAGES, Gate
 
 CANARY = "CANARY-7f3a"
-_settings = settings(max_examples=300, deadline=None,
-                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+_settings = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children,
-                                                                      max_size=4),
-    max_leaves=20)
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
 
 
 def assert_well_formed(verdict: Any) -> None:
@@ -51,10 +57,26 @@ class TestNeverCrashes:
             assert_well_formed(gate.evaluate(message(raw=raw, tool=tool), review_request(tool=tool), NOW))
 
     @_settings
-    @given(key=st.binary(max_size=40), headers=st.lists(
-        st.tuples(st.sampled_from(["tg-tool", "tg-request-id", "tg-attempt", "tg-adapter-version",
-                                   "tg-content-type", "tg-signature", "x-other"]),
-                  st.binary(max_size=40)), max_size=8))
+    @given(
+        key=st.binary(max_size=40),
+        headers=st.lists(
+            st.tuples(
+                st.sampled_from(
+                    [
+                        "tg-tool",
+                        "tg-request-id",
+                        "tg-attempt",
+                        "tg-adapter-version",
+                        "tg-content-type",
+                        "tg-signature",
+                        "x-other",
+                    ]
+                ),
+                st.binary(max_size=40),
+            ),
+            max_size=8,
+        ),
+    )
     def test_arbitrary_headers(self, gate: Gate, key: bytes, headers: list[tuple[str, bytes]]) -> None:
         """Arbitrary keys and headers give a well-formed verdict."""
         msg = msgspec.structs.replace(message(), key=key, headers=headers)
@@ -63,8 +85,11 @@ class TestNeverCrashes:
 
 class TestCanary:
     @_settings
-    @given(place=st.sampled_from(["unknown_field", "long_text", "nested_unknown", "error_extra",
-                                  "header", "key", "top_level"]))
+    @given(
+        place=st.sampled_from(
+            ["unknown_field", "long_text", "nested_unknown", "error_extra", "header", "key", "top_level"]
+        )
+    )
     def test_canary_never_reaches_agent(self, gate: Gate, place: str) -> None:
         """A canary placed anywhere an attacker can reach never appears in an agent envelope."""
         value: dict[str, Any] = review_value()

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from worker._quarantine import VALUE_CHARS, Filters, describe, headers_of, matches, tool_of
+from toolgate.tools._quarantine import VALUE_CHARS, Filters, describe, headers_of, matches, tool_of
 
 
 @dataclass
@@ -19,14 +19,24 @@ class Record:
     headers: Sequence[tuple[str, bytes]] = field(default_factory=list)
 
 
-DETAIL = {"stage": "schema", "code": "SCHEMA_VIOLATION", "instance_path": "/data",
-          "keyword": "additionalProperties"}
+DETAIL = {
+    "stage": "schema",
+    "code": "SCHEMA_VIOLATION",
+    "instance_path": "/data",
+    "keyword": "additionalProperties",
+}
 
 
 def record(**headers: str) -> Record:
-    base = {"tg-tool": "job_status", "tg-adapter": "jobs-adapter", "tg-error-stage": "schema",
-            "tg-error-code": "SCHEMA_VIOLATION", "tg-error-detail": json.dumps(DETAIL),
-            "tg-contract": "job_status@v1", "tg-replay-count": "0"}
+    base = {
+        "tg-tool": "job_status",
+        "tg-adapter": "jobs-adapter",
+        "tg-error-stage": "schema",
+        "tg-error-code": "SCHEMA_VIOLATION",
+        "tg-error-detail": json.dumps(DETAIL),
+        "tg-contract": "job_status@v1",
+        "tg-replay-count": "0",
+    }
     base.update(headers)
     return Record(headers=[(k, v.encode()) for k, v in base.items()])
 
@@ -37,10 +47,18 @@ class TestDescribe:
     def test_position_tool_stage_code_and_headers(self) -> None:
         """A record prints its position, tool, stage, code, size and every header."""
         line = describe("q", record())
-        assert {k: line[k] for k in ("topic", "partition", "offset", "key", "tool", "stage", "code",
-                                     "size")} == {
-            "topic": "q", "partition": 0, "offset": 7, "key": "req.1", "tool": "job_status",
-            "stage": "schema", "code": "SCHEMA_VIOLATION", "size": 21}
+        assert {
+            k: line[k] for k in ("topic", "partition", "offset", "key", "tool", "stage", "code", "size")
+        } == {
+            "topic": "q",
+            "partition": 0,
+            "offset": 7,
+            "key": "req.1",
+            "tool": "job_status",
+            "stage": "schema",
+            "code": "SCHEMA_VIOLATION",
+            "size": 21,
+        }
         assert line["headers"]["tg-adapter"] == "jobs-adapter"
         assert line["timestamp"].startswith("2026-")
 

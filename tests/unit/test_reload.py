@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from toolgate._config import Config
+from toolgate._errors import ContractError
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.service._service import Worker, WorkerOptions
 
 from tests.unit.builders import CONTRACTS
-from worker._config import Config
-from worker._contracts import ContractSet
-from worker._errors import ContractError
-from worker._gate import Gate
-from worker._service import Worker, WorkerOptions
 
 
 def worker(factory: object) -> Worker:
     gate = Gate(ContractSet.load(CONTRACTS))
-    return Worker(Config(), gate, options=WorkerOptions(handle_signals=False),
-                  gate_factory=factory)  # type: ignore[arg-type]
+    return Worker(Config(), gate, options=WorkerOptions(handle_signals=False), gate_factory=factory)  # type: ignore[arg-type]
 
 
 class TestReload:
@@ -30,6 +29,7 @@ class TestReload:
 
     def test_bad_set_keeps_running_one(self, caplog: pytest.LogCaptureFixture) -> None:
         """A contract set that fails to load leaves the running gate in place and says why."""
+
         def broken() -> Gate:
             raise ContractError("contracts/x/v1/contract.yaml", "$.limits", "bad")
 

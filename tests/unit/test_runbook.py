@@ -6,9 +6,9 @@ import re
 import shlex
 
 import pytest
+from toolgate.cli import _parser
 
 from tests.ops_catalog import RUNBOOK_FILE, alerts, runbook_commands
-from worker.cli import _parser
 
 
 def _sections() -> dict[str, str]:

@@ -7,10 +7,9 @@ import base64
 from pathlib import Path
 
 import pytest
-
-from worker._errors import ConfigError
-from worker._metrics import HealthServer, Metrics
-from worker._signing import Keyring, decode_signature, signed_message
+from toolgate._errors import ConfigError
+from toolgate.gate._signing import Keyring, decode_signature, signed_message
+from toolgate.service._metrics import HealthServer, Metrics
 
 SECRET = base64.b64encode(b"k" * 32).decode()
 
@@ -71,8 +70,9 @@ class TestHealthServer:
         try:
             status, body = await get(server.port, "/metrics")
             assert status == 200
-            assert (b'toolgate_rejections_total{code="DUPLICATE_KEY",stage="parse",tool="review_status"}'
-                    b" 1.0") in body
+            assert (
+                b'toolgate_rejections_total{code="DUPLICATE_KEY",stage="parse",tool="review_status"} 1.0'
+            ) in body
             assert (await get(server.port, "/healthz"))[0] == 200
             assert (await get(server.port, "/readyz"))[0] == 503
             ready = True

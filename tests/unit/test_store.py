@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from toolgate.service._store import AcceptedLedger, RequestTable
+
 from tests.unit.builders import NOW
-from worker._store import AcceptedLedger, RequestTable
 
 
 def request_bytes(rid: str, minutes: int = 5, **extra: object) -> bytes:
-    return json.dumps({"request_id": rid, "tool": "review_status",
-                       "issued_at": (NOW - timedelta(minutes=1)).isoformat(),
-                       "expires_at": (NOW + timedelta(minutes=minutes)).isoformat(), **extra}).encode()
+    return json.dumps(
+        {
+            "request_id": rid,
+            "tool": "review_status",
+            "issued_at": (NOW - timedelta(minutes=1)).isoformat(),
+            "expires_at": (NOW + timedelta(minutes=minutes)).isoformat(),
+            **extra,
+        }
+    ).encode()
 
 
 class TestRequestTable:
@@ -28,9 +35,17 @@ class TestRequestTable:
         """Unknown fields, naive timestamps and key mismatches are skipped and counted."""
         table = RequestTable()
         table.apply(b"req.a", request_bytes("req.a", admin=True))
-        table.apply(b"req.b", json.dumps({"request_id": "req.b", "tool": "t",
-                                          "issued_at": "2026-05-01T11:00:00",
-                                          "expires_at": "2026-05-01T13:00:00"}).encode())
+        table.apply(
+            b"req.b",
+            json.dumps(
+                {
+                    "request_id": "req.b",
+                    "tool": "t",
+                    "issued_at": "2026-05-01T11:00:00",
+                    "expires_at": "2026-05-01T13:00:00",
+                }
+            ).encode(),
+        )
         table.apply(b"req.c", request_bytes("req.other"))
         table.apply(b"req.d", b"not json")
         assert len(table) == 0
@@ -60,8 +75,15 @@ class TestRequestTable:
 
 class TestAcceptedLedger:
     def event(self, outcome: str, attempt: int | None = 1) -> bytes:
-        return json.dumps({"request_id": "req.a", "outcome": outcome, "attempt": attempt,
-                           "decided_at": NOW.isoformat(), "tool": "x"}).encode()
+        return json.dumps(
+            {
+                "request_id": "req.a",
+                "outcome": outcome,
+                "attempt": attempt,
+                "decided_at": NOW.isoformat(),
+                "tool": "x",
+            }
+        ).encode()
 
     def test_accepted_events_are_remembered(self) -> None:
         """Success and failure audit events mark the attempt answered; rejections do not."""

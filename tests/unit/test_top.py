@@ -10,10 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import pytest
-
-from worker import cli
-from worker._errors import ConfigError
-from worker._top import (
+from toolgate import cli
+from toolgate._errors import ConfigError
+from toolgate.tools._top import (
     CLEAR,
     default_url,
     delta,
@@ -64,13 +63,14 @@ toolgate_ready 1.0
 
 # Two seconds later: 20 more successes, 4 more BAD_SIGNATURE, the project stage's new
 # observations all in the 2-4 µs bucket, 2 more commits.
-SECOND = (FIRST
-          .replace('tool="job_status"} 100.0', 'tool="job_status"} 120.0')
-          .replace('outcome="rejected",tool="job_status"} 10.0', 'outcome="rejected",tool="job_status"} 14.0')
-          .replace('stage="semantic",tool="job_status"} 6.0', 'stage="semantic",tool="job_status"} 10.0')
-          .replace('le="4e-06",stage="project"} 100.0', 'le="4e-06",stage="project"} 124.0')
-          .replace('le="+Inf",stage="project"} 100.0', 'le="+Inf",stage="project"} 124.0')
-          .replace('result="committed"} 20.0', 'result="committed"} 22.0'))
+SECOND = (
+    FIRST.replace('tool="job_status"} 100.0', 'tool="job_status"} 120.0')
+    .replace('outcome="rejected",tool="job_status"} 10.0', 'outcome="rejected",tool="job_status"} 14.0')
+    .replace('stage="semantic",tool="job_status"} 6.0', 'stage="semantic",tool="job_status"} 10.0')
+    .replace('le="4e-06",stage="project"} 100.0', 'le="4e-06",stage="project"} 124.0')
+    .replace('le="+Inf",stage="project"} 100.0', 'le="+Inf",stage="project"} 124.0')
+    .replace('result="committed"} 20.0', 'result="committed"} 22.0')
+)
 
 
 class TestParse:
@@ -106,8 +106,15 @@ class TestRates:
 
     def test_no_rate_without_a_previous_scrape(self) -> None:
         """The first screen has totals only: rate is None."""
-        assert rate(parse(FIRST, 10.0), None, "toolgate_results_total",
-                    {"tool": "job_status", "outcome": "success"}) is None
+        assert (
+            rate(
+                parse(FIRST, 10.0),
+                None,
+                "toolgate_results_total",
+                {"tool": "job_status", "outcome": "success"},
+            )
+            is None
+        )
 
     def test_counter_reset_counts_the_new_value(self) -> None:
         """A counter that went down restarted: its whole current value is the increase."""
@@ -129,7 +136,8 @@ class TestRates:
         rows = rejections_by_code(parse(SECOND.replace("} 10.0\n", "} 1.0\n"), 12.0), None)
         assert [(r.code, r.total, r.stages, r.tools) for r in rows] == [
             ("SCHEMA_VIOLATION", 4.0, {"schema"}, {"job_status"}),
-            ("BAD_SIGNATURE", 1.0, {"semantic"}, {"job_status"})]
+            ("BAD_SIGNATURE", 1.0, {"semantic"}, {"job_status"}),
+        ]
 
 
 class TestQuantile:
@@ -207,13 +215,16 @@ class TestRender:
     def test_control_characters_in_labels_are_neutralised(self) -> None:
         """Label values cannot send escape sequences to the terminal."""
         hostile = FIRST.replace('tool="job_status"} 100.0', 'tool="x\\u001b[2Jy"} 100.0').replace(
-            "\\u001b", "\x1b")
+            "\\u001b", "\x1b"
+        )
         text = render(parse(hostile, 1.0), None, url="u")
         assert "\x1b" not in text
         assert "x?[2Jy" in text
 
 
-SHADOW_AND_REPLAYS = FIRST + """\
+SHADOW_AND_REPLAYS = (
+    FIRST
+    + """\
 # HELP toolgate_shadow_disagreements_total Shadow disagreements.
 # TYPE toolgate_shadow_disagreements_total counter
 toolgate_shadow_disagreements_total{tool="deploy_status",version="2"} 3.0
@@ -224,6 +235,7 @@ toolgate_replayed_results_total{outcome="success",tool="deploy_status"} 4.0
 toolgate_replayed_results_total{outcome="rejected",tool="deploy_status"} 1.0
 toolgate_replayed_results_total{outcome="rejected",tool="job_status"} 1.0
 """
+)
 
 
 class TestShadowAndReplays:

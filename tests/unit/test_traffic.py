@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import msgspec
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import decode_request
+from toolgate.tools._fixtures import fixtures_keyring
+from toolgate.tools._traffic import TrafficGenerator
 
 from tests.unit.builders import CONTRACTS, NOW
-from worker._fixtures import fixtures_keyring
-from worker._gate import Gate
-from worker._records import decode_request
-from worker._traffic import TrafficGenerator
 
 
 class TestSampleTraffic:
@@ -33,8 +33,10 @@ class TestSampleTraffic:
 
     def test_same_seed_same_mix(self) -> None:
         """The mix is reproducible from its seed."""
+
         def kinds(seed: int) -> list[str]:
             return [s.kind for s in TrafficGenerator(fixtures_keyring(CONTRACTS), seed=seed).mix(60, NOW)]
+
         assert kinds(5) == kinds(5)
         assert kinds(5) != kinds(6)
 

@@ -35,8 +35,16 @@ class ContractError(ConfigError):
 class RejectedInput(ToolgateError):
     """A tool result rejected by one stage of the gate."""
 
-    def __init__(self, stage: str, code: str, detail: str = "", *,
-                 instance_path: str = "", schema_path: str = "", keyword: str = "") -> None:
+    def __init__(
+        self,
+        stage: str,
+        code: str,
+        detail: str = "",
+        *,
+        instance_path: str = "",
+        schema_path: str = "",
+        keyword: str = "",
+    ) -> None:
         self.stage = stage
         self.code = code
         self.detail = detail

@@ -16,15 +16,26 @@ from typing import Any
 
 import msgspec
 
-from worker._contracts import Contract, ContractSet
-from worker._errors import ContractError
-from worker._gate import Gate
-from worker._records import Message, RequestRecord, Verdict
-from worker._signing import Keyring, signed_message
+from toolgate._errors import ContractError
+from toolgate.gate._contracts import Contract, ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import Message, RequestRecord, Verdict
+from toolgate.gate._signing import Keyring, signed_message
 
 FIXTURES_KEYRING = "fixtures-keyring.toml"
-_KEYS = {"description", "value", "raw", "raw_base64", "headers", "key", "request", "now",
-         "sign", "already_accepted", "expect"}
+_KEYS = {
+    "description",
+    "value",
+    "raw",
+    "raw_base64",
+    "headers",
+    "key",
+    "request",
+    "now",
+    "sign",
+    "already_accepted",
+    "expect",
+}
 
 
 @dataclass(frozen=True)
@@ -92,12 +103,14 @@ def load_cases(contract: Contract, keyring: Keyring) -> list[Case]:
     return cases
 
 
-def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any],
-          keyring: Keyring) -> Case:
+def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any], keyring: Keyring) -> Case:
     data = _read_json(path)
     merged = {**defaults, **data}
-    headers: dict[str, Any] = {"tg-tool": contract.spec.tool, **defaults.get("headers", {}),
-                               **data.get("headers", {})}
+    headers: dict[str, Any] = {
+        "tg-tool": contract.spec.tool,
+        **defaults.get("headers", {}),
+        **data.get("headers", {}),
+    }
     where = str(path)
     present = [k for k in ("value", "raw", "raw_base64") if k in data]
     if len(present) != 1:
@@ -132,13 +145,20 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any],
     message = Message(
         key=None if key is None else str(key).encode("utf-8"),
         value=raw,
-        headers=[(name, str(value).encode("utf-8")) for name, value in headers.items()
-                 if value is not None],
-        origin=str(path))
-    return Case(path=path, contract=contract, kind=kind,
-                description=str(merged.get("description", "")), message=message,
-                request=request, now=now, already_accepted=bool(merged.get("already_accepted")),
-                expect=expect)
+        headers=[(name, str(value).encode("utf-8")) for name, value in headers.items() if value is not None],
+        origin=str(path),
+    )
+    return Case(
+        path=path,
+        contract=contract,
+        kind=kind,
+        description=str(merged.get("description", "")),
+        message=message,
+        request=request,
+        now=now,
+        already_accepted=bool(merged.get("already_accepted")),
+        expect=expect,
+    )
 
 
 def run_case(gate: Gate, case: Case) -> Outcome:

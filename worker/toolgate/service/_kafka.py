@@ -13,8 +13,8 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
-from worker._config import Config
-from worker._errors import BrokerError
+from toolgate._config import Config
+from toolgate._errors import BrokerError
 
 
 def client_settings(config: Config) -> dict[str, Any]:
@@ -95,7 +95,8 @@ async def ensure_topics(config: Config, *, timeout_ms: int = 30000) -> TopicRepo
                 if count != wanted[info["topic"]]:
                     report.warnings.append(
                         f"{info['topic']} has {count} partitions, configuration says "
-                        f"{wanted[info['topic']]} (left as it is)")
+                        f"{wanted[info['topic']]} (left as it is)"
+                    )
     except KafkaError as exc:
         raise BrokerError(f"{config.bootstrap}: {exc}", retriable=exc.retriable) from exc
     finally:

@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from worker._errors import ConfigError
+from toolgate._errors import ConfigError
 
 
 class KeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -77,8 +77,7 @@ class Key:
             if spec.secret_env is not None:
                 text = environ.get(spec.secret_env)
                 if text is None:
-                    raise ConfigError(f"{where}: {path}.secret_env names {spec.secret_env}, "
-                                      "which is not set")
+                    raise ConfigError(f"{where}: {path}.secret_env names {spec.secret_env}, which is not set")
             if text is None:
                 raise ConfigError(f"{where}: {path} needs secret or secret_env")
             self._secret = _b64(text, where, f"{path}.secret")

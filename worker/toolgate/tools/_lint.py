@@ -4,7 +4,7 @@ A schema that validates is not yet a contract. An open object lets an upstream a
 field the agent then reads; an unbounded string can carry a page of instructions; a
 free-form map carries anything. :func:`lint_schema` walks every subschema and names
 each one that breaks a rule; :func:`lint_contracts` does it for a whole
-:class:`~worker._contracts.ContractSet` and also checks the contracts' own pointers.
+:class:`~toolgate.gate._contracts.ContractSet` and also checks the contracts' own pointers.
 
 Rules (``Finding.rule``)::
 
@@ -51,7 +51,7 @@ How subschemas are judged:
 ``Finding.pointer`` is the JSON Pointer of the offending subschema within the schema
 (``/$defs/status/properties/state``); for ``pointer-not-in-schema`` it is the path of the
 entry within ``contract.yaml`` (``$.projection[1]``), as
-:class:`~worker._errors.ContractError` writes it.
+:class:`~toolgate._errors.ContractError` writes it.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from urllib.parse import unquote
 
 import msgspec
 
-from worker._contracts import MISSING, Contract, ContractSet, parse_pointer, resolve
+from toolgate.gate._contracts import MISSING, Contract, ContractSet, parse_pointer, resolve
 
 __all__ = ["Finding", "SchemaDocument", "lint_contracts", "lint_schema", "scan_pattern"]
 
@@ -87,12 +87,19 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
 
 Kind = Literal["object", "string", "array", "items"]
 _KINDS: Final[tuple[Kind, ...]] = ("object", "string", "array", "items")
-_JSON_TYPE: Final[dict[Kind, str]] = {"object": "object", "string": "string", "array": "array",
-                                      "items": "array"}
+_JSON_TYPE: Final[dict[Kind, str]] = {
+    "object": "object",
+    "string": "string",
+    "array": "array",
+    "items": "array",
+}
 _ALL_KINDS: Final = frozenset(_KINDS)
 _UNTYPED_SHAPES: Final[dict[Kind, str]] = {
-    "object": "any object", "string": "a string of any length", "array": "an array of any length",
-    "items": "array items of any kind"}
+    "object": "any object",
+    "string": "a string of any length",
+    "array": "an array of any length",
+    "items": "array items of any kind",
+}
 # Keywords that, when present, make a subschema more than "any value with annotations".
 _TYPING_KEYWORDS: Final = ("type", "const", "enum", "$ref", "allOf", "anyOf", "oneOf")
 _BRANCH_LISTS: Final = ("allOf", "anyOf", "oneOf")
@@ -151,9 +158,9 @@ def scan_pattern(pattern: str) -> tuple[bool, bool]:
         elif char == "[":
             in_class = True
             # A ']' right after '[' or '[^' is a literal in the Rust and Python flavours.
-            if text[i + 1:i + 2] == "^":
+            if text[i + 1 : i + 2] == "^":
                 i += 1
-            if text[i + 1:i + 2] == "]":
+            if text[i + 1 : i + 2] == "]":
                 i += 1
         elif char == "(":
             depth += 1
@@ -291,8 +298,13 @@ def _value_children(pointer: str, node: dict[str, Any]) -> Iterator[tuple[str, A
         if isinstance(entries, list):
             for i, sub in enumerate(entries):
                 yield _join(pointer, keyword, i), sub
-    for keyword in ("items", "additionalItems", "unevaluatedItems",
-                    "additionalProperties", "unevaluatedProperties"):
+    for keyword in (
+        "items",
+        "additionalItems",
+        "unevaluatedItems",
+        "additionalProperties",
+        "unevaluatedProperties",
+    ):
         if isinstance(node.get(keyword), dict):
             yield _join(pointer, keyword), node[keyword]
 
@@ -349,8 +361,9 @@ class _Linter:
                 if pointer not in self.contexts:
                     self.walk(pointer, node, _FRESH)
         for pointer, contexts in self.contexts.items():
-            merged = _Context(frozenset.intersection(*(c.covered for c in contexts)),
-                              all(c.condition for c in contexts))
+            merged = _Context(
+                frozenset.intersection(*(c.covered for c in contexts)), all(c.condition for c in contexts)
+            )
             self.judge(pointer, self.nodes[pointer], merged)
         return self.findings
 
@@ -368,8 +381,9 @@ class _Linter:
             if isinstance(node, dict):
                 stack.extend(reversed(list(self.children(pointer, node, context))))
 
-    def children(self, pointer: str, node: dict[str, Any],
-                 context: _Context) -> Iterator[tuple[str, Any, _Context]]:
+    def children(
+        self, pointer: str, node: dict[str, Any], context: _Context
+    ) -> Iterator[tuple[str, Any, _Context]]:
         for keyword in _DEFINITIONS:
             defs = node.get(keyword)
             if isinstance(defs, dict):
@@ -399,8 +413,11 @@ class _Linter:
         # `true` as a member or tuple item accepts anything; elsewhere its parent reports it.
         for keyword in ("properties", "prefixItems"):
             entries = node.get(keyword)
-            pairs = entries.items() if isinstance(entries, dict) else (
-                enumerate(entries) if isinstance(entries, list) else ())
+            pairs = (
+                entries.items()
+                if isinstance(entries, dict)
+                else (enumerate(entries) if isinstance(entries, list) else ())
+            )
             for token, sub in pairs:
                 if sub is True:
                     yield _join(pointer, keyword, token), sub, fresh
@@ -433,15 +450,23 @@ class _Linter:
     def _bounds_through(self, pointer: str, node: dict[str, Any], kind: Kind) -> bool:
         all_of = node.get("allOf")
         if isinstance(all_of, list) and any(
-                self.bounds(_join(pointer, "allOf", i), b, kind) for i, b in enumerate(all_of)):
+            self.bounds(_join(pointer, "allOf", i), b, kind) for i, b in enumerate(all_of)
+        ):
             return True
         for keyword in ("oneOf", "anyOf"):
             branches = node.get(keyword)
-            if isinstance(branches, list) and branches and all(
-                    self.bounds(_join(pointer, keyword, i), b, kind) for i, b in enumerate(branches)):
+            if (
+                isinstance(branches, list)
+                and branches
+                and all(self.bounds(_join(pointer, keyword, i), b, kind) for i, b in enumerate(branches))
+            ):
                 return True
-        if "if" in node and "then" in node and "else" in node and all(
-                self.bounds(_join(pointer, k), node[k], kind) for k in ("then", "else")):
+        if (
+            "if" in node
+            and "then" in node
+            and "else" in node
+            and all(self.bounds(_join(pointer, k), node[k], kind) for k in ("then", "else"))
+        ):
             return True
         ref = node.get("$ref")
         if isinstance(ref, str):
@@ -474,9 +499,12 @@ class _Linter:
             return
         self.judge_refs(pointer, node)
         if "format" in node and not self.formats_asserted:
-            self.report(pointer, "format-not-asserted",
-                        f"format {node['format']!r} is only an annotation where assertion is off: "
-                        "turn assertion on or check the value with a pattern and maxLength")
+            self.report(
+                pointer,
+                "format-not-asserted",
+                f"format {node['format']!r} is only an annotation where assertion is off: "
+                "turn assertion on or check the value with a pattern and maxLength",
+            )
         if context.condition:
             return
         self.judge_maps(pointer, node)
@@ -485,38 +513,59 @@ class _Linter:
         pattern = node.get("pattern")
         anchored = scan_pattern(pattern)[0] if isinstance(pattern, str) else True
         if not anchored and (types is None or "string" in types):
-            self.report(pointer, "unanchored-pattern",
-                        f"pattern {pattern!r} matches anywhere in the string: anchor it as ^...$")
-        failing = [k for k in _KINDS if k not in context.covered and not self.bounds(pointer, node, k)
-                   and not self.delegates(node, k)]
+            self.report(
+                pointer,
+                "unanchored-pattern",
+                f"pattern {pattern!r} matches anywhere in the string: anchor it as ^...$",
+            )
+        failing = [
+            k
+            for k in _KINDS
+            if k not in context.covered and not self.bounds(pointer, node, k) and not self.delegates(node, k)
+        ]
         if not failing:
             return
         if not any(k in node for k in _TYPING_KEYWORDS):
             shown = [k for k in failing if not (k == "items" and "array" in failing)]
             shapes = ", ".join(_UNTYPED_SHAPES[k] for k in shown)
-            self.report(pointer, "untyped-value",
-                        f"no type: this accepts any JSON value, including {shapes}; declare its type")
+            self.report(
+                pointer,
+                "untyped-value",
+                f"no type: this accepts any JSON value, including {shapes}; declare its type",
+            )
             return
         if "object" in failing and not self.has_map_keyword(node):
             if self.declared_names(pointer, node):
-                hint = ("unevaluatedProperties: false beside allOf" if "allOf" in node
-                        else "additionalProperties: false")
-                self.report(pointer, "open-object",
-                            f"object accepts properties it does not declare: add {hint}")
+                hint = (
+                    "unevaluatedProperties: false beside allOf"
+                    if "allOf" in node
+                    else "additionalProperties: false"
+                )
+                self.report(
+                    pointer, "open-object", f"object accepts properties it does not declare: add {hint}"
+                )
             else:
-                self.report(pointer, "free-form-map",
-                            "object declares no properties and is not closed: a free-form map; "
-                            "name each member and add additionalProperties: false")
+                self.report(
+                    pointer,
+                    "free-form-map",
+                    "object declares no properties and is not closed: a free-form map; "
+                    "name each member and add additionalProperties: false",
+                )
         if "string" in failing:
-            why = (f"its pattern {pattern!r} is not bounded (no *, + or {{n,}})" if isinstance(pattern, str)
-                   and anchored else "it has no maxLength, enum, const or anchored bounded pattern")
+            why = (
+                f"its pattern {pattern!r} is not bounded (no *, + or {{n,}})"
+                if isinstance(pattern, str) and anchored
+                else "it has no maxLength, enum, const or anchored bounded pattern"
+            )
             self.report(pointer, "unbounded-string", f"string length is not bounded: {why}")
         if "array" in failing:
             self.report(pointer, "unbounded-array", "array length is not bounded: add maxItems")
         if "items" in failing:
-            self.report(pointer, "unbounded-array",
-                        "array items are unconstrained: give items a schema (or prefixItems with "
-                        "items: false)")
+            self.report(
+                pointer,
+                "unbounded-array",
+                "array items are unconstrained: give items a schema (or prefixItems with items: false)",
+            )
 
     def judge_refs(self, pointer: str, node: dict[str, Any]) -> None:
         for keyword in ("$ref", "$dynamicRef"):
@@ -524,27 +573,38 @@ class _Linter:
             if not isinstance(ref, str):
                 continue
             if not self.doc.is_local(ref):
-                self.report(pointer, "remote-ref",
-                            f"{keyword} {ref!r} is not local: remote and file references are refused; "
-                            "copy the definition into $defs")
+                self.report(
+                    pointer,
+                    "remote-ref",
+                    f"{keyword} {ref!r} is not local: remote and file references are refused; "
+                    "copy the definition into $defs",
+                )
             elif keyword == "$ref" and self.doc.target(ref) is None:
                 self.report(pointer, "unresolved-ref", f"$ref {ref!r} points at nothing in this schema")
 
     @staticmethod
     def has_map_keyword(node: dict[str, Any]) -> bool:
-        return (isinstance(node.get("additionalProperties"), dict)
-                or isinstance(node.get("unevaluatedProperties"), dict)
-                or "patternProperties" in node)
+        return (
+            isinstance(node.get("additionalProperties"), dict)
+            or isinstance(node.get("unevaluatedProperties"), dict)
+            or "patternProperties" in node
+        )
 
     def judge_maps(self, pointer: str, node: dict[str, Any]) -> None:
         for keyword in ("additionalProperties", "unevaluatedProperties"):
             if isinstance(node.get(keyword), dict):
-                self.report(pointer, "free-form-map",
-                            f"{keyword} is a schema: any member name is accepted; name each member "
-                            f"and set {keyword}: false")
+                self.report(
+                    pointer,
+                    "free-form-map",
+                    f"{keyword} is a schema: any member name is accepted; name each member "
+                    f"and set {keyword}: false",
+                )
         if "patternProperties" in node:
-            self.report(pointer, "free-form-map",
-                        "patternProperties accepts members by name pattern: name each member instead")
+            self.report(
+                pointer,
+                "free-form-map",
+                "patternProperties accepts members by name pattern: name each member instead",
+            )
 
     def judge_all_of(self, pointer: str, node: dict[str, Any]) -> None:
         branches = node.get("allOf")
@@ -560,16 +620,22 @@ class _Linter:
             others = own_names.union(*(n for j, n in enumerate(names) if j != i))
             unseen = sorted(others - names[i])
             if unseen:
-                self.report(_join(pointer, "allOf", i), "additional-properties-with-allof",
-                            f"additionalProperties: false in an allOf branch rejects {unseen}, which "
-                            "other parts of the composition declare; remove it and put "
-                            "unevaluatedProperties: false beside allOf")
+                self.report(
+                    _join(pointer, "allOf", i),
+                    "additional-properties-with-allof",
+                    f"additionalProperties: false in an allOf branch rejects {unseen}, which "
+                    "other parts of the composition declare; remove it and put "
+                    "unevaluatedProperties: false beside allOf",
+                )
         if node.get("additionalProperties") is False:
             unseen = sorted(frozenset().union(*names) - own_names)
             if unseen:
-                self.report(pointer, "additional-properties-with-allof",
-                            f"additionalProperties: false beside allOf rejects {unseen}, which the "
-                            "allOf branches declare; use unevaluatedProperties: false instead")
+                self.report(
+                    pointer,
+                    "additional-properties-with-allof",
+                    f"additionalProperties: false beside allOf rejects {unseen}, which the "
+                    "allOf branches declare; use unevaluatedProperties: false instead",
+                )
 
 
 def _bounds_itself(node: dict[str, Any], kind: Kind) -> bool:
@@ -583,18 +649,23 @@ def _bounds_itself(node: dict[str, Any], kind: Kind) -> bool:
     if kind == "string":
         pattern = node.get("pattern")
         return _is_count(node.get("maxLength")) or (
-            isinstance(pattern, str) and scan_pattern(pattern) == (True, True))
+            isinstance(pattern, str) and scan_pattern(pattern) == (True, True)
+        )
     items = node.get("items")
     if kind == "array":
-        return (_is_count(node.get("maxItems")) or items is False
-                or (isinstance(items, list) and node.get("additionalItems") is False))
+        return (
+            _is_count(node.get("maxItems"))
+            or items is False
+            or (isinstance(items, list) and node.get("additionalItems") is False)
+        )
     # kind == "items": each item is judged by its own subschema when there is one.
     if node.get("maxItems") == 0 or items is False:
         return True
     if isinstance(items, list):
         return "additionalItems" in node and node["additionalItems"] is not True
-    return (("items" in node and items is not True)
-            or ("unevaluatedItems" in node and node["unevaluatedItems"] is not True))
+    return ("items" in node and items is not True) or (
+        "unevaluatedItems" in node and node["unevaluatedItems"] is not True
+    )
 
 
 def lint_schema(schema: dict[str, Any], *, formats_asserted: bool = True, file: str = "") -> list[Finding]:
@@ -617,7 +688,7 @@ def lint_schema(schema: dict[str, Any], *, formats_asserted: bool = True, file: 
 def lint_contracts(contracts: ContractSet) -> list[Finding]:
     """Lint every contract version: its schema, and its pointers against the schema.
 
-    Schemas are linted with ``format`` asserted, as :func:`~worker._contracts.compile_schema`
+    Schemas are linted with ``format`` asserted, as :func:`~toolgate.gate._contracts.compile_schema`
     compiles them. Each ``projection``, ``display_text`` and rule pointer must name a
     property the schema's success branch declares under ``/data`` (rule
     ``pointer-not-in-schema``, reported against ``contract.yaml``).
@@ -646,8 +717,12 @@ def _check_pointers(contract: Contract) -> Iterator[Finding]:
     doc = SchemaDocument(contract.schema)
     for path, pointer in _contract_pointers(contract):
         if not _declares(doc, parse_pointer(pointer)):
-            yield Finding(file=str(contract.path), pointer=path, rule="pointer-not-in-schema",
-                          message=f"{pointer} is not a property the schema's success branch declares")
+            yield Finding(
+                file=str(contract.path),
+                pointer=path,
+                rule="pointer-not-in-schema",
+                message=f"{pointer} is not a property the schema's success branch declares",
+            )
 
 
 def _is_failure_branch(node: dict[str, Any]) -> bool:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from worker._records import RequestRecord, decode_request
+from toolgate.gate._records import RequestRecord, decode_request
 
 log = logging.getLogger("toolgate.store")
 
@@ -53,8 +53,7 @@ class RequestTable:
         on_full: called once each time the table goes from not full to full.
     """
 
-    def __init__(self, max_requests: int = 1_000_000,
-                 on_full: Callable[[int], None] | None = None) -> None:
+    def __init__(self, max_requests: int = 1_000_000, on_full: Callable[[int], None] | None = None) -> None:
         self.max_requests = max_requests
         self._requests: dict[str, RequestRecord] = {}
         self._on_full = on_full
@@ -146,8 +145,12 @@ class AcceptedLedger:
             event = _audit_decoder.decode(value)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return
-        if (event.kind == "decision" and event.outcome != "rejected" and event.request_id
-                and event.attempt is not None):
+        if (
+            event.kind == "decision"
+            and event.outcome != "rejected"
+            and event.request_id
+            and event.attempt is not None
+        ):
             self.record(event.request_id, event.attempt, event.decided_at)
 
     def evict_older_than(self, cutoff: datetime) -> int:
@@ -169,8 +172,15 @@ class TopicReader:
     and waits, bounded, until the reader has applied everything before them.
     """
 
-    def __init__(self, topic: str, apply: Apply, settings: dict[str, Any], *,
-                 start_ms: int | None = None, max_records: int = 2000) -> None:
+    def __init__(
+        self,
+        topic: str,
+        apply: Apply,
+        settings: dict[str, Any],
+        *,
+        start_ms: int | None = None,
+        max_records: int = 2000,
+    ) -> None:
         self.topic = topic
         self._apply = apply
         self._settings = settings
@@ -187,9 +197,14 @@ class TopicReader:
         """Assign every partition, seek to the start point and begin reading."""
         # A short fetch wait: catch_up()'s offset lookup queues behind the reader's own long
         # poll on the same connection, and a batch waiting for a request waits for both.
-        consumer = AIOKafkaConsumer(**self._settings, group_id=None, enable_auto_commit=False,
-                                    isolation_level="read_committed", auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=50)
+        consumer = AIOKafkaConsumer(
+            **self._settings,
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=50,
+        )
         await consumer.start()
         self._consumer = consumer
         # A group-less consumer has no metadata yet: ask for this topic's partitions.

@@ -3,7 +3,7 @@
 Layout: ``contracts/<tool>/v<N>/contract.yaml`` plus the schema file it names and
 ``fixtures/{accept,reject}/*.json``. ``contract.yaml`` decodes into the frozen
 :class:`ContractSpec`; any unknown key, wrong type, bad JSON Pointer or schema
-that does not compile raises :class:`~worker._errors.ContractError` naming the
+that does not compile raises :class:`~toolgate._errors.ContractError` naming the
 file and the path of the mistake, so a bad contract fails at start-up.
 
 Schemas compile once with jsonschema-rs, Draft 2020-12, ``format`` asserted,
@@ -25,7 +25,7 @@ import jsonschema_rs
 import msgspec
 import msgspec.yaml
 
-from worker._errors import ContractError
+from toolgate._errors import ContractError
 
 Status = Literal["active", "shadow", "retired"]
 JSON_CONTENT_TYPE: Final = "application/json"
@@ -45,16 +45,18 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     max_depth: int
 
 
-class Bind(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind",
-           tag="bind", kw_only=True):
+class Bind(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind", tag="bind", kw_only=True
+):
     """The value at ``pointer`` must equal the request record's ``bind[request_key]``."""
 
     pointer: str
     request_key: str
 
 
-class Freshness(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind",
-                tag="freshness", kw_only=True):
+class Freshness(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind", tag="freshness", kw_only=True
+):
     """The RFC 3339 timestamp at ``pointer`` must be within ``max_age`` of now and no later
     than ``max_future_skew`` ahead of it."""
 
@@ -63,8 +65,9 @@ class Freshness(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_fie
     max_future_skew_seconds: float = 0.0
 
 
-class OwnedId(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind",
-              tag="owned_id", kw_only=True):
+class OwnedId(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind", tag="owned_id", kw_only=True
+):
     """The identifier at ``pointer`` must belong to the request: one of the list in
     ``bind[request_key]`` (``member``) or start with that string (``prefix``)."""
 
@@ -299,8 +302,9 @@ def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
     if folder.parent.name != spec.tool:
         raise ContractError(where, "$.tool", f"tool {spec.tool!r} sits in folder {folder.parent.name!r}")
     if folder.name != version_name(spec):
-        raise ContractError(where, "$.version",
-                            f"version {version_name(spec)} sits in folder {folder.name!r}")
+        raise ContractError(
+            where, "$.version", f"version {version_name(spec)} sits in folder {folder.name!r}"
+        )
     if not 0 < spec.limits.max_bytes <= MAX_BYTES_CEILING:
         raise ContractError(where, "$.limits.max_bytes", f"must be in 1..{MAX_BYTES_CEILING}")
     if not 0 < spec.limits.max_depth <= MAX_DEPTH_CEILING:
@@ -312,11 +316,11 @@ def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
         if not 0 < display.max_length <= 4096:
             raise ContractError(where, f"$.display_text[{i}].max_length", "must be in 1..4096")
         if display.pointer in spec.projection:
-            raise ContractError(where, f"$.display_text[{i}].pointer",
-                                "display text must not also be projected into data")
+            raise ContractError(
+                where, f"$.display_text[{i}].pointer", "display text must not also be projected into data"
+            )
     for i, rule in enumerate(spec.rules):
-        if isinstance(rule, Freshness) and (rule.max_age_seconds <= 0
-                                            or rule.max_future_skew_seconds < 0):
+        if isinstance(rule, Freshness) and (rule.max_age_seconds <= 0 or rule.max_future_skew_seconds < 0):
             raise ContractError(where, f"$.rules[{i}]", "freshness windows must be positive")
 
 
@@ -388,8 +392,7 @@ class ContractSet:
             if contract.spec.status == "shadow":
                 continue
             if adapter_version is None or any(
-                fnmatch.fnmatchcase(adapter_version, pattern)
-                for pattern in contract.spec.adapter_versions
+                fnmatch.fnmatchcase(adapter_version, pattern) for pattern in contract.spec.adapter_versions
             ):
                 if adapter_version is None and contract.spec.status == "retired":
                     continue
@@ -399,8 +402,11 @@ class ContractSet:
     def shadows(self, tool: str, adapter_version: str | None) -> list[Contract]:
         """Shadow versions that match this message, to be evaluated beside the decider."""
         return [
-            c for c in self._by_tool.get(tool, ())
+            c
+            for c in self._by_tool.get(tool, ())
             if c.spec.status == "shadow"
-            and (adapter_version is None
-                 or any(fnmatch.fnmatchcase(adapter_version, p) for p in c.spec.adapter_versions))
+            and (
+                adapter_version is None
+                or any(fnmatch.fnmatchcase(adapter_version, p) for p in c.spec.adapter_versions)
+            )
         ]

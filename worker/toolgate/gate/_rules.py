@@ -1,7 +1,7 @@
 """Semantic rules: what a schema cannot say, checked against the request and the clock.
 
 Every rule is a callable ``rule(evidence) -> None`` that raises
-:class:`~worker._errors.RejectedInput` (stage ``semantic``) to reject. Rules with
+:class:`~toolgate._errors.RejectedInput` (stage ``semantic``) to reject. Rules with
 settings are small classes built once per contract from its ``contract.yaml``;
 the gate runs them in DESIGN.md's order: bindings, freshness, identifier
 ownership, adapter signature, one accepted result per request attempt.
@@ -19,10 +19,10 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from worker._contracts import MISSING, Bind, Contract, Freshness, OwnedId, parse_pointer, resolve
-from worker._errors import RejectedInput
-from worker._records import RequestRecord
-from worker._signing import Keyring, decode_signature, signed_message
+from toolgate._errors import RejectedInput
+from toolgate.gate._contracts import MISSING, Bind, Contract, Freshness, OwnedId, parse_pointer, resolve
+from toolgate.gate._records import RequestRecord
+from toolgate.gate._signing import Keyring, decode_signature, signed_message
 
 Ledger: TypeAlias = Callable[[str, int], bool]
 """``ledger(request_id, attempt)`` is True when a result was already accepted for it."""
@@ -79,16 +79,17 @@ class BindRule:
         actual = resolve(envelope, self.tokens)
         # type() equality first: True must not bind to 1, nor 1 to "1".
         if type(actual) is not type(expected) or actual != expected:
-            raise _reject("BINDING_MISMATCH",
-                          f"value does not match the request's {self.key!r}", self.pointer)
+            raise _reject(
+                "BINDING_MISMATCH", f"value does not match the request's {self.key!r}", self.pointer
+            )
 
 
 # RFC 3339 section 5.6 date-time, exactly: 'T'/'t' separator, 'Z'/'z' or a +hh:mm offset,
 # seconds 00-60 (a leap second). datetime.fromisoformat alone is both wider (it takes
 # ISO 8601 week dates and basic formats) and narrower (no lowercase, no leap second).
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})",
-    re.ASCII)  # \d is [0-9] only: "٢" is a digit to Python's default \d
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
+)  # \d is [0-9] only: "٢" is a digit to Python's default \d
 
 
 def parse_timestamp(value: Any) -> datetime | None:
@@ -103,10 +104,16 @@ def parse_timestamp(value: Any) -> datetime | None:
     if second == "60":
         second, micro = "59", 999_999
     try:
-        zone = UTC if offset in "Zz" else timezone(
-            (1 if offset[0] == "+" else -1) * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6])))
-        return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro,
-                        tzinfo=zone)
+        zone = (
+            UTC
+            if offset in "Zz"
+            else timezone(
+                (1 if offset[0] == "+" else -1) * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6]))
+            )
+        )
+        return datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=zone
+        )
     except ValueError:  # month 13, hour 25, an offset of 24 hours or more, ...
         return None
 
@@ -129,12 +136,15 @@ class FreshnessRule:
         if stamp is None:
             raise _reject("STALE_RESULT", "timestamp missing or not RFC 3339", self.pointer)
         if stamp > evidence.now + self.max_future:
-            raise _reject("FUTURE_TIMESTAMP",
-                          f"timestamp is more than {self.max_future.total_seconds():g}s ahead",
-                          self.pointer)
+            raise _reject(
+                "FUTURE_TIMESTAMP",
+                f"timestamp is more than {self.max_future.total_seconds():g}s ahead",
+                self.pointer,
+            )
         if evidence.now - stamp > self.max_age:
-            raise _reject("STALE_RESULT",
-                          f"timestamp is older than {self.max_age.total_seconds():g}s", self.pointer)
+            raise _reject(
+                "STALE_RESULT", f"timestamp is older than {self.max_age.total_seconds():g}s", self.pointer
+            )
 
 
 class OwnedIdRule:
@@ -160,8 +170,9 @@ class OwnedIdRule:
         else:
             ok = isinstance(owned, str) and bool(owned) and actual.startswith(owned)
         if not ok:
-            raise _reject("BINDING_MISMATCH",
-                          f"identifier does not belong to the request's {self.key!r}", self.pointer)
+            raise _reject(
+                "BINDING_MISMATCH", f"identifier does not belong to the request's {self.key!r}", self.pointer
+            )
 
 
 class SignatureRule:
@@ -194,8 +205,7 @@ class SignatureRule:
 def duplicate_rule(evidence: Evidence) -> None:
     """One accepted result per request attempt."""
     if evidence.ledger is not None and evidence.ledger(evidence.request_id, evidence.attempt):
-        raise _reject("DUPLICATE_RESULT",
-                      f"a result was already accepted for attempt {evidence.attempt}")
+        raise _reject("DUPLICATE_RESULT", f"a result was already accepted for attempt {evidence.attempt}")
 
 
 def build_rules(contract: Contract, keyring: Keyring) -> tuple[SemanticRule, ...]:
@@ -205,7 +215,8 @@ def build_rules(contract: Contract, keyring: Keyring) -> tuple[SemanticRule, ...
     rules += [FreshnessRule(r) for r in contract.rules if isinstance(r, Freshness)]
     rules += [OwnedIdRule(r) for r in contract.rules if isinstance(r, OwnedId)]
     if contract.spec.signature is not None:
-        rules.append(SignatureRule(contract.spec.signature.key_id,
-                                   contract.spec.signature.algorithm, keyring))
+        rules.append(
+            SignatureRule(contract.spec.signature.key_id, contract.spec.signature.algorithm, keyring)
+        )
     rules.append(duplicate_rule)
     return tuple(rules)

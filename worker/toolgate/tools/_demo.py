@@ -17,10 +17,10 @@ from typing import TextIO
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from worker._config import Config
-from worker._kafka import client_settings
-from worker._signing import Keyring
-from worker._traffic import Sample, TrafficGenerator
+from toolgate._config import Config
+from toolgate.gate._signing import Keyring
+from toolgate.service._kafka import client_settings
+from toolgate.tools._traffic import Sample, TrafficGenerator
 
 
 async def publish(config: Config, samples: list[Sample], *, early: int = 0) -> None:
@@ -51,15 +51,19 @@ async def publish(config: Config, samples: list[Sample], *, early: int = 0) -> N
 
 async def _send_result(producer: AIOKafkaProducer, config: Config, sample: Sample) -> None:
     message = sample.message
-    await producer.send(config.topics.intake, message.value, key=message.key,
-                        headers=list(message.headers))
+    await producer.send(config.topics.intake, message.value, key=message.key, headers=list(message.headers))
 
 
 async def collect(config: Config, request_ids: set[str], wait_seconds: float) -> dict[str, dict[str, object]]:
     """Audit events of these request ids, waiting at most ``wait_seconds`` for all of them."""
-    consumer = AIOKafkaConsumer(config.topics.audit, **client_settings(config), group_id=None,
-                                isolation_level="read_committed", auto_offset_reset="earliest",
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        config.topics.audit,
+        **client_settings(config),
+        group_id=None,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     found: dict[str, dict[str, object]] = {}
     deadline = time.monotonic() + wait_seconds
@@ -91,19 +95,25 @@ def report(samples: list[Sample], decisions: dict[str, dict[str, object]], out: 
         if got != sample.expect:
             unexpected += 1
             if unexpected <= 10:
-                print(f"unexpected: {sample.kind} {sample.request_id}: expected {sample.expect}, "
-                      f"got {got}", file=out)
+                print(
+                    f"unexpected: {sample.kind} {sample.request_id}: expected {sample.expect}, got {got}",
+                    file=out,
+                )
     width = max((len(t) for t, _, _ in table), default=4)
     print(f"{'tool':<{width}}  {'outcome':<9} {'code':<24} count", file=out)
     for (tool, outcome, code), count in sorted(table.items()):
         print(f"{tool:<{width}}  {outcome:<9} {code:<24} {count:>5}", file=out)
-    print(f"\n{len(samples)} results sent, {len(samples) - missing} decided, {missing} not decided yet, "
-          f"{unexpected} decided other than expected", file=out)
+    print(
+        f"\n{len(samples)} results sent, {len(samples) - missing} decided, {missing} not decided yet, "
+        f"{unexpected} decided other than expected",
+        file=out,
+    )
     return unexpected + missing
 
 
-async def run_demo(config: Config, keyring: Keyring, *, count: int, wait_seconds: float,
-                   seed: int, out: TextIO = sys.stdout) -> int:
+async def run_demo(
+    config: Config, keyring: Keyring, *, count: int, wait_seconds: float, seed: int, out: TextIO = sys.stdout
+) -> int:
     """Publish ``count`` samples, wait for their decisions, print the table."""
     now = datetime.now(UTC)
     traffic = TrafficGenerator(keyring, seed=seed, run_id=now.strftime("d%H%M%S"))
@@ -117,6 +127,8 @@ async def run_demo(config: Config, keyring: Keyring, *, count: int, wait_seconds
 def main_demo(config: Config, keyring: Keyring, count: int, wait_seconds: float, seed: int) -> int:
     """Run the demo and return a process exit code."""
     problems = asyncio.run(run_demo(config, keyring, count=count, wait_seconds=wait_seconds, seed=seed))
-    print(f"metrics: http://127.0.0.1:{config.metrics_port}/metrics   "
-          f"quarantine: topic {config.topics.quarantine}   audit: topic {config.topics.audit}")
+    print(
+        f"metrics: http://127.0.0.1:{config.metrics_port}/metrics   "
+        f"quarantine: topic {config.topics.quarantine}   audit: topic {config.topics.audit}"
+    )
     return 1 if problems else 0

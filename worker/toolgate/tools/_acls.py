@@ -29,9 +29,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.admin import CreateAclsRequest, DescribeAclsRequest
 
-from worker._config import Config
-from worker._errors import BrokerError
-from worker._kafka import client_settings
+from toolgate._config import Config
+from toolgate._errors import BrokerError
+from toolgate.service._kafka import client_settings
 
 # Kafka's wire codes (org.apache.kafka.common.resource / .acl).
 _RESOURCE = {"topic": 2, "group": 3, "cluster": 4, "transactional-id": 5}
@@ -40,8 +40,12 @@ _OPERATION = {"read": 3, "write": 4, "describe": 8, "idempotent-write": 12}
 _ANY, _ALLOW = 1, 3
 _CLUSTER_NAME = "kafka-cluster"
 # kafka-acls.sh spellings of the operations.
-_CLI_OPERATION = {"read": "Read", "write": "Write", "describe": "Describe",
-                  "idempotent-write": "IdempotentWrite"}
+_CLI_OPERATION = {
+    "read": "Read",
+    "write": "Write",
+    "describe": "Describe",
+    "idempotent-write": "IdempotentWrite",
+}
 _CLI_RESOURCE = {"topic": "--topic", "group": "--group", "transactional-id": "--transactional-id"}
 
 # The worker's transactional ids are ``<prefix>.<intake topic>.<partition>``
@@ -72,9 +76,13 @@ class Acl:
     operation: str  # read, write, describe, idempotent-write
 
 
-def acl_plan(config: Config, principals: Principals | None = None, *,
-             transactional_prefix: str = TRANSACTIONAL_PREFIX,
-             agent_group_prefix: str = AGENT_GROUP_PREFIX) -> list[Acl]:
+def acl_plan(
+    config: Config,
+    principals: Principals | None = None,
+    *,
+    transactional_prefix: str = TRANSACTIONAL_PREFIX,
+    agent_group_prefix: str = AGENT_GROUP_PREFIX,
+) -> list[Acl]:
     """Every ACL of the trust table for the configured topic names, sorted."""
     p = principals or Principals()
     t = config.topics
@@ -111,17 +119,25 @@ def acl_plan(config: Config, principals: Principals | None = None, *,
     return sorted(set(acls))
 
 
-def kafka_acls_commands(acls: list[Acl], bootstrap: str,
-                        command_config: str = "admin.properties") -> list[str]:
+def kafka_acls_commands(
+    acls: list[Acl], bootstrap: str, command_config: str = "admin.properties"
+) -> list[str]:
     """The same ACLs as ``kafka-acls.sh --add`` command lines (one per principal and resource)."""
     grouped: dict[tuple[str, str, str, str], list[str]] = {}
     for acl in acls:
-        grouped.setdefault((acl.principal, acl.resource, acl.name, acl.pattern), []).append(
-            acl.operation)
+        grouped.setdefault((acl.principal, acl.resource, acl.name, acl.pattern), []).append(acl.operation)
     lines = []
     for (principal, resource, name, pattern), operations in grouped.items():
-        words = ["kafka-acls.sh", "--bootstrap-server", bootstrap, "--command-config", command_config,
-                 "--add", "--allow-principal", principal]
+        words = [
+            "kafka-acls.sh",
+            "--bootstrap-server",
+            bootstrap,
+            "--command-config",
+            command_config,
+            "--add",
+            "--allow-principal",
+            principal,
+        ]
         for op in operations:
             words += ["--operation", _CLI_OPERATION[op]]
         words += ["--cluster"] if resource == "cluster" else [_CLI_RESOURCE[resource], name]
@@ -154,16 +170,22 @@ async def apply_acls(config: Config, acls: list[Acl], *, timeout_ms: int = 30000
         try:
             for acl in acls:
                 request = CreateAclsRequest(
-                    resource_type=_RESOURCE[acl.resource], resource_name=acl.name,
-                    resource_pattern_type_filter=_PATTERN[acl.pattern], principal=acl.principal,
-                    host="*", operation=_OPERATION[acl.operation], permission_type=_ALLOW)
+                    resource_type=_RESOURCE[acl.resource],
+                    resource_name=acl.name,
+                    resource_pattern_type_filter=_PATTERN[acl.pattern],
+                    principal=acl.principal,
+                    host="*",
+                    operation=_OPERATION[acl.operation],
+                    permission_type=_ALLOW,
+                )
                 response = await admin._send_request(request)
                 for code, message in response.creation_responses:
                     if code:
                         error = for_code(code)
                         raise BrokerError(
                             f"creating ACL {acl}: {error.__name__}: {(message or '')[:300]}",
-                            retriable=error.retriable)
+                            retriable=error.retriable,
+                        )
         finally:
             await admin.close()
     except KafkaError as exc:
@@ -185,8 +207,14 @@ async def describe_acls(config: Config, *, timeout_ms: int = 30000) -> list[Acl]
         admin = await _admin(config, timeout_ms)
         try:
             request = DescribeAclsRequest(
-                resource_type=_ANY, resource_name=None, resource_pattern_type_filter=_ANY,
-                principal=None, host=None, operation=_ANY, permission_type=_ANY)
+                resource_type=_ANY,
+                resource_name=None,
+                resource_pattern_type_filter=_ANY,
+                principal=None,
+                host=None,
+                operation=_ANY,
+                permission_type=_ANY,
+            )
             response = await admin._send_request(request)
         finally:
             await admin.close()
@@ -194,12 +222,18 @@ async def describe_acls(config: Config, *, timeout_ms: int = 30000) -> list[Acl]
         raise BrokerError(f"{config.bootstrap}: {exc}", retriable=exc.retriable) from exc
     if response.error_code:
         error = for_code(response.error_code)
-        raise BrokerError(f"describing ACLs: {response.error_message or error.__name__}",
-                          retriable=error.retriable)
+        raise BrokerError(
+            f"describing ACLs: {response.error_message or error.__name__}", retriable=error.retriable
+        )
     for resource_type, name, pattern, entries in response.resources:
         for principal, _host, operation, permission in entries:
-            if (permission == _ALLOW and resource_type in resources and pattern in patterns
-                    and operation in operations):
-                out.append(Acl(principal, resources[resource_type], name, patterns[pattern],
-                               operations[operation]))
+            if (
+                permission == _ALLOW
+                and resource_type in resources
+                and pattern in patterns
+                and operation in operations
+            ):
+                out.append(
+                    Acl(principal, resources[resource_type], name, patterns[pattern], operations[operation])
+                )
     return sorted(out)

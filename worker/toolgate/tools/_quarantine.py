@@ -25,9 +25,9 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from worker._config import Config
-from worker._errors import BrokerError, ConfigError
-from worker._kafka import client_settings
+from toolgate._config import Config
+from toolgate._errors import BrokerError, ConfigError
+from toolgate.service._kafka import client_settings
 
 VALUE_CHARS = 4096
 
@@ -107,11 +107,16 @@ def describe(topic: str, record: QuarantinedRecord, *, with_value: bool = False)
     """The JSON object printed for one quarantine record."""
     headers = headers_of(record)
     line: dict[str, Any] = {
-        "topic": topic, "partition": record.partition, "offset": record.offset,
+        "topic": topic,
+        "partition": record.partition,
+        "offset": record.offset,
         "timestamp": datetime.fromtimestamp(record.timestamp / 1000, UTC).isoformat(),
-        "key": _text(record.key), "tool": tool_of(headers),
-        "stage": _first(headers, "tg-error-stage"), "code": _first(headers, "tg-error-code"),
-        "size": len(record.value or b""), "headers": headers,
+        "key": _text(record.key),
+        "tool": tool_of(headers),
+        "stage": _first(headers, "tg-error-stage"),
+        "code": _first(headers, "tg-error-code"),
+        "size": len(record.value or b""),
+        "headers": headers,
     }
     if with_value:
         text = _text(record.value)
@@ -120,8 +125,15 @@ def describe(topic: str, record: QuarantinedRecord, *, with_value: bool = False)
     return line
 
 
-async def tail(config: Config, *, count: int, filters: Filters, max_scan: int = 100_000,
-               with_value: bool = False, wait_seconds: float = 60.0) -> list[dict[str, Any]]:
+async def tail(
+    config: Config,
+    *,
+    count: int,
+    filters: Filters,
+    max_scan: int = 100_000,
+    with_value: bool = False,
+    wait_seconds: float = 60.0,
+) -> list[dict[str, Any]]:
     """The last ``count`` matching quarantine records, oldest first.
 
     Raises:
@@ -129,8 +141,13 @@ async def tail(config: Config, *, count: int, filters: Filters, max_scan: int = 
         BrokerError: the cluster could not be read within ``wait_seconds``.
     """
     topic = config.topics.quarantine
-    consumer = AIOKafkaConsumer(**client_settings(config), group_id=None, enable_auto_commit=False,
-                                isolation_level="read_committed", auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        **client_settings(config),
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
     kept: dict[int, collections.deque[tuple[int, int, dict[str, Any]]]] = {}
     try:
         await consumer.start()
@@ -138,8 +155,10 @@ async def tail(config: Config, *, count: int, filters: Filters, max_scan: int = 
             cluster = await consumer._client.fetch_all_metadata()
             partitions = cluster.partitions_for_topic(topic)
             if not partitions:
-                raise ConfigError(f"quarantine topic {topic!r} does not exist on {config.bootstrap} "
-                                  "(TOOLGATE_TOPIC_QUARANTINE names it)")
+                raise ConfigError(
+                    f"quarantine topic {topic!r} does not exist on {config.bootstrap} "
+                    "(TOOLGATE_TOPIC_QUARANTINE names it)"
+                )
             tps = [TopicPartition(topic, p) for p in sorted(partitions)]
             consumer.assign(tps)
             begins = await consumer.beginning_offsets(tps)
@@ -157,8 +176,9 @@ async def tail(config: Config, *, count: int, filters: Filters, max_scan: int = 
                         if matches(line["headers"], filters):
                             kept[tp.partition].append((record.timestamp, record.offset, line))
     except TimeoutError as exc:
-        raise BrokerError(f"{config.bootstrap}: reading {topic!r} took longer than {wait_seconds:g} s",
-                          retriable=True) from exc
+        raise BrokerError(
+            f"{config.bootstrap}: reading {topic!r} took longer than {wait_seconds:g} s", retriable=True
+        ) from exc
     except KafkaError as exc:
         raise BrokerError(f"{config.bootstrap}: {exc}", retriable=exc.retriable) from exc
     finally:

@@ -20,13 +20,23 @@ from datetime import datetime
 
 import msgspec
 
-from worker._records import Message, Verdict
-from worker._version import __version__
+from toolgate._version import __version__
+from toolgate.gate._records import Message, Verdict
 
-DIAGNOSTIC_HEADERS = frozenset({
-    "tg-error-stage", "tg-error-code", "tg-error-detail", "tg-origin", "tg-raw-sha256",
-    "tg-contract", "tg-worker-version", "tg-rejected-at", "tg-replay-count", "tg-truncated",
-})
+DIAGNOSTIC_HEADERS = frozenset(
+    {
+        "tg-error-stage",
+        "tg-error-code",
+        "tg-error-detail",
+        "tg-origin",
+        "tg-raw-sha256",
+        "tg-contract",
+        "tg-worker-version",
+        "tg-rejected-at",
+        "tg-replay-count",
+        "tg-truncated",
+    }
+)
 # Room left for headers and record overhead under the producer's max request size.
 _QUARANTINE_HEADROOM = 64 * 1024
 
@@ -74,20 +84,37 @@ _encode_audit = msgspec.json.Encoder().encode
 def audit_event(verdict: Verdict, origin: str, decided_at: datetime) -> AuditEvent:
     """The audit event of one verdict."""
     return AuditEvent(
-        request_id=verdict.request_id, tool=verdict.tool, adapter=verdict.adapter,
-        adapter_version=verdict.adapter_version, source=verdict.source, contract=verdict.contract,
-        outcome=verdict.result, stage=verdict.stage, code=verdict.code, attempt=verdict.attempt,
-        raw_sha256=verdict.raw_sha256, projected_sha256=verdict.projected_sha256, origin=origin,
-        decided_at=decided_at)
+        request_id=verdict.request_id,
+        tool=verdict.tool,
+        adapter=verdict.adapter,
+        adapter_version=verdict.adapter_version,
+        source=verdict.source,
+        contract=verdict.contract,
+        outcome=verdict.result,
+        stage=verdict.stage,
+        code=verdict.code,
+        attempt=verdict.attempt,
+        raw_sha256=verdict.raw_sha256,
+        projected_sha256=verdict.projected_sha256,
+        origin=origin,
+        decided_at=decided_at,
+    )
 
 
-def shadow_record(message: Message, decided: Verdict, shadow: Verdict, *, audit_topic: str,
-                  decided_at: datetime) -> OutRecord:
+def shadow_record(
+    message: Message, decided: Verdict, shadow: Verdict, *, audit_topic: str, decided_at: datetime
+) -> OutRecord:
     """An audit event showing a shadow version's verdict beside the deciding one."""
     event = msgspec.structs.replace(
-        audit_event(decided, message.origin, decided_at), kind="shadow",
-        shadow={"contract": shadow.contract, "outcome": shadow.result, "stage": shadow.stage,
-                "code": shadow.code})
+        audit_event(decided, message.origin, decided_at),
+        kind="shadow",
+        shadow={
+            "contract": shadow.contract,
+            "outcome": shadow.result,
+            "stage": shadow.stage,
+            "code": shadow.code,
+        },
+    )
     return OutRecord(audit_topic, message.key, _encode_audit(event), [])
 
 
@@ -102,26 +129,35 @@ def replay_count(message: Message) -> int:
     return 0
 
 
-def outputs(message: Message, verdict: Verdict, *, agent_topic: str, quarantine_topic: str,
-            audit_topic: str, decided_at: datetime,
-            max_record_bytes: int = 1024 * 1024) -> list[OutRecord]:
+def outputs(
+    message: Message,
+    verdict: Verdict,
+    *,
+    agent_topic: str,
+    quarantine_topic: str,
+    audit_topic: str,
+    decided_at: datetime,
+    max_record_bytes: int = 1024 * 1024,
+) -> list[OutRecord]:
     """The records one decision produces: agent always, quarantine when rejected, audit always."""
     records = [OutRecord(agent_topic, message.key, verdict.agent, [])]
     if not verdict.accepted:
-        records.append(quarantine_record(message, verdict, quarantine_topic, decided_at,
-                                         max_record_bytes))
+        records.append(quarantine_record(message, verdict, quarantine_topic, decided_at, max_record_bytes))
     event = audit_event(verdict, message.origin, decided_at)
     records.append(OutRecord(audit_topic, message.key, _encode_audit(event), []))
     return records
 
 
-def quarantine_record(message: Message, verdict: Verdict, topic: str, decided_at: datetime,
-                      max_record_bytes: int) -> OutRecord:
+def quarantine_record(
+    message: Message, verdict: Verdict, topic: str, decided_at: datetime, max_record_bytes: int
+) -> OutRecord:
     """The dead-letter record of a rejected message."""
     diagnostics = verdict.diagnostics
     detail = json.dumps(
         msgspec.to_builtins(diagnostics) if diagnostics is not None else {},
-        ensure_ascii=True, separators=(",", ":"))
+        ensure_ascii=True,
+        separators=(",", ":"),
+    )
     headers = [(name, value) for name, value in message.headers if name not in DIAGNOSTIC_HEADERS]
     headers += [
         ("tg-error-stage", (verdict.stage or "").encode()),

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker._contracts import MISSING, Contract, compile_schema, resolve
-from worker._errors import RejectedInput
+from toolgate._errors import RejectedInput
+from toolgate.gate._contracts import MISSING, Contract, compile_schema, resolve
 
 SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 _SCALAR_TYPES = ["string", "number", "boolean", "null"]
@@ -54,7 +54,8 @@ def output_schema(contract: Contract) -> dict[str, Any]:
         node = data
         for token in tokens[1:-1]:
             node = node["properties"].setdefault(
-                token, {"type": "object", "properties": {}, "additionalProperties": False})
+                token, {"type": "object", "properties": {}, "additionalProperties": False}
+            )
         node["properties"][tokens[-1]] = _LEAF
     success: dict[str, Any] = {
         "type": "object",
@@ -70,8 +71,9 @@ def output_schema(contract: Contract) -> dict[str, Any]:
     if contract.display:
         success["properties"]["untrusted_text"] = {
             "type": "object",
-            "properties": {tokens[-1]: {"type": "string", "maxLength": limit}
-                           for limit, tokens in contract.display},
+            "properties": {
+                tokens[-1]: {"type": "string", "maxLength": limit} for limit, tokens in contract.display
+            },
             "additionalProperties": False,
         }
     return {"oneOf": [success, _FAILURE]}
@@ -87,8 +89,7 @@ class Projector:
         self.tool = contract.spec.tool
         self.fields = tuple(tokens for _, tokens in contract.data_projection)
         # The common case, every pointer one level under /data: copy by name.
-        self.flat = tuple(t[1] for t in self.fields) if all(
-            len(t) == 2 for t in self.fields) else None
+        self.flat = tuple(t[1] for t in self.fields) if all(len(t) == 2 for t in self.fields) else None
         self.display = contract.display
         self.validator = compile_schema(output_schema(contract))
         self.is_valid = self.validator.is_valid
@@ -109,8 +110,12 @@ class Projector:
                     data[name] = list(value) if isinstance(value, list) else value
         else:
             self._copy_nested(envelope, data)
-        out: dict[str, Any] = {"tool": self.tool, "request_id": request_id,
-                               "outcome": "success", "data": data}
+        out: dict[str, Any] = {
+            "tool": self.tool,
+            "request_id": request_id,
+            "outcome": "success",
+            "data": data,
+        }
         if self.display:
             text = {}
             for limit, tokens in self.display:
@@ -140,12 +145,14 @@ class Projector:
 
 
 def _unsafe() -> RejectedInput:
-    return RejectedInput("project", "INTERNAL_ERROR",
-                         "the projected envelope fails the closed output schema")
+    return RejectedInput("project", "INTERNAL_ERROR", "the projected envelope fails the closed output schema")
 
 
-def failure(tool: str | None, request_id: str | None, code: str,
-            retryable: bool) -> dict[str, Any]:
+def failure(tool: str | None, request_id: str | None, code: str, retryable: bool) -> dict[str, Any]:
     """A failure envelope: the upstream's validated code, or ``INVALID_RESPONSE``."""
-    return {"tool": tool, "request_id": request_id, "outcome": "failure",
-            "error": {"code": code, "retryable": retryable}}
+    return {
+        "tool": tool,
+        "request_id": request_id,
+        "outcome": "failure",
+        "error": {"code": code, "retryable": retryable},
+    }

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from worker._errors import ConfigError
+from toolgate._errors import ConfigError
 
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
 
@@ -92,8 +92,7 @@ _NOT_CONFIG_PREFIX = "TOOLGATE_KAFKA_"
 def _from_env(environ: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in environ.items():
-        if not name.startswith(_ENV_PREFIX) or name in _NOT_CONFIG or name.startswith(
-                _NOT_CONFIG_PREFIX):
+        if not name.startswith(_ENV_PREFIX) or name in _NOT_CONFIG or name.startswith(_NOT_CONFIG_PREFIX):
             continue
         rest = name[len(_ENV_PREFIX) :]
         for prefix, section in _NESTED.items():
@@ -115,8 +114,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def load_config(path: str | os.PathLike[str] | None = None,
-                environ: dict[str, str] | None = None) -> Config:
+def load_config(path: str | os.PathLike[str] | None = None, environ: dict[str, str] | None = None) -> Config:
     """Build the configuration from an optional TOML file and the environment.
 
     Raises:

@@ -1,6 +1,6 @@
 """One batch of intake messages to the records its transaction must write. Pure: no Kafka.
 
-The Kafka loop (:mod:`worker._service`) reads a batch, calls :func:`decide_batch`,
+The Kafka loop (:mod:`toolgate.service._service`) reads a batch, calls :func:`decide_batch`,
 and sends what it returns plus the offset in one transaction. Deciding before the
 transaction opens keeps transactions short, and keeps this logic testable with
 plain lists.
@@ -16,12 +16,12 @@ from datetime import datetime
 
 import msgspec
 
-from worker._config import Topics
-from worker._gate import Gate
-from worker._outputs import OutRecord, outputs, replay_count, shadow_record
-from worker._project import failure
-from worker._records import Diagnostics, Message, RequestRecord, Verdict
-from worker._rules import Ledger
+from toolgate._config import Topics
+from toolgate.gate._gate import Gate
+from toolgate.gate._outputs import OutRecord, outputs, replay_count, shadow_record
+from toolgate.gate._project import failure
+from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict
+from toolgate.gate._rules import Ledger
 
 Lookup = Callable[[str], RequestRecord | None]
 
@@ -94,16 +94,33 @@ def internal_error(message: Message, where: str) -> Verdict:
     """The verdict for a message whose evaluation raised outside the gate's own guard."""
     agent = msgspec.json.encode(failure(None, None, "INVALID_RESPONSE", False))
     return Verdict(
-        accepted=False, outcome="failure", tool=None, request_id=None, contract=None,
-        stage="project", code="INTERNAL_ERROR", attempt=None, agent=agent,
+        accepted=False,
+        outcome="failure",
+        tool=None,
+        request_id=None,
+        contract=None,
+        stage="project",
+        code="INTERNAL_ERROR",
+        attempt=None,
+        agent=agent,
         raw_sha256=hashlib.sha256(message.value or b"").hexdigest(),
-        diagnostics=Diagnostics(stage="project", code="INTERNAL_ERROR",
-                                message=f"evaluation raised in {where}"))
+        diagnostics=Diagnostics(
+            stage="project", code="INTERNAL_ERROR", message=f"evaluation raised in {where}"
+        ),
+    )
 
 
-def decide_batch(gate: Gate, messages: Sequence[Message], lookup: Lookup, ledger: Ledger,
-                 now: datetime, *, topics: Topics, max_record_bytes: int,
-                 sampler: ShadowSampler | None = None) -> Batch:
+def decide_batch(
+    gate: Gate,
+    messages: Sequence[Message],
+    lookup: Lookup,
+    ledger: Ledger,
+    now: datetime,
+    *,
+    topics: Topics,
+    max_record_bytes: int,
+    sampler: ShadowSampler | None = None,
+) -> Batch:
     """Decide every message; a second result for an attempt in the same batch is a duplicate.
 
     Shadow contract versions matching a message are evaluated beside the deciding one
@@ -129,36 +146,55 @@ def decide_batch(gate: Gate, messages: Sequence[Message], lookup: Lookup, ledger
         if has_shadows and verdict.tool is not None:
             _shadow(gate, message, request, verdict, now, seen, batch, sampler, topics)
         try:
-            records = outputs(message, verdict, agent_topic=topics.agent,
-                              quarantine_topic=topics.quarantine, audit_topic=topics.audit,
-                              decided_at=now, max_record_bytes=max_record_bytes)
+            records = outputs(
+                message,
+                verdict,
+                agent_topic=topics.agent,
+                quarantine_topic=topics.quarantine,
+                audit_topic=topics.audit,
+                decided_at=now,
+                max_record_bytes=max_record_bytes,
+            )
         except Exception:
             verdict = internal_error(message, "building the output records")
-            records = outputs(message, verdict, agent_topic=topics.agent,
-                              quarantine_topic=topics.quarantine, audit_topic=topics.audit,
-                              decided_at=now, max_record_bytes=max_record_bytes)
+            records = outputs(
+                message,
+                verdict,
+                agent_topic=topics.agent,
+                quarantine_topic=topics.quarantine,
+                audit_topic=topics.audit,
+                decided_at=now,
+                max_record_bytes=max_record_bytes,
+            )
         if verdict.accepted and verdict.request_id and verdict.attempt is not None:
             accepted.add((verdict.request_id, verdict.attempt))
         batch.records.extend(records)
-        batch.decisions.append(Decision(verdict, len(message.value or b""), seconds,
-                                        replay_count(message)))
+        batch.decisions.append(Decision(verdict, len(message.value or b""), seconds, replay_count(message)))
     return batch
 
 
-def _shadow(gate: Gate, message: Message, request: RequestRecord | None, decided: Verdict,
-            now: datetime, seen: Ledger, batch: Batch, sampler: ShadowSampler,
-            topics: Topics) -> None:
+def _shadow(
+    gate: Gate,
+    message: Message,
+    request: RequestRecord | None,
+    decided: Verdict,
+    now: datetime,
+    seen: Ledger,
+    batch: Batch,
+    sampler: ShadowSampler,
+    topics: Topics,
+) -> None:
     assert decided.tool is not None
     for contract in gate.contracts.shadows(decided.tool, decided.adapter_version):
         try:
             shadow = gate.evaluate(message, request, now, seen, contract=contract)
         except Exception:
             shadow = internal_error(message, f"shadow {contract.key}")
-        if (shadow.accepted, shadow.stage, shadow.code) == (decided.accepted, decided.stage,
-                                                            decided.code):
+        if (shadow.accepted, shadow.stage, shadow.code) == (decided.accepted, decided.stage, decided.code):
             continue
         sampled = sampler.take(contract.key, now)
         if sampled:
-            batch.records.append(shadow_record(message, decided, shadow, audit_topic=topics.audit,
-                                               decided_at=now))
+            batch.records.append(
+                shadow_record(message, decided, shadow, audit_topic=topics.audit, decided_at=now)
+            )
         batch.disagreements.append(Disagreement(contract.spec.tool, contract.spec.version, sampled))

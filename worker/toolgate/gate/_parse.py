@@ -27,16 +27,24 @@ from typing import Any
 
 import jiter
 
-from worker._errors import RejectedInput
+from toolgate._errors import RejectedInput
 
 # One translation gives the shape every cheap check reads: "[" for an opening
 # bracket or brace, "0" for a digit, "e" for an exponent marker, "+" for a sign,
 # " " for the rest. Then a count and a few substring searches (C speed) tell whether
 # the nesting could exceed the limit and whether any number could overflow a double.
 _SHAPE = bytes(
-    ord("[") if chr(b) in "[{" else ord("0") if chr(b).isdigit()
-    else ord("e") if chr(b) in "eE" else ord("+") if chr(b) in "+-" else ord(" ")
-    for b in range(256))
+    ord("[")
+    if chr(b) in "[{"
+    else ord("0")
+    if chr(b).isdigit()
+    else ord("e")
+    if chr(b) in "eE"
+    else ord("+")
+    if chr(b) in "+-"
+    else ord(" ")
+    for b in range(256)
+)
 # A number is below 10**(digits + exponent): it can only overflow (> 1.8e308) with
 # an exponent of three digits or more, or with a run of 200 digits or more (200
 # digits and a two-digit exponent stay below 10**299). Hex ids and hashes ("3e8f")
@@ -54,13 +62,11 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
         RejectedInput: stage ``parse`` with the code for what was wrong.
     """
     try:
-        value = _from_json(raw, allow_inf_nan=False, catch_duplicate_keys=True,
-                           cache_mode="keys")
+        value = _from_json(raw, allow_inf_nan=False, catch_duplicate_keys=True, cache_mode="keys")
     except ValueError as exc:
         raise _parse_error(str(exc)) from None
     shape = raw.translate(_SHAPE)
-    if (b"0e000" in shape or b"0e+000" in shape
-            or (len(shape) >= _LONG and _LONG_DIGITS in shape)):
+    if b"0e000" in shape or b"0e+000" in shape or (len(shape) >= _LONG and _LONG_DIGITS in shape):
         _walk(value, max_depth)
     elif (brackets := shape.count(b"[")) > max_depth:
         _check_depth(value, max_depth, brackets)
@@ -86,13 +92,15 @@ def _walk(root: Any, max_depth: int) -> None:
         value, depth = stack.pop()
         if isinstance(value, dict):
             if depth > max_depth:
-                raise RejectedInput("parse", "NESTING_TOO_DEEP",
-                                    f"nesting depth exceeds the limit of {max_depth}")
+                raise RejectedInput(
+                    "parse", "NESTING_TOO_DEEP", f"nesting depth exceeds the limit of {max_depth}"
+                )
             stack.extend((child, depth + 1) for child in value.values())
         elif isinstance(value, list):
             if depth > max_depth:
-                raise RejectedInput("parse", "NESTING_TOO_DEEP",
-                                    f"nesting depth exceeds the limit of {max_depth}")
+                raise RejectedInput(
+                    "parse", "NESTING_TOO_DEEP", f"nesting depth exceeds the limit of {max_depth}"
+                )
             stack.extend((child, depth + 1) for child in value)
         elif isinstance(value, float) and not math.isfinite(value):
             raise RejectedInput("parse", "NUMBER_OUT_OF_RANGE", "a number overflows to infinity")
@@ -112,12 +120,14 @@ def _check_depth(root: Any, max_depth: int, brackets: int) -> None:
     while level:
         depth += 1
         if depth > max_depth:
-            raise RejectedInput("parse", "NESTING_TOO_DEEP",
-                                f"nesting depth exceeds the limit of {max_depth}")
+            raise RejectedInput(
+                "parse", "NESTING_TOO_DEEP", f"nesting depth exceeds the limit of {max_depth}"
+            )
         if seen >= brackets:
             return
-        children = list(chain.from_iterable(
-            node.values() if isinstance(node, dict) else node for node in level))
+        children = list(
+            chain.from_iterable(node.values() if isinstance(node, dict) else node for node in level)
+        )
         kinds = set(map(type, children))  # C speed: leaves are not visited one by one
         if dict not in kinds and list not in kinds:
             return
@@ -141,6 +151,7 @@ def extract_text(raw: bytes, pattern: re.Pattern[str]) -> dict[str, str]:
         raise RejectedInput("parse", "TEXT_EXTRACTION_FAILED", "output is not UTF-8") from None
     match = pattern.fullmatch(text)
     if match is None:
-        raise RejectedInput("parse", "TEXT_EXTRACTION_FAILED",
-                            "output does not fully match the contract's pattern")
+        raise RejectedInput(
+            "parse", "TEXT_EXTRACTION_FAILED", "output does not fully match the contract's pattern"
+        )
     return {name: value for name, value in match.groupdict().items() if value is not None}

@@ -29,7 +29,7 @@ from prometheus_client import (
 )
 
 if TYPE_CHECKING:
-    from worker._batch import Decision
+    from toolgate.gate._batch import Decision
 
 log = logging.getLogger("toolgate.metrics")
 
@@ -49,42 +49,74 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.results = Counter("toolgate_results", "Results decided, by tool and outcome "
-                               "(success, failure = a valid upstream failure, rejected).",
-                               ["tool", "outcome"], registry=r)
-        self.rejections = Counter("toolgate_rejections", "Rejected results by tool, stage and code.",
-                                  ["tool", "stage", "code"], registry=r)
-        self.evaluation = Histogram("toolgate_evaluation_seconds",
-                                    "Gate time per result, by the stage where evaluation ended.",
-                                    ["stage"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.result_bytes = Histogram("toolgate_result_bytes", "Raw result sizes by tool.",
-                                      ["tool"], buckets=_SIZE_BUCKETS, registry=r)
-        self.batch_size = Histogram("toolgate_batch_size", "Intake records per transaction.",
-                                    buckets=_BATCH_BUCKETS, registry=r)
-        self.transaction_seconds = Histogram("toolgate_transaction_seconds",
-                                             "Time from begin to commit of a transaction.",
-                                             buckets=_TXN_BUCKETS, registry=r)
-        self.transactions = Counter("toolgate_transactions", "Transactions by result "
-                                    "(committed, aborted).", ["result"], registry=r)
-        self.outstanding = Gauge("toolgate_outstanding_requests", "Request records held.",
-                                 registry=r)
+        self.results = Counter(
+            "toolgate_results",
+            "Results decided, by tool and outcome (success, failure = a valid upstream failure, rejected).",
+            ["tool", "outcome"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "toolgate_rejections",
+            "Rejected results by tool, stage and code.",
+            ["tool", "stage", "code"],
+            registry=r,
+        )
+        self.evaluation = Histogram(
+            "toolgate_evaluation_seconds",
+            "Gate time per result, by the stage where evaluation ended.",
+            ["stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.result_bytes = Histogram(
+            "toolgate_result_bytes", "Raw result sizes by tool.", ["tool"], buckets=_SIZE_BUCKETS, registry=r
+        )
+        self.batch_size = Histogram(
+            "toolgate_batch_size", "Intake records per transaction.", buckets=_BATCH_BUCKETS, registry=r
+        )
+        self.transaction_seconds = Histogram(
+            "toolgate_transaction_seconds",
+            "Time from begin to commit of a transaction.",
+            buckets=_TXN_BUCKETS,
+            registry=r,
+        )
+        self.transactions = Counter(
+            "toolgate_transactions", "Transactions by result (committed, aborted).", ["result"], registry=r
+        )
+        self.outstanding = Gauge("toolgate_outstanding_requests", "Request records held.", registry=r)
         self.request_store_evictions = Counter(
-            "toolgate_request_store_evictions", "Requests dropped because the store was full.",
-            registry=r)
+            "toolgate_request_store_evictions", "Requests dropped because the store was full.", registry=r
+        )
         self.request_waits = Counter(
-            "toolgate_request_waits", "Batches that waited for the request reader to catch up, "
-            "by result (caught_up, timeout).", ["result"], registry=r)
-        self.lag = Gauge("toolgate_consumer_lag", "Intake records not yet decided, by partition.",
-                         ["partition"], registry=r)
-        self.ready = Gauge("toolgate_ready", "1 when partitions are assigned and transactions work.",
-                           registry=r)
-        self.contract_info = Gauge("toolgate_contract_info", "Loaded contract versions.",
-                                   ["tool", "version", "status"], registry=r)
+            "toolgate_request_waits",
+            "Batches that waited for the request reader to catch up, by result (caught_up, timeout).",
+            ["result"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            "toolgate_consumer_lag",
+            "Intake records not yet decided, by partition.",
+            ["partition"],
+            registry=r,
+        )
+        self.ready = Gauge(
+            "toolgate_ready", "1 when partitions are assigned and transactions work.", registry=r
+        )
+        self.contract_info = Gauge(
+            "toolgate_contract_info", "Loaded contract versions.", ["tool", "version", "status"], registry=r
+        )
         self.shadow_disagreements = Counter(
-            "toolgate_shadow_disagreements", "Shadow version verdicts that differ from the deciding "
-            "version's.", ["tool", "version"], registry=r)
-        self.replayed = Counter("toolgate_replayed_results", "Decided results that came from a "
-                                "quarantine replay, by outcome.", ["tool", "outcome"], registry=r)
+            "toolgate_shadow_disagreements",
+            "Shadow version verdicts that differ from the deciding version's.",
+            ["tool", "version"],
+            registry=r,
+        )
+        self.replayed = Counter(
+            "toolgate_replayed_results",
+            "Decided results that came from a quarantine replay, by outcome.",
+            ["tool", "outcome"],
+            registry=r,
+        )
         self._children: dict[tuple[str, ...], tuple[Callable[[], None], ...]] = {}
 
     def initialise(self, contracts: Sequence[tuple[str, str, str]]) -> None:
@@ -124,8 +156,9 @@ class Metrics:
             if outcome == "rejected":
                 self.rejections.labels(tool, stage, code).inc(n)
 
-    def decided(self, tool: str | None, outcome: str, stage: str | None, code: str | None,
-                size: int, seconds: float) -> None:
+    def decided(
+        self, tool: str | None, outcome: str, stage: str | None, code: str | None, size: int, seconds: float
+    ) -> None:
         """Count one decision (label children cached: ``labels()`` is slow per message)."""
         name = tool or "unknown"
         key = (name, outcome, stage or "", code or "")
@@ -145,8 +178,7 @@ class Metrics:
 class HealthServer:
     """``/metrics``, ``/healthz`` (process alive) and ``/readyz`` (ready to decide) on one port."""
 
-    def __init__(self, metrics: Metrics, host: str, port: int,
-                 ready: Callable[[], bool]) -> None:
+    def __init__(self, metrics: Metrics, host: str, port: int, ready: Callable[[], bool]) -> None:
         self.metrics = metrics
         self.host = host
         self.port = port
@@ -184,8 +216,11 @@ class HealthServer:
                 body, ctype = (b"ready\n" if ok else b"not ready\n"), "text/plain"
             else:
                 status, body, ctype = "404 Not Found", b"not found\n", "text/plain"
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}"
-                         "\r\nConnection: close\r\n\r\n".encode() + body)
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}"
+                "\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
             await writer.drain()
         except (TimeoutError, ConnectionError, UnicodeDecodeError):
             pass

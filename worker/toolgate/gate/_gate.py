@@ -3,13 +3,13 @@
 Stages run in DESIGN.md's order and the first failure decides:
 
 1. ``limits``    byte size of the value (before parsing), header count and sizes;
-2. ``parse``     strict JSON (:mod:`worker._parse`) or a text contract's one pattern;
+2. ``parse``     strict JSON (:mod:`toolgate.gate._parse`) or a text contract's one pattern;
 3. ``contract``  ``tg-tool`` names a tool with a deciding (active) version;
 4. ``schema``    the contract's Draft 2020-12 schema, formats asserted;
 5. ``correlate`` Kafka key, ``tg-request-id`` and ``request_id`` agree and name a
                  known, unexpired request for the same tool;
-6. ``semantic``  the contract's rules (:mod:`worker._rules`);
-7. ``project``   a new closed object (:mod:`worker._project`).
+6. ``semantic``  the contract's rules (:mod:`toolgate.gate._rules`);
+7. ``project``   a new closed object (:mod:`toolgate.gate._project`).
 
 The limits of stages 1-2 come from the contract that ``tg-tool`` names; when it
 names none, :data:`DEFAULT_LIMITS` apply and the message fails at stage 3. An
@@ -32,7 +32,9 @@ from typing import Any
 import jsonschema_rs
 import msgspec
 
-from worker._contracts import (
+from toolgate._errors import RejectedInput
+from toolgate._version import __version__
+from toolgate.gate._contracts import (
     JSON_CONTENT_TYPE,
     MASK,
     TEXT_CONTENT_TYPE,
@@ -40,13 +42,11 @@ from worker._contracts import (
     ContractSet,
     Limits,
 )
-from worker._errors import RejectedInput
-from worker._parse import extract_text, parse_json
-from worker._project import Projector, failure
-from worker._records import Diagnostics, Message, RequestRecord, Verdict
-from worker._rules import Evidence, Ledger, SemanticRule, build_rules
-from worker._signing import Keyring
-from worker._version import __version__
+from toolgate.gate._parse import extract_text, parse_json
+from toolgate.gate._project import Projector, failure
+from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict
+from toolgate.gate._rules import Evidence, Ledger, SemanticRule, build_rules
+from toolgate.gate._signing import Keyring
 
 DEFAULT_LIMITS = Limits(max_bytes=64 * 1024, max_depth=32)
 MAX_HEADERS = 64
@@ -86,8 +86,15 @@ class Gate:
             self._rules[contract.key] = build_rules(contract, self.keyring)
             self._plans[contract] = _Plan(contract)
 
-    def evaluate(self, message: Message, request: RequestRecord | None, now: datetime,
-                 ledger: Ledger | None = None, *, contract: Contract | None = None) -> Verdict:
+    def evaluate(
+        self,
+        message: Message,
+        request: RequestRecord | None,
+        now: datetime,
+        ledger: Ledger | None = None,
+        *,
+        contract: Contract | None = None,
+    ) -> Verdict:
         """Decide one message. Never raises for anything the message contains.
 
         Args:
@@ -122,23 +129,30 @@ class Gate:
             deciding = plan if plan is not None and not plan.retired else None
             limits = deciding.limits if deciding is not None else DEFAULT_LIMITS
             if len(raw) > limits.max_bytes:
-                raise RejectedInput("limits", "PAYLOAD_TOO_LARGE",
-                                    f"{len(raw)} bytes exceeds the limit of {limits.max_bytes}")
+                raise RejectedInput(
+                    "limits", "PAYLOAD_TOO_LARGE", f"{len(raw)} bytes exceeds the limit of {limits.max_bytes}"
+                )
 
             stage = "parse"
             content_type = headers.get("tg-content-type", JSON_CONTENT_TYPE)
             if content_type not in _CONTENT_TYPES or (
-                    deciding is not None and content_type != deciding.content_type):
-                raise RejectedInput("parse", "UNSUPPORTED_CONTENT_TYPE",
-                                    "tg-content-type is not the contract's content type")
+                deciding is not None and content_type != deciding.content_type
+            ):
+                raise RejectedInput(
+                    "parse", "UNSUPPORTED_CONTENT_TYPE", "tg-content-type is not the contract's content type"
+                )
             envelope: Any = None
             if content_type == JSON_CONTENT_TYPE:
                 if message.value is None:
                     raise RejectedInput("parse", "MALFORMED_JSON", "the value is null")
                 envelope = parse_json(raw, limits.max_depth)
             elif deciding is not None and deciding.text_regex is not None:
-                envelope = {"tool": tool, "request_id": headers.get("tg-request-id"),
-                            "outcome": "success", "data": extract_text(raw, deciding.text_regex)}
+                envelope = {
+                    "tool": tool,
+                    "request_id": headers.get("tg-request-id"),
+                    "outcome": "success",
+                    "data": extract_text(raw, deciding.text_regex),
+                }
 
             stage = "contract"
             if header_problem:
@@ -146,8 +160,11 @@ class Gate:
             if tool is None or known_tool is None:
                 raise RejectedInput("contract", "UNKNOWN_TOOL", "tg-tool names no contract")
             if deciding is None:
-                raise RejectedInput("contract", "UNKNOWN_CONTRACT_VERSION",
-                                    "no active contract version for tg-adapter-version")
+                raise RejectedInput(
+                    "contract",
+                    "UNKNOWN_CONTRACT_VERSION",
+                    "no active contract version for tg-adapter-version",
+                )
             contract_key = deciding.key
 
             stage = "schema"
@@ -157,24 +174,30 @@ class Gate:
             stage = "correlate"
             claimed = envelope["request_id"]
             if claimed != headers.get("tg-request-id") or claimed != key:
-                raise RejectedInput("correlate", "HEADER_MISMATCH",
-                                    "Kafka key, tg-request-id and request_id disagree")
+                raise RejectedInput(
+                    "correlate", "HEADER_MISMATCH", "Kafka key, tg-request-id and request_id disagree"
+                )
             request_id = claimed
             if request is None or request.request_id != request_id:
                 raise RejectedInput("correlate", "UNKNOWN_REQUEST", "no outstanding request")
             if request.tool != deciding.tool:
-                raise RejectedInput("correlate", "TOOL_MISMATCH",
-                                    "the request was issued for another tool")
+                raise RejectedInput("correlate", "TOOL_MISMATCH", "the request was issued for another tool")
             if now >= request.expires_at:
                 raise RejectedInput("correlate", "REQUEST_EXPIRED", "the request has expired")
             attempt_header = headers.get("tg-attempt")
-            attempt = request.attempt if attempt_header is None else \
-                _attempt(attempt_header, request)
+            attempt = request.attempt if attempt_header is None else _attempt(attempt_header, request)
 
             stage = "semantic"
-            evidence = Evidence(envelope=envelope, request=request, request_id=request_id,
-                                attempt=attempt, now=now, raw=raw, headers=headers,
-                                ledger=ledger)
+            evidence = Evidence(
+                envelope=envelope,
+                request=request,
+                request_id=request_id,
+                attempt=attempt,
+                now=now,
+                raw=raw,
+                headers=headers,
+                ledger=ledger,
+            )
             for rule in self._rules[deciding.key]:
                 rule(evidence)
 
@@ -185,35 +208,58 @@ class Gate:
                 code = None
             else:
                 code = envelope["error"]["code"]
-                retryable = (bool(envelope["error"]["retryable"])
-                             and code in deciding.retryable_codes
-                             and request.attempt < request.max_attempts)
+                retryable = (
+                    bool(envelope["error"]["retryable"])
+                    and code in deciding.retryable_codes
+                    and request.attempt < request.max_attempts
+                )
                 out = failure(deciding.tool, request_id, code, retryable)
                 projector.check(out)
             agent = _encode(out)
             return Verdict(
-                accepted=True, outcome=out["outcome"], tool=deciding.tool,
-                request_id=request_id, contract=deciding.key, stage=None, code=code,
-                attempt=attempt, agent=agent, raw_sha256=digest,
+                accepted=True,
+                outcome=out["outcome"],
+                tool=deciding.tool,
+                request_id=request_id,
+                contract=deciding.key,
+                stage=None,
+                code=code,
+                attempt=attempt,
+                agent=agent,
+                raw_sha256=digest,
                 projected_sha256=_sha256(agent).hexdigest(),
-                adapter=headers.get("tg-adapter"), adapter_version=adapter_version,
-                source=headers.get("tg-source"))
+                adapter=headers.get("tg-adapter"),
+                adapter_version=adapter_version,
+                source=headers.get("tg-source"),
+            )
         except Exception as exc:  # the gate must never crash on input
-            rejection = exc if isinstance(exc, RejectedInput) else RejectedInput(
-                stage, "INTERNAL_ERROR", f"{type(exc).__name__} during the {stage} stage")
+            rejection = (
+                exc
+                if isinstance(exc, RejectedInput)
+                else RejectedInput(stage, "INTERNAL_ERROR", f"{type(exc).__name__} during the {stage} stage")
+            )
             # The agent hears back only about a request the platform issued: the key
             # must name the request record the store returned. Operators (audit) get
             # whatever identifier the message claimed, if it is a plain one.
             issued = key if request is not None and key == request.request_id else None
-            return _reject(rejection, known_tool, request_id or key, issued, contract_key,
-                           attempt, headers, digest)
+            return _reject(
+                rejection, known_tool, request_id or key, issued, contract_key, attempt, headers, digest
+            )
 
 
 class _Plan:
     """What the gate reads from one contract's spec on every message, gathered once."""
 
-    __slots__ = ("content_type", "key", "limits", "retired", "retryable_codes", "text_regex",
-                 "tool", "validator")
+    __slots__ = (
+        "content_type",
+        "key",
+        "limits",
+        "retired",
+        "retryable_codes",
+        "text_regex",
+        "tool",
+        "validator",
+    )
 
     def __init__(self, contract: Contract) -> None:
         spec = contract.spec
@@ -227,20 +273,40 @@ class _Plan:
         self.retryable_codes = contract.retryable_codes
 
 
-def _reject(rejection: RejectedInput, tool: str | None, request_id: str | None,
-            agent_request_id: str | None, contract: str | None, attempt: int | None,
-            headers: dict[str, str], digest: str) -> Verdict:
+def _reject(
+    rejection: RejectedInput,
+    tool: str | None,
+    request_id: str | None,
+    agent_request_id: str | None,
+    contract: str | None,
+    attempt: int | None,
+    headers: dict[str, str],
+    digest: str,
+) -> Verdict:
     agent = _encode(failure(tool, agent_request_id, INVALID_RESPONSE, False))
     return Verdict(
-        accepted=False, outcome="failure", tool=tool, request_id=request_id,
-        contract=contract, stage=rejection.stage, code=rejection.code,
-        attempt=attempt, agent=agent, raw_sha256=digest,
+        accepted=False,
+        outcome="failure",
+        tool=tool,
+        request_id=request_id,
+        contract=contract,
+        stage=rejection.stage,
+        code=rejection.code,
+        attempt=attempt,
+        agent=agent,
+        raw_sha256=digest,
         diagnostics=Diagnostics(
-            stage=rejection.stage, code=rejection.code,
-            message=_bounded(rejection.detail), instance_path=rejection.instance_path,
-            schema_path=rejection.schema_path, keyword=rejection.keyword),
-        adapter=headers.get("tg-adapter"), adapter_version=headers.get("tg-adapter-version"),
-        source=headers.get("tg-source"))
+            stage=rejection.stage,
+            code=rejection.code,
+            message=_bounded(rejection.detail),
+            instance_path=rejection.instance_path,
+            schema_path=rejection.schema_path,
+            keyword=rejection.keyword,
+        ),
+        adapter=headers.get("tg-adapter"),
+        adapter_version=headers.get("tg-adapter-version"),
+        source=headers.get("tg-source"),
+    )
 
 
 def _read_headers(message: Message, headers: dict[str, str]) -> tuple[str, str | None]:
@@ -268,8 +334,9 @@ def _read_headers(message: Message, headers: dict[str, str]) -> tuple[str, str |
             if value is None:
                 value = b""
             if len(value) > MAX_HEADER_BYTES or len(name) > MAX_HEADER_BYTES:
-                raise RejectedInput("limits", "PAYLOAD_TOO_LARGE",
-                                    f"a header exceeds {MAX_HEADER_BYTES} bytes")
+                raise RejectedInput(
+                    "limits", "PAYLOAD_TOO_LARGE", f"a header exceeds {MAX_HEADER_BYTES} bytes"
+                )
             if not name.startswith("tg-"):
                 continue
             if name in headers:
@@ -308,8 +375,9 @@ def _attempt(text: str, request: RequestRecord) -> int:
         raise RejectedInput("correlate", "HEADER_MISMATCH", "tg-attempt is not a small integer")
     attempt = int(text)
     if attempt != request.attempt:
-        raise RejectedInput("semantic", "STALE_RESULT",
-                            "the result answers another attempt than the request's current one")
+        raise RejectedInput(
+            "semantic", "STALE_RESULT", "the result answers another attempt than the request's current one"
+        )
     return attempt
 
 
@@ -336,9 +404,14 @@ def _schema_rejection(validator: Any, envelope: Any) -> RejectedInput:
     message = error.message
     if keyword in ("additionalProperties", "unevaluatedProperties", "propertyNames"):
         message = "unexpected property (name masked)"
-    return RejectedInput("schema", "SCHEMA_VIOLATION", message,
-                         instance_path=_json_pointer(error.instance_path),
-                         schema_path=_json_pointer(error.schema_path), keyword=keyword)
+    return RejectedInput(
+        "schema",
+        "SCHEMA_VIOLATION",
+        message,
+        instance_path=_json_pointer(error.instance_path),
+        schema_path=_json_pointer(error.schema_path),
+        keyword=keyword,
+    )
 
 
 def _misses_outcome(errors: Sequence[jsonschema_rs.ValidationError]) -> bool:

@@ -27,13 +27,13 @@ from typing import TextIO
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from worker._batch import request_key
-from worker._config import Config
-from worker._gate import Gate
-from worker._kafka import client_settings
-from worker._outputs import DIAGNOSTIC_HEADERS
-from worker._records import Message
-from worker._store import AcceptedLedger, RequestTable, TopicReader
+from toolgate._config import Config
+from toolgate.gate._batch import request_key
+from toolgate.gate._gate import Gate
+from toolgate.gate._outputs import DIAGNOSTIC_HEADERS
+from toolgate.gate._records import Message
+from toolgate.service._kafka import client_settings
+from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 
 REPLAY_ORIGIN = "tg-replay-origin"
 
@@ -78,7 +78,8 @@ class Selection:
             if self.origin_partition is not None and partition != self.origin_partition:
                 return False
             if self.origin_offsets is not None and not (
-                    self.origin_offsets[0] <= offset <= self.origin_offsets[1]):
+                self.origin_offsets[0] <= offset <= self.origin_offsets[1]
+            ):
                 return False
         return True
 
@@ -133,10 +134,13 @@ class Quarantined:
 
     def original(self) -> Message:
         """The message as the adapter sent it: the diagnostics headers removed."""
-        headers = [(n, v) for n, v in self.raw_headers
-                   if n not in DIAGNOSTIC_HEADERS and n != REPLAY_ORIGIN]
-        return Message(key=self.key, value=self.value, headers=headers,
-                       origin=f"replay of quarantine/{self.partition}/{self.offset}")
+        headers = [(n, v) for n, v in self.raw_headers if n not in DIAGNOSTIC_HEADERS and n != REPLAY_ORIGIN]
+        return Message(
+            key=self.key,
+            value=self.value,
+            headers=headers,
+            origin=f"replay of quarantine/{self.partition}/{self.offset}",
+        )
 
 
 class Progress:
@@ -166,14 +170,20 @@ class Progress:
         """End the progress display with the final count."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         end = "\n" if self._tty else ""
-        self.out.write(f"{end}{self.label}: {self.done} done in {elapsed:.1f}s "
-                       f"({self.done / elapsed:,.0f}/s)\n")
+        self.out.write(
+            f"{end}{self.label}: {self.done} done in {elapsed:.1f}s ({self.done / elapsed:,.0f}/s)\n"
+        )
 
 
 async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Quarantined], int]:
     """Selected quarantine records (read_committed) and how many were read in all."""
-    consumer = AIOKafkaConsumer(**client_settings(config), group_id=None, enable_auto_commit=False,
-                                isolation_level="read_committed", auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        **client_settings(config),
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
     await consumer.start()
     selected: list[Quarantined] = []
     read = 0
@@ -195,8 +205,14 @@ async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Qu
                         continue
                     read += 1
                     raw_headers = [(n, v or b"") for n, v in (r.headers or ())]
-                    record = Quarantined(tp.partition, r.offset, r.key, r.value, raw_headers,
-                                         {n: v.decode("utf-8", "replace") for n, v in raw_headers})
+                    record = Quarantined(
+                        tp.partition,
+                        r.offset,
+                        r.key,
+                        r.value,
+                        raw_headers,
+                        {n: v.decode("utf-8", "replace") for n, v in raw_headers},
+                    )
                     if selection.matches(record):
                         selected.append(record)
                 progress.advance(len(records))
@@ -210,9 +226,12 @@ async def load_state(config: Config, ledger_since: datetime) -> tuple[RequestTab
     """The request table and accepted ledger as the worker sees them now."""
     requests, ledger = RequestTable(), AcceptedLedger()
     settings = client_settings(config)
-    readers = [TopicReader(config.topics.requests, requests.apply, settings),
-               TopicReader(config.topics.audit, ledger.apply, settings,
-                           start_ms=int(ledger_since.timestamp() * 1000))]
+    readers = [
+        TopicReader(config.topics.requests, requests.apply, settings),
+        TopicReader(
+            config.topics.audit, ledger.apply, settings, start_ms=int(ledger_since.timestamp() * 1000)
+        ),
+    ]
     try:
         for reader in readers:
             await reader.start()
@@ -240,16 +259,28 @@ class DryRunReport:
         print(f"{'tool':<16} {'was':<24} {'now':<16} {'code now':<24} count", file=out)
         for (tool, was, now, code), count in sorted(self.rows.items()):
             print(f"{tool:<16} {was:<24} {now:<16} {code:<24} {count:>5}", file=out)
-        print(f"\nwould now pass: {self.would_pass}   still rejected, same code: {self.same_code}   "
-              f"rejected with another code: {self.other_code}   refused by the loop guard: "
-              f"{self.guarded}", file=out)
+        print(
+            f"\nwould now pass: {self.would_pass}   still rejected, same code: {self.same_code}   "
+            f"rejected with another code: {self.other_code}   refused by the loop guard: "
+            f"{self.guarded}",
+            file=out,
+        )
         if self.expired:
-            print(f"{self.expired} answer requests that have expired: replay cannot help them; "
-                  "the agent needs a fresh tool call.", file=out)
+            print(
+                f"{self.expired} answer requests that have expired: replay cannot help them; "
+                "the agent needs a fresh tool call.",
+                file=out,
+            )
 
 
-def dry_run(records: list[Quarantined], gate: Gate, requests: RequestTable, ledger: AcceptedLedger,
-            now: datetime, max_replays: int) -> DryRunReport:
+def dry_run(
+    records: list[Quarantined],
+    gate: Gate,
+    requests: RequestTable,
+    ledger: AcceptedLedger,
+    now: datetime,
+    max_replays: int,
+) -> DryRunReport:
     """Re-evaluate each record as the pipeline would now; write nothing."""
     report = DryRunReport()
     pending: set[tuple[str, int]] = set()
@@ -274,8 +305,9 @@ def dry_run(records: list[Quarantined], gate: Gate, requests: RequestTable, ledg
         report.same_code += same
         report.other_code += not same
         report.expired += verdict.code == "REQUEST_EXPIRED"
-        report.rows[(record.tool, record.code, "same code" if same else "other code",
-                     verdict.code or "")] += 1
+        report.rows[
+            (record.tool, record.code, "same code" if same else "other code", verdict.code or "")
+        ] += 1
     return report
 
 
@@ -290,14 +322,17 @@ def replay_headers(record: Quarantined, quarantine_topic: str) -> list[tuple[str
 async def apply(config: Config, records: list[Quarantined], max_replays: int) -> tuple[int, int]:
     """Re-publish to intake; return (sent, refused by the loop guard)."""
     eligible = [r for r in records if r.replays < max_replays]
-    producer = AIOKafkaProducer(**client_settings(config), acks="all", enable_idempotence=True,
-                                linger_ms=5)
+    producer = AIOKafkaProducer(**client_settings(config), acks="all", enable_idempotence=True, linger_ms=5)
     await producer.start()
     progress = Progress("replaying", len(eligible))
     try:
         for record in eligible:
-            await producer.send(config.topics.intake, record.value, key=record.key,
-                                headers=replay_headers(record, config.topics.quarantine))
+            await producer.send(
+                config.topics.intake,
+                record.value,
+                key=record.key,
+                headers=replay_headers(record, config.topics.quarantine),
+            )
             progress.advance()
         await producer.flush()
     finally:
@@ -314,10 +349,17 @@ def print_selection(records: list[Quarantined], read: int, out: TextIO) -> None:
         print(f"  {tool:<16} {code:<24} {count:>6}", file=out)
 
 
-
-async def run_replay(config: Config, gate: Gate, selection: Selection, *, apply_it: bool,
-                     max_replays: int, now: datetime, ledger_window_hours: float = 24.0,
-                     out: TextIO = sys.stdout) -> int:
+async def run_replay(
+    config: Config,
+    gate: Gate,
+    selection: Selection,
+    *,
+    apply_it: bool,
+    max_replays: int,
+    now: datetime,
+    ledger_window_hours: float = 24.0,
+    out: TextIO = sys.stdout,
+) -> int:
     """The whole command: select, print, then dry-run or apply. Returns the exit code."""
     from datetime import timedelta
 
@@ -331,7 +373,10 @@ async def run_replay(config: Config, gate: Gate, selection: Selection, *, apply_
         print("dry run: nothing was written (use --apply to replay)", file=out)
         return 0
     sent, refused = await apply(config, records, max_replays)
-    print(f"replayed {sent} records to {config.topics.intake}; {refused} refused by the loop guard "
-          f"(replayed {max_replays} times already). The worker decides them again: watch "
-          f"toolgate_replayed_results_total and the audit topic.", file=out)
+    print(
+        f"replayed {sent} records to {config.topics.intake}; {refused} refused by the loop guard "
+        f"(replayed {max_replays} times already). The worker decides them again: watch "
+        f"toolgate_replayed_results_total and the audit topic.",
+        file=out,
+    )
     return 0

@@ -22,7 +22,7 @@ from typing import TextIO
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from worker._errors import ConfigError
+from toolgate._errors import ConfigError
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 Labels = tuple[tuple[str, str], ...]
@@ -38,8 +38,7 @@ class Snapshot:
 
     def series(self, name: str) -> list[tuple[dict[str, str], float]]:
         """Every sample called ``name`` with its labels."""
-        return [(dict(labels), value) for (sample, labels), value in self.samples.items()
-                if sample == name]
+        return [(dict(labels), value) for (sample, labels), value in self.samples.items() if sample == name]
 
     def value(self, name: str, **labels: str) -> float | None:
         """The sample with exactly these labels, or None."""
@@ -85,8 +84,10 @@ def scrape(url: str, *, timeout: float = 5.0, clock: Callable[[], float] = time.
         raise ConfigError(f"top: {url} answered HTTP {exc.code} {exc.reason}") from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise ConfigError(f"top: cannot reach {url}: {reason} (is the worker running? Its port is "
-                          "TOOLGATE_METRICS_PORT, default 9464)") from exc
+        raise ConfigError(
+            f"top: cannot reach {url}: {reason} (is the worker running? Its port is "
+            "TOOLGATE_METRICS_PORT, default 9464)"
+        ) from exc
     if len(body) > _MAX_BODY:
         raise ConfigError(f"top: {url}: more than {_MAX_BODY} bytes of metrics")
     try:
@@ -141,8 +142,9 @@ def quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
     return lower
 
 
-def histogram(current: Snapshot, previous: Snapshot | None, name: str,
-              **match: str) -> list[tuple[float, float]]:
+def histogram(
+    current: Snapshot, previous: Snapshot | None, name: str, **match: str
+) -> list[tuple[float, float]]:
     """(le, cumulative count) of the ``name`` histogram series matching ``match``, summed
     over other labels; over the last interval when ``previous`` is given."""
     sums: dict[float, float] = {}
@@ -222,57 +224,73 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
     else:
         basis = f"rates over the last {current.at - previous.at:.1f} s"
     lines.append(f"toolgate top  {url}  {state}  {basis}")
-    contracts = sorted(f"{_safe(lab.get('tool', ''))} v{_safe(lab.get('version', ''))} "
-                       f"({_safe(lab.get('status', ''))})"
-                       for lab, value in current.series("toolgate_contract_info") if value)
+    contracts = sorted(
+        f"{_safe(lab.get('tool', ''))} v{_safe(lab.get('version', ''))} ({_safe(lab.get('status', ''))})"
+        for lab, value in current.series("toolgate_contract_info")
+        if value
+    )
     lines.append("contracts: " + (", ".join(contracts) if contracts else "none reported"))
 
     lines += ["", f"{'RESULTS':<16}{'outcome':<10}{'total':>12}{'rate/s':>12}"]
-    results = sorted(current.series("toolgate_results_total"),
-                     key=lambda item: (item[0].get("tool", ""), item[0].get("outcome", "")))
+    results = sorted(
+        current.series("toolgate_results_total"),
+        key=lambda item: (item[0].get("tool", ""), item[0].get("outcome", "")),
+    )
     total, total_rate = 0.0, 0.0 if previous is not None else None
     for labels, value in results:
         r = rate(current, previous, "toolgate_results_total", labels)
         if value == 0 and not r:
             continue  # pre-initialised series: nothing decided yet
-        lines.append(f"{_safe(labels.get('tool', ''), 15):<16}{_safe(labels.get('outcome', ''), 9):<10}"
-                     f"{_num(value):>12}{_rate(r):>12}")
+        lines.append(
+            f"{_safe(labels.get('tool', ''), 15):<16}{_safe(labels.get('outcome', ''), 9):<10}"
+            f"{_num(value):>12}{_rate(r):>12}"
+        )
         total += value
         if total_rate is not None and r is not None:
             total_rate += r
     lines.append(f"{'all':<26}{_num(total):>12}{_rate(total_rate):>12}")
 
     rows = rejections_by_code(current, previous)
-    lines += ["", f"{f'REJECTIONS BY CODE (top {top})':<28}{'stage':<11}{'tools':<30}{'total':>9}"
-                  f"{'rate/s':>10}"]
+    lines += [
+        "",
+        f"{f'REJECTIONS BY CODE (top {top})':<28}{'stage':<11}{'tools':<30}{'total':>9}{'rate/s':>10}",
+    ]
     for row in rows[:top]:
-        lines.append(f"{_safe(row.code, 27):<28}{_safe(','.join(sorted(row.stages)), 10):<11}"
-                     f"{_safe(','.join(sorted(row.tools)), 29):<30}{_num(row.total):>9}"
-                     f"{_rate(row.rate):>10}")
+        lines.append(
+            f"{_safe(row.code, 27):<28}{_safe(','.join(sorted(row.stages)), 10):<11}"
+            f"{_safe(','.join(sorted(row.tools)), 29):<30}{_num(row.total):>9}"
+            f"{_rate(row.rate):>10}"
+        )
     if not rows:
         lines.append("none")
     elif len(rows) > top:
         lines.append(f"... {len(rows) - top} more codes (raise --top)")
 
     lines += ["", f"{'CONSUMER LAG':<16}{'records':>12}"]
-    lag = sorted(current.series("toolgate_consumer_lag"),
-                 key=lambda item: (len(item[0].get("partition", "")), item[0].get("partition", "")))
+    lag = sorted(
+        current.series("toolgate_consumer_lag"),
+        key=lambda item: (len(item[0].get("partition", "")), item[0].get("partition", "")),
+    )
     for labels, value in lag:
         lines.append(f"{'partition ' + _safe(labels.get('partition', ''), 6):<16}{_num(value):>12}")
-    lines.append(f"{'total':<16}{_num(sum(v for _, v in lag)):>12}"
-                 + ("" if lag else "  (no partition assigned yet)"))
+    lines.append(
+        f"{'total':<16}{_num(sum(v for _, v in lag)):>12}" + ("" if lag else "  (no partition assigned yet)")
+    )
 
     window = "last interval" if previous is not None and current.at > previous.at else "since start"
     lines += ["", f"{f'GATE LATENCY ({window})':<28}{'results':>8}{'p50':>12}{'p99':>12}"]
-    stages = sorted({labels.get("stage", "") for labels, _ in
-                     current.series("toolgate_evaluation_seconds_bucket")})
+    stages = sorted(
+        {labels.get("stage", "") for labels, _ in current.series("toolgate_evaluation_seconds_bucket")}
+    )
     for stage in [*stages, None]:
         match = {} if stage is None else {"stage": stage}
         buckets = histogram(current, previous, "toolgate_evaluation_seconds", **match)
         count = buckets[-1][1] if buckets else 0.0
         name = "all stages" if stage is None else f"ended at {_safe(stage, 12)}"
-        lines.append(f"{name:<28}{_num(count):>8}{_seconds(quantile(0.5, buckets)):>12}"
-                     f"{_seconds(quantile(0.99, buckets)):>12}")
+        lines.append(
+            f"{name:<28}{_num(count):>8}{_seconds(quantile(0.5, buckets)):>12}"
+            f"{_seconds(quantile(0.99, buckets)):>12}"
+        )
 
     lines += ["", f"{'TRANSACTIONS':<16}{'total':>12}{'rate/s':>12}"]
     for result in ("committed", "aborted"):
@@ -280,13 +298,16 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
         r = rate(current, previous, "toolgate_transactions_total", {"result": result})
         lines.append(f"{result:<16}{_num(value):>12}{_rate(r):>12}")
     txn = histogram(current, previous, "toolgate_transaction_seconds")
-    lines.append(f"{'commit time':<16}p50 {_seconds(quantile(0.5, txn))}  "
-                 f"p99 {_seconds(quantile(0.99, txn))}")
+    lines.append(
+        f"{'commit time':<16}p50 {_seconds(quantile(0.5, txn))}  p99 {_seconds(quantile(0.99, txn))}"
+    )
 
     lines += ["", f"{'SHADOW DISAGREEMENTS':<26}{'total':>12}{'rate/s':>12}"]
     shown = 0
-    for labels, value in sorted(current.series("toolgate_shadow_disagreements_total"),
-                                key=lambda item: (item[0].get("tool", ""), item[0].get("version", ""))):
+    for labels, value in sorted(
+        current.series("toolgate_shadow_disagreements_total"),
+        key=lambda item: (item[0].get("tool", ""), item[0].get("version", "")),
+    ):
         r = rate(current, previous, "toolgate_shadow_disagreements_total", labels)
         if value == 0 and not r:
             continue
@@ -300,23 +321,40 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
     for labels, value in current.series("toolgate_replayed_results_total"):
         outcome = labels.get("outcome", "")
         replayed[outcome] = replayed.get(outcome, 0.0) + value
-    lines += ["", "REPLAYED FROM QUARANTINE  " + (", ".join(
-        f"{_safe(outcome, 12)} {_num(value)}" for outcome, value in sorted(replayed.items()))
-        if any(replayed.values()) else "none")]
+    lines += [
+        "",
+        "REPLAYED FROM QUARANTINE  "
+        + (
+            ", ".join(f"{_safe(outcome, 12)} {_num(value)}" for outcome, value in sorted(replayed.items()))
+            if any(replayed.values())
+            else "none"
+        ),
+    ]
 
     outstanding = current.value("toolgate_outstanding_requests")
     evictions = current.value("toolgate_request_store_evictions_total")
-    waits = {r: current.value("toolgate_request_waits_total", result=r) or 0.0
-             for r in ("caught_up", "timeout")}
-    lines += ["", "REQUESTS",
-              f"outstanding {_num(outstanding or 0.0)}   evicted (store full) {_num(evictions or 0.0)}"
-              f"   batches that waited for requests: {_num(waits['caught_up'])} caught up, "
-              f"{_num(waits['timeout'])} timed out"]
+    waits = {
+        r: current.value("toolgate_request_waits_total", result=r) or 0.0 for r in ("caught_up", "timeout")
+    }
+    lines += [
+        "",
+        "REQUESTS",
+        f"outstanding {_num(outstanding or 0.0)}   evicted (store full) {_num(evictions or 0.0)}"
+        f"   batches that waited for requests: {_num(waits['caught_up'])} caught up, "
+        f"{_num(waits['timeout'])} timed out",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def run(url: str, *, interval: float, once: bool, top: int, out: TextIO,
-        sleep: Callable[[float], None] = time.sleep) -> int:
+def run(
+    url: str,
+    *,
+    interval: float,
+    once: bool,
+    top: int,
+    out: TextIO,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Show the view until interrupted (or one snapshot with ``once``); return the exit code.
 
     Raises:

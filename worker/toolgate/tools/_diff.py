@@ -91,8 +91,8 @@ from typing import Any, Final
 
 import msgspec
 
-from worker._contracts import Contract, ContractSet, ContractSpec
-from worker._lint import SchemaDocument
+from toolgate.gate._contracts import Contract, ContractSet, ContractSpec
+from toolgate.tools._lint import SchemaDocument
 
 __all__ = ["Change", "diff_contracts", "diff_schemas"]
 
@@ -117,20 +117,59 @@ class Change(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
 
 
-_ANNOTATIONS: Final = frozenset({
-    "title", "description", "$comment", "examples", "default", "deprecated", "readOnly",
-    "writeOnly", "$schema", "$id", "$anchor", "$dynamicAnchor", "$defs", "definitions",
-    "$vocabulary", "contentEncoding", "contentMediaType", "contentSchema",
-})
+_ANNOTATIONS: Final = frozenset(
+    {
+        "title",
+        "description",
+        "$comment",
+        "examples",
+        "default",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$dynamicAnchor",
+        "$defs",
+        "definitions",
+        "$vocabulary",
+        "contentEncoding",
+        "contentMediaType",
+        "contentSchema",
+    }
+)
 # Assertions compared only as a whole: any difference is reported conservatively.
-_OPAQUE: Final = ("not", "contains", "minContains", "maxContains", "propertyNames", "patternProperties",
-                  "dependentSchemas", "dependentRequired", "multipleOf", "uniqueItems",
-                  "additionalItems", "unevaluatedItems", "$dynamicRef")
+_OPAQUE: Final = (
+    "not",
+    "contains",
+    "minContains",
+    "maxContains",
+    "propertyNames",
+    "patternProperties",
+    "dependentSchemas",
+    "dependentRequired",
+    "multipleOf",
+    "uniqueItems",
+    "additionalItems",
+    "unevaluatedItems",
+    "$dynamicRef",
+)
 # An upper bound lowered, or a lower bound raised, rejects what used to pass.
-_UPPER: Final = {"maxLength": "string", "maxItems": "array", "maxProperties": "object",
-                 "maximum": "number", "exclusiveMaximum": "number"}
-_LOWER: Final = {"minLength": "string", "minItems": "array", "minProperties": "object",
-                 "minimum": "number", "exclusiveMinimum": "number"}
+_UPPER: Final = {
+    "maxLength": "string",
+    "maxItems": "array",
+    "maxProperties": "object",
+    "maximum": "number",
+    "exclusiveMaximum": "number",
+}
+_LOWER: Final = {
+    "minLength": "string",
+    "minItems": "array",
+    "minProperties": "object",
+    "minimum": "number",
+    "exclusiveMinimum": "number",
+}
 _ALL_TYPES: Final = frozenset({"null", "boolean", "object", "array", "number", "string"})
 _MAX_DEPTH: Final = 64  # deeper than any contract; a guard for pathological schemas
 
@@ -179,8 +218,23 @@ def _escape(token: str) -> str:
 class _View:
     """Everything a list of subschemas (a conjunction) says about one instance."""
 
-    __slots__ = ("closed", "const", "formats", "groups", "items", "lowers", "maps", "opaque",
-                 "patterns", "prefix", "properties", "required", "types", "uppers", "values")
+    __slots__ = (
+        "closed",
+        "const",
+        "formats",
+        "groups",
+        "items",
+        "lowers",
+        "maps",
+        "opaque",
+        "patterns",
+        "prefix",
+        "properties",
+        "required",
+        "types",
+        "uppers",
+        "values",
+    )
 
     def __init__(self) -> None:
         self.types: frozenset[str] | None = None
@@ -340,11 +394,11 @@ class _Differ:
                     stack.append(found[1])
         return view
 
-    def emit(self, pointer: str, label: str, kind: str, breaking: bool, widens: bool,
-             message: str) -> None:
+    def emit(self, pointer: str, label: str, kind: str, breaking: bool, widens: bool, message: str) -> None:
         where = f"in {label}: " if label else ""
-        self.changes.append(Change(pointer=pointer, kind=kind, breaking=breaking, widens=widens,
-                                   message=where + message))
+        self.changes.append(
+            Change(pointer=pointer, kind=kind, breaking=breaking, widens=widens, message=where + message)
+        )
 
     def compare(self, old: list[Any], new: list[Any], pointer: str, label: str, depth: int) -> None:
         key = (tuple(map(id, old)), tuple(map(id, new)))
@@ -358,14 +412,20 @@ class _Differ:
 
     def compare_views(self, old: _View, new: _View, pointer: str, label: str, depth: int) -> None:
         if old.groups or new.groups:
-            if (len(old.groups) == len(new.groups) == 1 and old.groups[0][0] == new.groups[0][0]):
+            if len(old.groups) == len(new.groups) == 1 and old.groups[0][0] == new.groups[0][0]:
                 self.compare_branches(old, new, pointer, label, depth)
                 return
             before = sorted(_canon(g) for g in old.groups)
             after = sorted(_canon(g) for g in new.groups)
             if before != after:
-                self.emit(pointer, label, "branches-changed", True, True,
-                          "oneOf/anyOf composition changed shape; compared conservatively")
+                self.emit(
+                    pointer,
+                    label,
+                    "branches-changed",
+                    True,
+                    True,
+                    "oneOf/anyOf composition changed shape; compared conservatively",
+                )
             old, new = old.without_groups(), new.without_groups()
         self.compare_types(old, new, pointer, label)
         if self.compare_values(old, new, pointer, label):
@@ -375,12 +435,14 @@ class _Differ:
             self.compare_set(pointer, label, "format", old.formats, new.formats)
         for keyword, kind in _UPPER.items():
             if old.allows(kind) and new.allows(kind):
-                self.compare_bound(pointer, label, keyword, old.uppers.get(keyword),
-                                   new.uppers.get(keyword), upper=True)
+                self.compare_bound(
+                    pointer, label, keyword, old.uppers.get(keyword), new.uppers.get(keyword), upper=True
+                )
         for keyword, kind in _LOWER.items():
             if old.allows(kind) and new.allows(kind):
-                self.compare_bound(pointer, label, keyword, old.lowers.get(keyword),
-                                   new.lowers.get(keyword), upper=False)
+                self.compare_bound(
+                    pointer, label, keyword, old.lowers.get(keyword), new.lowers.get(keyword), upper=False
+                )
         if old.allows("array") and new.allows("array"):
             self.compare_arrays(old, new, pointer, label, depth)
         if old.allows("object") and new.allows("object"):
@@ -393,8 +455,14 @@ class _Differ:
             elif after_set is None:
                 self.emit(pointer, label, f"{name}-removed", False, True, f"{keyword} removed")
             elif before_set != after_set:
-                self.emit(pointer, label, f"{name}-changed", True, True,
-                          f"{keyword} changed; compared conservatively")
+                self.emit(
+                    pointer,
+                    label,
+                    f"{name}-changed",
+                    True,
+                    True,
+                    f"{keyword} changed; compared conservatively",
+                )
 
     def compare_branches(self, old: _View, new: _View, pointer: str, label: str, depth: int) -> None:
         keyword, old_branches = old.groups[0]
@@ -410,8 +478,14 @@ class _Differ:
         for key_, branch in zip(old_keys, old_branches, strict=True):
             inner = f"{label} > {key_}" if label else key_
             if key_ not in new_by_key:
-                self.emit(pointer, label, "branch-removed", True, False,
-                          f"{keyword} branch {key_!r} removed: results of that shape are now rejected")
+                self.emit(
+                    pointer,
+                    label,
+                    "branch-removed",
+                    True,
+                    False,
+                    f"{keyword} branch {key_!r} removed: results of that shape are now rejected",
+                )
                 continue
             pair = (branch, new_by_key[key_])
             guard = ((id(pair[0]),), (id(pair[1]),))
@@ -419,14 +493,25 @@ class _Differ:
                 continue
             self.active.add(guard)
             try:
-                self.compare_views(old_base.merge(self.view(self.old, [pair[0]])),
-                                   new_base.merge(self.view(self.new, [pair[1]])), pointer, inner, depth + 1)
+                self.compare_views(
+                    old_base.merge(self.view(self.old, [pair[0]])),
+                    new_base.merge(self.view(self.new, [pair[1]])),
+                    pointer,
+                    inner,
+                    depth + 1,
+                )
             finally:
                 self.active.discard(guard)
         for key_ in new_keys:
             if key_ not in old_keys:
-                self.emit(pointer, label, "branch-added", False, True,
-                          f"{keyword} branch {key_!r} added: results of a new shape are accepted")
+                self.emit(
+                    pointer,
+                    label,
+                    "branch-added",
+                    False,
+                    True,
+                    f"{keyword} branch {key_!r} added: results of a new shape are accepted",
+                )
 
     @staticmethod
     def title(doc: SchemaDocument, branch: Any) -> str | None:
@@ -441,10 +526,16 @@ class _Differ:
         dropped = sorted(t for t in (before if before is not None else _ALL_TYPES) if not _covers(after, t))
         added = sorted(t for t in (after if after is not None else _ALL_TYPES) if not _covers(before, t))
         if dropped or added:
-            self.emit(pointer, label, "type-changed", bool(dropped), bool(added),
-                      f"type {_types_text(before)} -> {_types_text(after)}"
-                      + (f"; {dropped} no longer accepted" if dropped else "")
-                      + (f"; {added} now accepted" if added else ""))
+            self.emit(
+                pointer,
+                label,
+                "type-changed",
+                bool(dropped),
+                bool(added),
+                f"type {_types_text(before)} -> {_types_text(after)}"
+                + (f"; {dropped} no longer accepted" if dropped else "")
+                + (f"; {added} now accepted" if added else ""),
+            )
 
     def compare_values(self, old: _View, new: _View, pointer: str, label: str) -> bool:
         """Compare const/enum; True when the new side enumerates its values (nothing else to compare)."""
@@ -452,40 +543,83 @@ class _Differ:
         if before is None:
             if after is None:
                 return False
-            self.emit(pointer, label, "enum-narrowed", True, False,
-                      f"values now restricted to {_values_text(after)}")
+            self.emit(
+                pointer,
+                label,
+                "enum-narrowed",
+                True,
+                False,
+                f"values now restricted to {_values_text(after)}",
+            )
             return True  # every value now accepted is listed: other keywords cannot widen it
         if after is None:
-            self.emit(pointer, label, "enum-widened", False, True,
-                      f"values no longer restricted to {_values_text(before)}")
+            self.emit(
+                pointer,
+                label,
+                "enum-widened",
+                False,
+                True,
+                f"values no longer restricted to {_values_text(before)}",
+            )
             return False
         removed = {k: v for k, v in before.items() if k not in after}
         added = {k: v for k, v in after.items() if k not in before}
         if old.const and new.const and removed and added:
-            self.emit(pointer, label, "const-changed", True, True,
-                      f"const {_values_text(before)} -> {_values_text(after)}")
+            self.emit(
+                pointer,
+                label,
+                "const-changed",
+                True,
+                True,
+                f"const {_values_text(before)} -> {_values_text(after)}",
+            )
             return True
         if removed:
-            self.emit(pointer, label, "enum-narrowed", True, False,
-                      f"values {_values_text(removed)} no longer accepted")
+            self.emit(
+                pointer,
+                label,
+                "enum-narrowed",
+                True,
+                False,
+                f"values {_values_text(removed)} no longer accepted",
+            )
         if added:
-            self.emit(pointer, label, "enum-widened", False, True,
-                      f"values {_values_text(added)} now accepted and may reach the agent")
+            self.emit(
+                pointer,
+                label,
+                "enum-widened",
+                False,
+                True,
+                f"values {_values_text(added)} now accepted and may reach the agent",
+            )
         return True
 
-    def compare_set(self, pointer: str, label: str, keyword: str, before: set[str],
-                    after: set[str]) -> None:
+    def compare_set(self, pointer: str, label: str, keyword: str, before: set[str], after: set[str]) -> None:
         removed, added = sorted(before - after), sorted(after - before)
         if removed and added:
-            self.emit(pointer, label, f"{keyword}-changed", True, True,
-                      f"{keyword} {removed} -> {added}; compared conservatively")
+            self.emit(
+                pointer,
+                label,
+                f"{keyword}-changed",
+                True,
+                True,
+                f"{keyword} {removed} -> {added}; compared conservatively",
+            )
         elif added:
             self.emit(pointer, label, f"{keyword}-added", True, False, f"{keyword} {added} added")
         elif removed:
             self.emit(pointer, label, f"{keyword}-removed", False, True, f"{keyword} {removed} removed")
 
-    def compare_bound(self, pointer: str, label: str, keyword: str, before: float | None,
-                      after: float | None, *, upper: bool) -> None:
+    def compare_bound(
+        self,
+        pointer: str,
+        label: str,
+        keyword: str,
+        before: float | None,
+        after: float | None,
+        *,
+        upper: bool,
+    ) -> None:
         name = _kebab(keyword)
         if before == after:
             return
@@ -503,11 +637,23 @@ class _Differ:
     def compare_arrays(self, old: _View, new: _View, pointer: str, label: str, depth: int) -> None:
         for i in range(max(len(old.prefix), len(new.prefix))):
             if i >= len(old.prefix):
-                self.emit(f"{pointer}/{i}", label, "prefix-items-added", True, False,
-                          f"tuple item {i} is now constrained")
+                self.emit(
+                    f"{pointer}/{i}",
+                    label,
+                    "prefix-items-added",
+                    True,
+                    False,
+                    f"tuple item {i} is now constrained",
+                )
             elif i >= len(new.prefix):
-                self.emit(f"{pointer}/{i}", label, "prefix-items-removed", False, True,
-                          f"tuple item {i} is no longer constrained")
+                self.emit(
+                    f"{pointer}/{i}",
+                    label,
+                    "prefix-items-removed",
+                    False,
+                    True,
+                    f"tuple item {i} is no longer constrained",
+                )
             else:
                 self.compare(old.prefix[i], new.prefix[i], f"{pointer}/{i}", label, depth + 1)
         if old.items and new.items:
@@ -515,51 +661,106 @@ class _Differ:
         elif new.items:
             self.emit(f"{pointer}/*", label, "items-added", True, False, "array items are now constrained")
         elif old.items:
-            self.emit(f"{pointer}/*", label, "items-removed", False, True,
-                      "array items are no longer constrained")
+            self.emit(
+                f"{pointer}/*", label, "items-removed", False, True, "array items are no longer constrained"
+            )
 
     def compare_objects(self, old: _View, new: _View, pointer: str, label: str, depth: int) -> None:
         if old.closed and not new.closed:
-            self.emit(pointer, label, "closed-to-open", False, True,
-                      "object is no longer closed: undeclared members are accepted")
+            self.emit(
+                pointer,
+                label,
+                "closed-to-open",
+                False,
+                True,
+                "object is no longer closed: undeclared members are accepted",
+            )
         elif new.closed and not old.closed:
-            self.emit(pointer, label, "open-to-closed", True, False,
-                      "object is now closed: results with undeclared members are rejected")
+            self.emit(
+                pointer,
+                label,
+                "open-to-closed",
+                True,
+                False,
+                "object is now closed: results with undeclared members are rejected",
+            )
         for name in sorted(new.required - old.required):
-            self.emit(f"{pointer}/{_escape(name)}", label, "required-added", True, False,
-                      f"{name!r} is now required: results without it are rejected")
+            self.emit(
+                f"{pointer}/{_escape(name)}",
+                label,
+                "required-added",
+                True,
+                False,
+                f"{name!r} is now required: results without it are rejected",
+            )
         for name in sorted(old.required - new.required):
-            self.emit(f"{pointer}/{_escape(name)}", label, "required-removed", False, True,
-                      f"{name!r} is no longer required: the agent may see results without it")
+            self.emit(
+                f"{pointer}/{_escape(name)}",
+                label,
+                "required-removed",
+                False,
+                True,
+                f"{name!r} is no longer required: the agent may see results without it",
+            )
         for name in new.properties:
             if name in old.properties:
                 continue
             where = f"{pointer}/{_escape(name)}"
             if old.closed:
-                self.emit(where, label, "property-added", False, True,
-                          f"property {name!r} added to a closed object: a contract change; decide "
-                          "whether to omit it, expose it in a new version, or keep it to operators")
+                self.emit(
+                    where,
+                    label,
+                    "property-added",
+                    False,
+                    True,
+                    f"property {name!r} added to a closed object: a contract change; decide "
+                    "whether to omit it, expose it in a new version, or keep it to operators",
+                )
             else:
-                self.emit(where, label, "property-added", True, False,
-                          f"property {name!r} now declared on an open object: values that do not "
-                          "match its schema are now rejected")
+                self.emit(
+                    where,
+                    label,
+                    "property-added",
+                    True,
+                    False,
+                    f"property {name!r} now declared on an open object: values that do not "
+                    "match its schema are now rejected",
+                )
         for name in old.properties:
             if name not in new.properties:
                 open_now = "; the object is open, so it is now unconstrained" if not new.closed else ""
-                self.emit(f"{pointer}/{_escape(name)}", label, "property-removed", True, not new.closed,
-                          f"property {name!r} removed: results carrying it are rejected or no longer "
-                          f"checked, and agents lose it{open_now}")
+                self.emit(
+                    f"{pointer}/{_escape(name)}",
+                    label,
+                    "property-removed",
+                    True,
+                    not new.closed,
+                    f"property {name!r} removed: results carrying it are rejected or no longer "
+                    f"checked, and agents lose it{open_now}",
+                )
         for name, nodes in old.properties.items():
             if name in new.properties:
                 self.compare(nodes, new.properties[name], f"{pointer}/{_escape(name)}", label, depth + 1)
         if old.maps and new.maps:
             self.compare(old.maps, new.maps, f"{pointer}/*", label, depth + 1)
         elif new.maps and not old.closed:
-            self.emit(f"{pointer}/*", label, "additional-properties-added", True, False,
-                      "undeclared members are now constrained by a schema")
+            self.emit(
+                f"{pointer}/*",
+                label,
+                "additional-properties-added",
+                True,
+                False,
+                "undeclared members are now constrained by a schema",
+            )
         elif old.maps and not new.closed:
-            self.emit(f"{pointer}/*", label, "additional-properties-removed", False, True,
-                      "undeclared members are no longer constrained")
+            self.emit(
+                f"{pointer}/*",
+                label,
+                "additional-properties-removed",
+                False,
+                True,
+                "undeclared members are no longer constrained",
+            )
 
 
 def _distinct_titles(titles: list[str | None]) -> bool:
@@ -612,68 +813,121 @@ def diff_contracts(old: Contract, new: Contract) -> list[Change]:
 
 def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
     if old.tool != new.tool:
-        yield Change(pointer="$.tool", kind="tool-changed", breaking=True,
-                     message=f"tool {old.tool!r} -> {new.tool!r}")
+        yield Change(
+            pointer="$.tool", kind="tool-changed", breaking=True, message=f"tool {old.tool!r} -> {new.tool!r}"
+        )
     if old.content_type != new.content_type:
-        yield Change(pointer="$.content_type", kind="content-type-changed", breaking=True, widens=True,
-                     message=f"content type {old.content_type} -> {new.content_type}")
+        yield Change(
+            pointer="$.content_type",
+            kind="content-type-changed",
+            breaking=True,
+            widens=True,
+            message=f"content type {old.content_type} -> {new.content_type}",
+        )
     if old.text_pattern != new.text_pattern:
-        yield Change(pointer="$.text_pattern", kind="text-pattern-changed", breaking=True, widens=True,
-                     message="text extraction pattern changed; compared conservatively")
+        yield Change(
+            pointer="$.text_pattern",
+            kind="text-pattern-changed",
+            breaking=True,
+            widens=True,
+            message="text extraction pattern changed; compared conservatively",
+        )
     if old.status != new.status:
-        yield Change(pointer="$.status", kind="status-changed",
-                     breaking=new.status == "retired", widens=old.status == "retired",
-                     message=f"status {old.status} -> {new.status}")
+        yield Change(
+            pointer="$.status",
+            kind="status-changed",
+            breaking=new.status == "retired",
+            widens=old.status == "retired",
+            message=f"status {old.status} -> {new.status}",
+        )
     removed_globs = sorted(set(old.adapter_versions) - set(new.adapter_versions))
     added_globs = sorted(set(new.adapter_versions) - set(old.adapter_versions))
     if removed_globs or added_globs:
-        yield Change(pointer="$.adapter_versions", kind="adapter-versions-changed",
-                     breaking=bool(removed_globs), widens=bool(added_globs),
-                     message=f"adapter versions served: removed {removed_globs}, added {added_globs}")
+        yield Change(
+            pointer="$.adapter_versions",
+            kind="adapter-versions-changed",
+            breaking=bool(removed_globs),
+            widens=bool(added_globs),
+            message=f"adapter versions served: removed {removed_globs}, added {added_globs}",
+        )
     for field in ("max_bytes", "max_depth"):
         before, after = getattr(old.limits, field), getattr(new.limits, field)
         if before != after:
             lowered = after < before
-            yield Change(pointer=f"$.limits.{field}",
-                         kind=f"{field.replace('_', '-')}-{'lowered' if lowered else 'raised'}",
-                         breaking=lowered, widens=not lowered, message=f"{field} {before} -> {after}")
+            yield Change(
+                pointer=f"$.limits.{field}",
+                kind=f"{field.replace('_', '-')}-{'lowered' if lowered else 'raised'}",
+                breaking=lowered,
+                widens=not lowered,
+                message=f"{field} {before} -> {after}",
+            )
     yield from _projection_changes(old, new)
     yield from _rule_changes(old, new)
     yield from _signature_changes(old, new)
     before_codes, after_codes = set(old.retry.retryable_codes), set(new.retry.retryable_codes)
     for code in sorted(after_codes - before_codes):
-        yield Change(pointer="$.retry.retryable_codes", kind="retryable-code-added", breaking=False,
-                     widens=True, message=f"{code} may now be retried by the agent")
+        yield Change(
+            pointer="$.retry.retryable_codes",
+            kind="retryable-code-added",
+            breaking=False,
+            widens=True,
+            message=f"{code} may now be retried by the agent",
+        )
     for code in sorted(before_codes - after_codes):
-        yield Change(pointer="$.retry.retryable_codes", kind="retryable-code-removed", breaking=True,
-                     message=f"{code} is no longer retryable for the agent")
+        yield Change(
+            pointer="$.retry.retryable_codes",
+            kind="retryable-code-removed",
+            breaking=True,
+            message=f"{code} is no longer retryable for the agent",
+        )
 
 
 def _projection_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
     for pointer in new.projection:
         if pointer not in old.projection:
-            yield Change(pointer=pointer, kind="projection-added", breaking=False, widens=True,
-                         message="now projected: this field reaches the agent")
+            yield Change(
+                pointer=pointer,
+                kind="projection-added",
+                breaking=False,
+                widens=True,
+                message="now projected: this field reaches the agent",
+            )
     for pointer in old.projection:
         if pointer not in new.projection:
-            yield Change(pointer=pointer, kind="projection-removed", breaking=True,
-                         message="no longer projected: agents stop receiving this field")
+            yield Change(
+                pointer=pointer,
+                kind="projection-removed",
+                breaking=True,
+                message="no longer projected: agents stop receiving this field",
+            )
     before = {d.pointer: d.max_length for d in old.display_text}
     after = {d.pointer: d.max_length for d in new.display_text}
     for pointer, length in after.items():
         if pointer not in before:
-            yield Change(pointer=pointer, kind="display-text-added", breaking=False, widens=True,
-                         message=f"now passed to the agent as untrusted text, up to {length} characters")
+            yield Change(
+                pointer=pointer,
+                kind="display-text-added",
+                breaking=False,
+                widens=True,
+                message=f"now passed to the agent as untrusted text, up to {length} characters",
+            )
         elif length != before[pointer]:
             lowered = length < before[pointer]
-            yield Change(pointer=pointer,
-                         kind=f"display-text-max-length-{'lowered' if lowered else 'raised'}",
-                         breaking=lowered, widens=not lowered,
-                         message=f"display text cut at {before[pointer]} -> {length} characters")
+            yield Change(
+                pointer=pointer,
+                kind=f"display-text-max-length-{'lowered' if lowered else 'raised'}",
+                breaking=lowered,
+                widens=not lowered,
+                message=f"display text cut at {before[pointer]} -> {length} characters",
+            )
     for pointer in before:
         if pointer not in after:
-            yield Change(pointer=pointer, kind="display-text-removed", breaking=True,
-                         message="no longer passed to the agent as display text")
+            yield Change(
+                pointer=pointer,
+                kind="display-text-removed",
+                breaking=True,
+                message="no longer passed to the agent as display text",
+            )
 
 
 def _rule_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
@@ -683,36 +937,63 @@ def _rule_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
     before, after = keyed(old), keyed(new)
     for (kind, pointer), fields in after.items():
         if (kind, pointer) not in before:
-            yield Change(pointer=pointer, kind="rule-added", breaking=True,
-                         message=f"{kind} rule added: results that fail it are rejected")
+            yield Change(
+                pointer=pointer,
+                kind="rule-added",
+                breaking=True,
+                message=f"{kind} rule added: results that fail it are rejected",
+            )
             continue
         for field, value in fields.items():
             previous = before[(kind, pointer)][field]
             if value == previous:
                 continue
             numeric = _number(value) and _number(previous)
-            yield Change(pointer=pointer, kind="rule-changed",
-                         breaking=not numeric or value < previous, widens=not numeric or value > previous,
-                         message=f"{kind} rule: {field} {previous!r} -> {value!r}")
+            yield Change(
+                pointer=pointer,
+                kind="rule-changed",
+                breaking=not numeric or value < previous,
+                widens=not numeric or value > previous,
+                message=f"{kind} rule: {field} {previous!r} -> {value!r}",
+            )
     for kind, pointer in before:
         if (kind, pointer) not in after:
-            yield Change(pointer=pointer, kind="rule-removed", breaking=False, widens=True,
-                         message=f"{kind} rule removed: results it rejected now reach the agent")
+            yield Change(
+                pointer=pointer,
+                kind="rule-removed",
+                breaking=False,
+                widens=True,
+                message=f"{kind} rule removed: results it rejected now reach the agent",
+            )
 
 
 def _signature_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
     if old.signature == new.signature:
         return
     if old.signature is None:
-        yield Change(pointer="$.signature", kind="signature-added", breaking=True,
-                     message="results must now carry a valid adapter signature")
+        yield Change(
+            pointer="$.signature",
+            kind="signature-added",
+            breaking=True,
+            message="results must now carry a valid adapter signature",
+        )
     elif new.signature is None:
-        yield Change(pointer="$.signature", kind="signature-removed", breaking=False, widens=True,
-                     message="unsigned results now reach the agent")
+        yield Change(
+            pointer="$.signature",
+            kind="signature-removed",
+            breaking=False,
+            widens=True,
+            message="unsigned results now reach the agent",
+        )
     else:
-        yield Change(pointer="$.signature", kind="signature-changed", breaking=True, widens=True,
-                     message=f"signature {old.signature.algorithm}/{old.signature.key_id} -> "
-                             f"{new.signature.algorithm}/{new.signature.key_id}")
+        yield Change(
+            pointer="$.signature",
+            kind="signature-changed",
+            breaking=True,
+            widens=True,
+            message=f"signature {old.signature.algorithm}/{old.signature.key_id} -> "
+            f"{new.signature.algorithm}/{new.signature.key_id}",
+        )
 
 
 class Step(msgspec.Struct, frozen=True, kw_only=True):
@@ -735,6 +1016,12 @@ def contract_history(contracts: ContractSet) -> list[Step]:
     for tool in contracts.tools:
         versions = sorted(contracts.versions(tool), key=lambda c: (c.spec.version, c.spec.minor))
         for old, new in itertools.pairwise(versions):
-            steps.append(Step(old=old.key, new=new.key, changes=tuple(diff_contracts(old, new)),
-                              new_major=new.spec.version > old.spec.version))
+            steps.append(
+                Step(
+                    old=old.key,
+                    new=new.key,
+                    changes=tuple(diff_contracts(old, new)),
+                    new_major=new.spec.version > old.spec.version,
+                )
+            )
     return steps

@@ -34,13 +34,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
-from worker._batch import ShadowSampler, decide_batch, request_key
-from worker._config import Config
-from worker._gate import Gate
-from worker._kafka import client_settings
-from worker._metrics import HealthServer, Metrics
-from worker._records import Message
-from worker._store import AcceptedLedger, RequestTable, TopicReader
+from toolgate._config import Config
+from toolgate.gate._batch import ShadowSampler, decide_batch, request_key
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import Message
+from toolgate.service._kafka import client_settings
+from toolgate.service._metrics import HealthServer, Metrics
+from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 
 log = logging.getLogger("toolgate.worker")
 Clock = Callable[[], datetime]
@@ -96,9 +96,16 @@ class Worker:
         options: tuning and test knobs.
     """
 
-    def __init__(self, config: Config, gate: Gate, *, clock: Clock = utc_now,
-                 options: WorkerOptions | None = None, metrics: Metrics | None = None,
-                 gate_factory: Callable[[], Gate] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        gate: Gate,
+        *,
+        clock: Clock = utc_now,
+        options: WorkerOptions | None = None,
+        metrics: Metrics | None = None,
+        gate_factory: Callable[[], Gate] | None = None,
+    ) -> None:
         self.config = config
         self.gate = gate
         self.gate_factory = gate_factory
@@ -131,8 +138,7 @@ class Worker:
 
     def _export_contracts(self, gate: Gate) -> None:
         self.metrics.contract_info.clear()  # a reload may have retired or removed versions
-        self.metrics.initialise([(c.spec.tool, str(c.spec.version), c.spec.status)
-                                 for c in gate.contracts])
+        self.metrics.initialise([(c.spec.tool, str(c.spec.version), c.spec.status) for c in gate.contracts])
 
     def request_reload(self) -> None:
         """Reload the contracts between two batches (SIGHUP)."""
@@ -147,8 +153,9 @@ class Worker:
         try:
             gate = self.gate_factory()
         except Exception as exc:  # any failure keeps the running contracts
-            log.error("contract reload failed; keeping the running contracts",
-                      extra={"error": str(exc)[:500]})
+            log.error(
+                "contract reload failed; keeping the running contracts", extra={"error": str(exc)[:500]}
+            )
             return False
         self.gate = gate
         self._export_contracts(gate)
@@ -162,17 +169,20 @@ class Worker:
 
     def ready(self) -> bool:
         """Assigned at least one partition, all taken over, and the last transaction did not fail."""
-        return (bool(self._producers) and None not in self._producers.values()
-                and not self._txn_failing)
+        return bool(self._producers) and None not in self._producers.values() and not self._txn_failing
 
     def request_stop(self) -> None:
         """Finish the batch in hand, commit it, leave the group and return from :meth:`run`."""
         self._stop.set()
 
     def _store_full(self, cap: int) -> None:
-        log.warning("request store full: dropping the oldest requests",
-                    extra={"max_requests": cap, "hint": "raise WorkerOptions.max_requests or "
-                           "check that the platform writes tombstones"})
+        log.warning(
+            "request store full: dropping the oldest requests",
+            extra={
+                "max_requests": cap,
+                "hint": "raise WorkerOptions.max_requests or check that the platform writes tombstones",
+            },
+        )
 
     async def run(self) -> WorkerStats:
         """Run until stopped (signal, :meth:`request_stop`, max messages or burst end)."""
@@ -182,8 +192,12 @@ class Worker:
                 loop.add_signal_handler(sig, self.request_stop)
             loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         port = self.options.metrics_port
-        self._health = HealthServer(self.metrics, self.options.metrics_host,
-                                    self.config.metrics_port if port is None else port, self.ready)
+        self._health = HealthServer(
+            self.metrics,
+            self.options.metrics_host,
+            self.config.metrics_port if port is None else port,
+            self.ready,
+        )
         await self._health.start()
         try:
             await self._start_readers()
@@ -199,8 +213,9 @@ class Worker:
         topics = self.config.topics
         self._request_reader = TopicReader(topics.requests, self.requests.apply, self._settings)
         since = self.clock() - self.options.ledger_window
-        self._audit_reader = TopicReader(topics.audit, self.ledger.apply, self._settings,
-                                         start_ms=int(since.timestamp() * 1000))
+        self._audit_reader = TopicReader(
+            topics.audit, self.ledger.apply, self._settings, start_ms=int(since.timestamp() * 1000)
+        )
         await self._request_reader.start()
         await self._audit_reader.start()
         await self._request_reader.catch_up(60)
@@ -212,20 +227,30 @@ class Worker:
 
     async def _consume(self) -> None:
         consumer = AIOKafkaConsumer(
-            **self._settings, group_id=self.config.group_id, enable_auto_commit=False,
-            isolation_level="read_committed", auto_offset_reset="earliest")
+            **self._settings,
+            group_id=self.config.group_id,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+        )
         self._consumer = consumer
         await consumer.start()
         consumer.subscribe([self.config.topics.intake], listener=_Listener(self))
-        log.info("worker started", extra={"group": self.config.group_id,
-                                          "intake": self.config.topics.intake,
-                                          "metrics_port": self.metrics_port})
+        log.info(
+            "worker started",
+            extra={
+                "group": self.config.group_id,
+                "intake": self.config.topics.intake,
+                "metrics_port": self.metrics_port,
+            },
+        )
         idle_polls = 0
         while not self._stop.is_set():
             if self._reload_requested:
                 self.reload_contracts()
-            batches = await consumer.getmany(timeout_ms=self.options.linger_ms,
-                                             max_records=self.options.batch_size)
+            batches = await consumer.getmany(
+                timeout_ms=self.options.linger_ms, max_records=self.options.batch_size
+            )
             if not batches:
                 idle_polls += 1
                 if self.options.burst and self._producers and idle_polls >= 3 and await self._drained():
@@ -283,8 +308,10 @@ class Worker:
                 return
             if records[0].offset != expected:
                 # Compacted or aborted-transaction gaps are normal in read_committed; log once.
-                log.debug("offset gap", extra={"partition": tp.partition, "expected": expected,
-                                               "got": records[0].offset})
+                log.debug(
+                    "offset gap",
+                    extra={"partition": tp.partition, "expected": expected, "got": records[0].offset},
+                )
         if any(self.requests.get(request_key(r.key)) is None for r in records):
             assert self._request_reader is not None
             try:
@@ -295,29 +322,50 @@ class Worker:
                 await self._transaction_failed(tp, exc)
                 return
             self.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
-        messages = [Message(key=r.key, value=r.value, headers=list(r.headers or ()),
-                            origin=f"{tp.topic}/{tp.partition}/{r.offset}") for r in records]
+        messages = [
+            Message(
+                key=r.key,
+                value=r.value,
+                headers=list(r.headers or ()),
+                origin=f"{tp.topic}/{tp.partition}/{r.offset}",
+            )
+            for r in records
+        ]
         now = self.clock()
-        batch = decide_batch(self.gate, messages, self.requests.get, self.ledger, now,
-                             topics=self.config.topics, max_record_bytes=self.options.max_record_bytes,
-                             sampler=self._sampler)
+        batch = decide_batch(
+            self.gate,
+            messages,
+            self.requests.get,
+            self.ledger,
+            now,
+            topics=self.config.topics,
+            max_record_bytes=self.options.max_record_bytes,
+            sampler=self._sampler,
+        )
         started = time.perf_counter()
         try:
             async with producer.transaction():
                 # An explicit partition skips the producer's per-record key hashing (pure
                 # Python in aiokafka) where the output topic is co-partitioned with intake.
                 same = self._copartitioned
-                futures = [await producer.send(out.topic, out.value, key=out.key, headers=out.headers,
-                                               partition=tp.partition if out.topic in same else None)
-                           for out in batch.records]
+                futures = [
+                    await producer.send(
+                        out.topic,
+                        out.value,
+                        key=out.key,
+                        headers=out.headers,
+                        partition=tp.partition if out.topic in same else None,
+                    )
+                    for out in batch.records
+                ]
                 await asyncio.gather(*futures)
-                await producer.send_offsets_to_transaction(
-                    {tp: records[-1].offset + 1}, self.config.group_id)
+                await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.config.group_id)
         except ProducerFenced:
             # Another owner started a producer with this partition's transactional id: we
             # are a zombie for it. Stop deciding it; the group's next assignment settles it.
-            log.warning("producer fenced: partition moved to another worker",
-                        extra={"partition": tp.partition})
+            log.warning(
+                "producer fenced: partition moved to another worker", extra={"partition": tp.partition}
+            )
             self.stats.aborted += 1
             self.metrics.transactions.labels("aborted").inc()
             fenced = self._producers.pop(tp, None)
@@ -343,8 +391,7 @@ class Worker:
         for request_id, attempt in batch.accepted:
             self.ledger.record(request_id, attempt, now)
         for disagreement in batch.disagreements:
-            self.metrics.shadow_disagreements.labels(disagreement.tool,
-                                                     str(disagreement.version)).inc()
+            self.metrics.shadow_disagreements.labels(disagreement.tool, str(disagreement.version)).inc()
         self.metrics.decided_batch(batch.decisions)
         for decision in batch.decisions:
             verdict = decision.verdict
@@ -370,9 +417,14 @@ class Worker:
         self.metrics.transactions.labels("aborted").inc()
         if not self._txn_failing:
             self._txn_failing = True
-            log.error("transaction aborted; the batch will be decided again",
-                      extra={"partition": tp.partition, "error": repr(exc)[:300],
-                             "retriable": getattr(exc, "retriable", None)})
+            log.error(
+                "transaction aborted; the batch will be decided again",
+                extra={
+                    "partition": tp.partition,
+                    "error": repr(exc)[:300],
+                    "retriable": getattr(exc, "retriable", None),
+                },
+            )
         self._backoff = min(max(self._backoff * 2, 0.1), 5.0)
         await asyncio.sleep(self._backoff)  # back off before retrying a failing cluster
         if tp not in self._producers:
@@ -386,8 +438,10 @@ class Worker:
         try:
             await self._take_over(tp)
         except KafkaError as start_exc:
-            log.debug("taking the partition over again failed; retried before its next batch",
-                      extra={"partition": tp.partition, "error": repr(start_exc)[:300]})
+            log.debug(
+                "taking the partition over again failed; retried before its next batch",
+                extra={"partition": tp.partition, "error": repr(start_exc)[:300]},
+            )
 
     async def _take_over(self, tp: TopicPartition) -> None:
         """Own ``tp`` from its committed offset, fencing its previous producer first.
@@ -429,9 +483,12 @@ class Worker:
 
     async def _new_producer(self, tp: TopicPartition) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(
-            **self._settings, enable_idempotence=True, acks="all",
+            **self._settings,
+            enable_idempotence=True,
+            acks="all",
             max_request_size=self.options.max_record_bytes,
-            transactional_id=f"{self.options.transactional_prefix}.{tp.topic}.{tp.partition}")
+            transactional_id=f"{self.options.transactional_prefix}.{tp.topic}.{tp.partition}",
+        )
         # start() runs init_transactions: fences the previous owner and settles its
         # open transaction, so the committed offset read next is final.
         try:
@@ -473,15 +530,18 @@ class Worker:
                 except KafkaError as exc:
                     # Raising here would end the listener with the remaining partitions
                     # assigned but never decided; they are taken over before their next batch.
-                    log.warning("taking over a partition failed; retried before its next batch",
-                                extra={"partition": tp.partition, "error": repr(exc)[:300]})
+                    log.warning(
+                        "taking over a partition failed; retried before its next batch",
+                        extra={"partition": tp.partition, "error": repr(exc)[:300]},
+                    )
             if partitions and self._audit_reader is not None:
                 # Results the previous owner accepted must be in the ledger before we decide.
                 try:
                     await self._audit_reader.catch_up(30)
                 except KafkaError as exc:
-                    log.warning("the accepted-results ledger could not catch up",
-                                extra={"error": repr(exc)[:300]})
+                    log.warning(
+                        "the accepted-results ledger could not catch up", extra={"error": repr(exc)[:300]}
+                    )
         log.info("partitions assigned", extra={"partitions": sorted(p.partition for p in partitions)})
         self.metrics.ready.set(1 if self.ready() else 0)
 
@@ -493,7 +553,8 @@ class Worker:
                 if producer is not None:
                     await producer.stop()
                 self.metrics.lag.remove(str(tp.partition)) if str(tp.partition) in _lag_labels(
-                    self.metrics) else None
+                    self.metrics
+                ) else None
         if partitions:
             log.info("partitions revoked", extra={"partitions": sorted(p.partition for p in partitions)})
         self.metrics.ready.set(1 if self.ready() else 0)
@@ -514,9 +575,14 @@ class Worker:
         if self._health is not None:
             await self._health.stop()
         self.metrics.ready.set(0)
-        log.info("worker stopped", extra={"decided": self.stats.decided,
-                                          "committed": self.stats.committed,
-                                          "aborted": self.stats.aborted})
+        log.info(
+            "worker stopped",
+            extra={
+                "decided": self.stats.decided,
+                "committed": self.stats.committed,
+                "aborted": self.stats.aborted,
+            },
+        )
 
 
 def _lag_labels(metrics: Metrics) -> set[str]:

@@ -1,0 +1,55 @@
+"""toolgate: validate AI-agent tool results before an agent may act on them.
+
+The in-process API is the pure gate: bytes, headers, the correlated request and a
+clock in, a :class:`Verdict` out. Nothing here talks to Kafka; the Kafka worker is
+:mod:`toolgate.service` and the operator tools are :mod:`toolgate.tools`.
+
+Example::
+
+    from datetime import UTC, datetime
+    import toolgate
+
+    gate = toolgate.Gate(toolgate.ContractSet.load("contracts"))
+    verdict = gate.evaluate(message, request, datetime.now(UTC))
+"""
+
+from toolgate._config import Config, load_config
+from toolgate._errors import BrokerError, ConfigError, ContractError, RejectedInput, ToolgateError
+from toolgate._version import __version__
+from toolgate.gate import (
+    Batch,
+    Contract,
+    ContractSet,
+    Decision,
+    Diagnostics,
+    Gate,
+    Keyring,
+    Message,
+    RequestRecord,
+    Verdict,
+    decide_batch,
+    decode_request,
+)
+
+__all__ = [
+    "Batch",
+    "BrokerError",
+    "Config",
+    "ConfigError",
+    "Contract",
+    "ContractError",
+    "ContractSet",
+    "Decision",
+    "Diagnostics",
+    "Gate",
+    "Keyring",
+    "Message",
+    "RejectedInput",
+    "RequestRecord",
+    "ToolgateError",
+    "Verdict",
+    "__version__",
+    "decide_batch",
+    "decode_request",
+    "load_config",
+]

@@ -1,0 +1,26 @@
+"""The pure gate: limits, strict parse, schema, semantic rules, projection, and batch decisions.
+
+Imports nothing of aiokafka or prometheus-client (a test enforces it): every stage is
+a function of the bytes, the headers, the request record and an injected clock.
+"""
+
+from toolgate.gate._batch import Batch, Decision, decide_batch
+from toolgate.gate._contracts import Contract, ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict, decode_request
+from toolgate.gate._signing import Keyring
+
+__all__ = [
+    "Batch",
+    "Contract",
+    "ContractSet",
+    "Decision",
+    "Diagnostics",
+    "Gate",
+    "Keyring",
+    "Message",
+    "RequestRecord",
+    "Verdict",
+    "decide_batch",
+    "decode_request",
+]
