@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 KAFKA := ops/kafka/kafka.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install jars tools broker broker-stop topics lint contracts test unit run stop bench-gate clean
+.PHONY: help install jars tools broker broker-up broker-stop topics lint contracts test unit run stop bench-gate clean
 
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
@@ -52,10 +52,15 @@ tools:
 broker: jars
 	bash $(KAFKA) start
 
+# make run and make topics: a broker that already serves 127.0.0.1:19092 (another checkout's)
+# is used as it is and left running; otherwise this checkout's broker is started.
+broker-up: jars
+	bash $(KAFKA) ensure
+
 broker-stop:
 	bash $(KAFKA) stop
 
-topics: install broker
+topics: install broker-up
 	$(BIN)/toolgate topics ensure
 
 lint: install
@@ -75,7 +80,7 @@ unit: install
 test: install jars tools lint contracts
 	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest $(PYTEST_ARGS)
 
-run: install broker topics
+run: install broker-up topics
 	bash ops/worker.sh start
 	$(BIN)/toolgate demo
 	@echo

@@ -9,6 +9,8 @@
 #   kafka.sh reset          stop and delete all broker data
 #   kafka.sh with CMD...    run CMD against a local broker; a broker started here is
 #                           stopped afterwards; CMD's exit code is kept
+#   kafka.sh ensure         like start, but a Kafka broker that already serves the address
+#                           (another checkout's) is used as it is, and left running
 #
 # Listens on 127.0.0.1:19092 (controller 127.0.0.1:19093). Jars live in .jars/, data,
 # pid file and logs in .data/ next to this script (both git-ignored). The three
@@ -76,7 +78,7 @@ if [[ -n "$SCRAM_USERS" ]]; then
 fi
 
 usage() {
-  sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -439,6 +441,15 @@ cmd_reset() {
   say "deleted $DATA"
 }
 
+# start, unless a Kafka broker of another checkout already serves the address: then use it.
+cmd_ensure() {
+  if [[ -z "$(broker_pid)" ]] && probe "$HOST" "$PORT"; then
+    say "a Kafka broker already serves $LOCAL_BOOTSTRAP (not started here): using it, leaving it running"
+    return 0
+  fi
+  cmd_start
+}
+
 cmd_with() {
   (($# > 0)) || die "usage: kafka.sh with CMD [ARGS...]"
   if [[ -n "${TOOLGATE_BOOTSTRAP:-}" && "$TOOLGATE_BOOTSTRAP" != "$LOCAL_BOOTSTRAP" ]]; then
@@ -471,6 +482,7 @@ main() {
   case "$cmd" in
     fetch) cmd_fetch ;;
     start) cmd_start ;;
+    ensure) cmd_ensure ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     logs) cmd_logs "$@" ;;
