@@ -31,7 +31,7 @@ class TestReadmeExample:
         """Run from the repository root, the example prints the README's output block."""
         code, expected = _example()
         monkeypatch.chdir(ROOT)
-        exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})  # noqa: S102
+        exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
         assert capsys.readouterr().out == expected
 
     def test_shows_an_accept_and_a_rejection(self) -> None:
