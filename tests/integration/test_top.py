@@ -74,3 +74,26 @@ class TestTopOnce:
         result = top(live, "--url", url)
         assert result.returncode == 2
         assert url in result.stderr
+
+
+class TestPerToolOnALiveWorker:
+    """The per-tool section counts what the audit topic records, with when each code began."""
+
+    def test_ratio_per_tool_matches_the_audit_topic(self, live: LiveWorker) -> None:
+        """Each tool's rejected and decided counts are the audit topic's; codes carry 'since'."""
+        assert live.config is not None
+        audit = asyncio.run(read_all(live.config, live.config.topics.audit))
+        events = [e for e in (json.loads(r.value or b"") for r in audit) if e.get("kind") == "decision"]
+        result = top(live, "--interval", "0", "--top", "50")
+        assert result.returncode == 0, result.stderr
+        assert max(len(line) for line in result.stdout.splitlines()) <= 80
+        section = result.stdout.split("REJECTION RATIO BY TOOL (totals)")[1].split("REJECTIONS BY CODE")[0]
+        rows = {line.split()[0]: line.split() for line in section.splitlines() if line[:1].isalpha()}
+        for tool in {e["tool"] or "unknown" for e in events}:
+            mine = [e for e in events if (e["tool"] or "unknown") == tool]
+            rejected = sum(e["outcome"] == "rejected" for e in mine)
+            assert rows[tool][1:3] == [str(rejected), str(len(mine))], (tool, section)
+            assert rows[tool][3] == f"{rejected / len(mine):.1%}"
+        code_lines = [line for line in section.splitlines() if line.startswith("  ") and "since" in line]
+        assert code_lines, section
+        assert all(re.search(r"since 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d$", line) for line in code_lines)

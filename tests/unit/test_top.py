@@ -378,3 +378,106 @@ class TestCommand:
         """toolgate top --once --interval 0 prints the snapshot and exits 0."""
         assert cli.main(["top", "--once", "--interval", "0", "--url", endpoint]) == 0
         assert "REJECTIONS BY CODE" in capsys.readouterr().out
+
+
+def _wide_metrics() -> str:
+    """Many tools with long names, long codes in several stages, many contract versions."""
+    lines = [
+        "# HELP toolgate_results_total Results.",
+        "# TYPE toolgate_results_total counter",
+    ]
+    rejections = ["# HELP toolgate_rejections_total Rej.", "# TYPE toolgate_rejections_total counter"]
+    info = ["# HELP toolgate_contract_info Info.", "# TYPE toolgate_contract_info gauge"]
+    for i in range(12):
+        tool = f"a_rather_long_connector_name_for_tool_number_{i:02d}"
+        lines.append(f'toolgate_results_total{{outcome="success",tool="{tool}"}} {1_000_000 + i}.0')
+        lines.append(f'toolgate_results_total{{outcome="rejected",tool="{tool}"}} {12_345_678 * (i + 1)}.0')
+        for j, (stage, code) in enumerate(
+            [
+                ("semantic", "BINDING_MISMATCH"),
+                ("schema", "SCHEMA_VIOLATION"),
+                ("correlate", "UNKNOWN_REQUEST"),
+            ]
+            + [("contract", f"SOME_VERY_LONG_FUTURE_REJECTION_CODE_{k}") for k in range(3)]
+        ):
+            labels = f'code="{code}",stage="{stage}",tool="{tool}"'
+            rejections.append(f"toolgate_rejections_total{{{labels}}} {98_765_432 + j}.0")
+            rejections.append(f"toolgate_rejections_created{{{labels}}} {1.79e9 + j}")
+        for version in ("1", "1.1", "2", "2.13"):
+            info.append(f'toolgate_contract_info{{status="active",tool="{tool}",version="{version}"}} 1.0')
+    return "\n".join([*lines, *rejections, *info, "toolgate_ready 1.0", ""])
+
+
+class TestEightyColumns:
+    """Every screen fits an 80-column terminal, however wide its tables get."""
+
+    @pytest.mark.parametrize("previous", [False, True])
+    def test_wide_tables_fit_80_columns(self, previous: bool) -> None:
+        """Long tool names, long codes, big numbers, many contracts and a long URL: no line over 80."""
+        text = _wide_metrics()
+        url = "http://a-very-long-host-name.of.a.worker.in.some.cluster.example:9464/metrics" * 2
+        first = parse(text, 1.0) if previous else None
+        screen = render(parse(text, 3.0), first, url=url, top=50)
+        too_wide = [line for line in screen.splitlines() if len(line) > 80]
+        assert too_wide == []
+        assert "SOME_VERY_LONG_FUT…ON_CODE_2" in screen  # cut in the middle to its column
+        # long tool names are cut in the middle: the end still tells them apart
+        assert all(f"number_{i:02d} " in screen for i in range(12))
+
+    def test_the_live_view_fits_80_columns(self, endpoint: str) -> None:
+        """The refreshed screens (with their footer) fit too."""
+        _Metrics.bodies = [_wide_metrics()]
+        out, calls = io.StringIO(), []
+
+        def sleep(seconds: float) -> None:
+            calls.append(seconds)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            run(endpoint, interval=2.0, once=False, top=10, out=out, sleep=sleep)
+        lines = out.getvalue().replace(CLEAR, "\n").splitlines()
+        assert max(len(line) for line in lines) <= 80
+
+
+PER_TOOL = (
+    FIRST
+    + """\
+toolgate_results_total{outcome="success",tool="deploy_status"} 30.0
+toolgate_results_total{outcome="rejected",tool="deploy_status"} 70.0
+toolgate_rejections_total{code="SCHEMA_VIOLATION",stage="schema",tool="deploy_status"} 50.0
+toolgate_rejections_total{code="BINDING_MISMATCH",stage="semantic",tool="deploy_status"} 15.0
+toolgate_rejections_total{code="STALE_RESULT",stage="semantic",tool="deploy_status"} 4.0
+toolgate_rejections_total{code="BAD_SIGNATURE",stage="semantic",tool="deploy_status"} 1.0
+# HELP toolgate_rejections_created Rejected results.
+# TYPE toolgate_rejections_created gauge
+toolgate_rejections_created{code="SCHEMA_VIOLATION",stage="schema",tool="deploy_status"} 1796080000.0
+toolgate_rejections_created{code="BINDING_MISMATCH",stage="semantic",tool="deploy_status"} 1796083600.0
+"""
+)
+
+
+class TestPerTool:
+    """Per tool: the rejected share and its top codes, each with when it was first seen."""
+
+    def test_ratio_and_top_codes_with_first_seen(self) -> None:
+        """Tools are ranked by ratio; each shows its top three codes and when each first came."""
+        screen = render(parse(PER_TOOL, 1.0), None, url="u")
+        section = screen.split("REJECTION RATIO BY TOOL (totals)")[1].split("REJECTIONS BY CODE")[0]
+        rows = [line for line in section.splitlines() if line.strip()]
+        assert rows[2].split() == ["deploy_status", "70", "100", "70.0%"]
+        assert rows[3].split() == ["SCHEMA_VIOLATION", "schema", "50", "since", "2026-11-30", "23:06:40"]
+        assert rows[4].split() == ["BINDING_MISMATCH", "semantic", "15", "since", "2026-12-01", "00:06:40"]
+        assert rows[5].split() == ["STALE_RESULT", "semantic", "4"]  # no _created sample
+        assert rows[6].strip() == "... 1 more codes"
+        assert rows[7].split() == ["job_status", "10", "110", "9.1%"]
+
+    def test_ratio_over_the_last_interval(self) -> None:
+        """With a previous scrape the ratio is the interval's; a tool idle in it shows '-'."""
+        screen = render(parse(SECOND + PER_TOOL[len(FIRST) :], 12.0), parse(PER_TOOL, 10.0), url="u")
+        section = screen.split("REJECTION RATIO BY TOOL (last interval)")[1]
+        lines = section.splitlines()
+        job = next(line for line in lines if line.startswith("job_status"))
+        deploy = next(line for line in lines if line.startswith("deploy_status"))
+        assert job.split() == ["job_status", "4", "24", "16.7%"]
+        assert deploy.split() == ["deploy_status", "0", "0", "-"]

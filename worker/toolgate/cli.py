@@ -289,6 +289,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Read a worker's /metrics and show, refreshed in place until Ctrl-C:\n"
         "  RESULTS             decided results by tool and outcome (success, failure =\n"
         "                      a valid upstream failure, rejected), total and per second\n"
+        "  REJECTION RATIO     per tool: rejected share and its top codes, each with the\n"
+        "                      time the worker first saw it for that tool\n"
         "  REJECTIONS BY CODE  the top codes, with the stages and tools they came from\n"
         "  CONSUMER LAG        intake records not yet decided, per partition and total\n"
         "  GATE LATENCY        p50/p99 gate time per result, by the stage it ended at\n"
@@ -297,7 +299,8 @@ def _parser() -> argparse.ArgumentParser:
         "  REPLAYED            results replayed from the quarantine, by outcome now\n"
         "  REQUESTS            request records held, evictions, waits for the reader\n\n"
         "Rates are the change between two scrapes; the first screen shows totals since\n"
-        "the worker started. Exit 2 when the endpoint cannot be reached.",
+        "the worker started. Every line fits 80 columns. Exit 2 when the endpoint cannot\n"
+        "be reached.",
         epilog="examples:\n"
         "  toolgate top                                  the local worker, every 2 s\n"
         "  toolgate top --once                           one snapshot with rates, for scripts\n"

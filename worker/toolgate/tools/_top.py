@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TextIO
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,6 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from toolgate._errors import ConfigError
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
+WIDTH = 80  # every line of a screen fits an 80-column terminal
+CODES_PER_TOOL = 3
 Labels = tuple[tuple[str, str], ...]
 _MAX_BODY = 8 * 1024 * 1024
 
@@ -187,6 +190,63 @@ def rejections_by_code(current: Snapshot, previous: Snapshot | None) -> list[Cod
     return sorted(rows.values(), key=lambda row: (-(row.rate or 0.0), -row.total, row.code))
 
 
+@dataclass
+class ToolRow:
+    """One tool's decisions and rejections: over the last interval, or totals on the first screen."""
+
+    tool: str
+    decided: float = 0.0
+    rejected: float = 0.0
+    codes: list[tuple[str, str, float, float | None]] = field(default_factory=list)
+    # (code, stage, count, first seen: unix seconds from the counter's _created sample)
+
+    @property
+    def ratio(self) -> float | None:
+        """Rejected share of the tool's results (None when it decided nothing)."""
+        return self.rejected / self.decided if self.decided else None
+
+
+def rejections_by_tool(current: Snapshot, previous: Snapshot | None) -> list[ToolRow]:
+    """Per tool: results, rejected share and its codes (most frequent first), highest ratio first.
+
+    Over the last interval when ``previous`` is given (a tool idle in it has no ratio),
+    totals since the worker started otherwise. A code's "first seen" is when the worker
+    counted its first rejection of that code for that tool (the counter's ``_created``).
+    """
+    interval = previous is not None and current.at > previous.at
+    rows: dict[str, ToolRow] = {}
+
+    def amount(name: str, labels: dict[str, str], value: float) -> float:
+        if not interval:
+            return value
+        assert previous is not None
+        return delta(value, previous.value(name, **labels))
+
+    for labels, value in current.series("toolgate_results_total"):
+        if value == 0:
+            continue
+        tool = labels.get("tool", "")
+        row = rows.setdefault(tool, ToolRow(tool))
+        n = amount("toolgate_results_total", labels, value)
+        row.decided += n
+        if labels.get("outcome") == "rejected":
+            row.rejected += n
+    codes: dict[tuple[str, str, str], tuple[float, float, float | None]] = {}
+    for labels, value in current.series("toolgate_rejections_total"):
+        key = (labels.get("tool", ""), labels.get("code", ""), labels.get("stage", ""))
+        n = amount("toolgate_rejections_total", labels, value)
+        created = current.value("toolgate_rejections_created", **labels)
+        was_n, was_total, was_created = codes.get(key, (0.0, 0.0, None))
+        first = min((t for t in (created, was_created) if t is not None), default=None)
+        codes[key] = (was_n + n, was_total + value, first)
+    for (tool, code, stage), (n, total, first) in codes.items():
+        if tool in rows and total:
+            rows[tool].codes.append((code, stage, n, first))
+    for row in rows.values():
+        row.codes.sort(key=lambda c: (-c[2], c[0], c[1]))
+    return sorted(rows.values(), key=lambda r: (-(r.ratio or 0.0), -r.rejected, r.tool))
+
+
 # --------------------------------------------------------------------------- rendering
 
 
@@ -196,8 +256,23 @@ def _safe(text: str, width: int = 32) -> str:
     return cleaned if len(cleaned) <= width else cleaned[: width - 1] + "…"
 
 
-def _num(value: float) -> str:
-    return f"{value:,.0f}"
+def _num(value: float, width: int = 12) -> str:
+    """A count with thousands separators, in at most ``width - 1`` characters (k, M, G beyond)."""
+    text = f"{value:,.0f}"
+    for scale, unit in ((1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T")):
+        if len(text) < width:
+            break
+        text = f"{value / scale:,.1f}{unit}"
+    return text
+
+
+def _name(text: str, width: int) -> str:
+    """A tool name cut in the middle: the start and the end tell connectors apart."""
+    cleaned = _safe(text, 10_000)
+    if len(cleaned) <= width:
+        return cleaned
+    tail = (width - 1) // 3
+    return cleaned[: width - 1 - tail] + "…" + cleaned[len(cleaned) - tail :]
 
 
 def _rate(value: float | None) -> str:
@@ -214,8 +289,32 @@ def _seconds(value: float | None) -> str:
     return f"{value:.2f} s"
 
 
+def _since(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return "since " + datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _wrap(head: str, items: list[str], width: int = WIDTH, sep: str = ",") -> list[str]:
+    """``head`` then the items, separated by ``sep``, continued on indented lines at ``width``."""
+    lines, line = [], head
+    for i, item in enumerate(items):
+        piece = item + (sep if i < len(items) - 1 else "")
+        if len(line) + 1 + len(piece) > width and line.strip():
+            lines.append(line)
+            line = " " * min(len(head), 11)
+        line = f"{line} {piece}" if line.strip() else line + piece
+    lines.append(line)
+    return lines
+
+
+def _fit(line: str, width: int = WIDTH) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int = 10) -> str:
-    """One screen of text (no escape codes) for ``current``, with rates since ``previous``."""
+    """One screen of text (no escape codes, at most :data:`WIDTH` columns) for ``current``,
+    with rates since ``previous``."""
     lines: list[str] = []
     ready = current.value("toolgate_ready")
     state = "ready" if ready == 1 else "NOT READY" if ready is not None else "readiness unknown"
@@ -223,13 +322,30 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
         basis = "totals since the worker started (rates from the next screen on)"
     else:
         basis = f"rates over the last {current.at - previous.at:.1f} s"
-    lines.append(f"toolgate top  {url}  {state}  {basis}")
-    contracts = sorted(
-        f"{_safe(lab.get('tool', ''))} v{_safe(lab.get('version', ''))} ({_safe(lab.get('status', ''))})"
-        for lab, value in current.series("toolgate_contract_info")
-        if value
-    )
-    lines.append("contracts: " + (", ".join(contracts) if contracts else "none reported"))
+    lines.append(f"toolgate top  {state}  {_safe(url, WIDTH - 16 - len(state))}")
+    lines.append(basis)
+    versions: dict[str, list[tuple[tuple[int, ...], str]]] = {}
+    for lab, value in current.series("toolgate_contract_info"):
+        if value:
+            version = lab.get("version", "")
+            order = tuple(int(p) for p in version.split(".") if p.isdigit())
+            text = f"v{_safe(version, 8)} ({_safe(lab.get('status', ''), 8)})"
+            versions.setdefault(lab.get("tool", ""), []).append((order, text))
+    if not versions:
+        lines.append("contracts: none reported")
+    elif sum(len(found) for found in versions.values()) <= 4 and len(versions) <= 2:
+        lines += _wrap(
+            "contracts:",
+            [
+                f"{_name(tool, 30)} " + " ".join(text for _, text in sorted(found))
+                for tool, found in sorted(versions.items())
+            ],
+            sep=";",
+        )
+    else:
+        lines.append("contracts:")
+        for tool, found in sorted(versions.items()):
+            lines += _wrap(f"  {_name(tool, 30)}", [text for _, text in sorted(found)], sep="")
 
     lines += ["", f"{'RESULTS':<16}{'outcome':<10}{'total':>12}{'rate/s':>12}"]
     results = sorted(
@@ -242,7 +358,7 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
         if value == 0 and not r:
             continue  # pre-initialised series: nothing decided yet
         lines.append(
-            f"{_safe(labels.get('tool', ''), 15):<16}{_safe(labels.get('outcome', ''), 9):<10}"
+            f"{_name(labels.get('tool', ''), 15):<16}{_safe(labels.get('outcome', ''), 9):<10}"
             f"{_num(value):>12}{_rate(r):>12}"
         )
         total += value
@@ -250,15 +366,35 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
             total_rate += r
     lines.append(f"{'all':<26}{_num(total):>12}{_rate(total_rate):>12}")
 
+    tools = rejections_by_tool(current, previous)
+    counted = "last interval" if previous is not None and current.at > previous.at else "totals"
+    lines += [
+        "",
+        f"{f'REJECTION RATIO BY TOOL ({counted})':<40}{'rejected':>10}{'of':>10}{'ratio':>9}",
+        f"{'  its top codes':<28}{'stage':<10}{'count':>9}  first seen (UTC)",
+    ]
+    per_tool = min(CODES_PER_TOOL, top)
+    for row_ in tools:
+        ratio = "-" if row_.ratio is None else f"{row_.ratio:.1%}"
+        lines.append(
+            f"{_name(row_.tool, 39):<40}{_num(row_.rejected, 10):>10}{_num(row_.decided, 10):>10}{ratio:>9}"
+        )
+        for code, where, count, first in row_.codes[:per_tool]:
+            lines.append(f"  {_name(code, 25):<26}{_safe(where, 9):<10}{_num(count, 9):>9}  {_since(first)}")
+        if len(row_.codes) > per_tool:
+            lines.append(f"  ... {len(row_.codes) - per_tool} more codes")
+    if not tools:
+        lines.append("none")
+
     rows = rejections_by_code(current, previous)
     lines += [
         "",
-        f"{f'REJECTIONS BY CODE (top {top})':<28}{'stage':<11}{'tools':<30}{'total':>9}{'rate/s':>10}",
+        f"{f'REJECTIONS BY CODE (top {top})':<29}{'stage':<10}{'tools':<20}{'total':>10}{'rate/s':>10}",
     ]
     for row in rows[:top]:
         lines.append(
-            f"{_safe(row.code, 27):<28}{_safe(','.join(sorted(row.stages)), 10):<11}"
-            f"{_safe(','.join(sorted(row.tools)), 29):<30}{_num(row.total):>9}"
+            f"{_name(row.code, 28):<29}{_safe(','.join(sorted(row.stages)), 9):<10}"
+            f"{_safe(','.join(sorted(row.tools)), 19):<20}{_num(row.total, 10):>10}"
             f"{_rate(row.rate):>10}"
         )
     if not rows:
@@ -288,7 +424,7 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
         count = buckets[-1][1] if buckets else 0.0
         name = "all stages" if stage is None else f"ended at {_safe(stage, 12)}"
         lines.append(
-            f"{name:<28}{_num(count):>8}{_seconds(quantile(0.5, buckets)):>12}"
+            f"{name:<28}{_num(count, 8):>8}{_seconds(quantile(0.5, buckets)):>12}"
             f"{_seconds(quantile(0.99, buckets)):>12}"
         )
 
@@ -311,7 +447,7 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
         r = rate(current, previous, "toolgate_shadow_disagreements_total", labels)
         if value == 0 and not r:
             continue
-        name = f"{_safe(labels.get('tool', ''), 18)} v{_safe(labels.get('version', ''), 5)}"
+        name = f"{_name(labels.get('tool', ''), 18)} v{_safe(labels.get('version', ''), 5)}"
         lines.append(f"{name:<26}{_num(value):>12}{_rate(r):>12}")
         shown += 1
     if not shown:
@@ -321,15 +457,13 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
     for labels, value in current.series("toolgate_replayed_results_total"):
         outcome = labels.get("outcome", "")
         replayed[outcome] = replayed.get(outcome, 0.0) + value
-    lines += [
-        "",
-        "REPLAYED FROM QUARANTINE  "
-        + (
-            ", ".join(f"{_safe(outcome, 12)} {_num(value)}" for outcome, value in sorted(replayed.items()))
-            if any(replayed.values())
-            else "none"
-        ),
-    ]
+    lines.append("")
+    lines += _wrap(
+        "REPLAYED FROM QUARANTINE ",
+        [f"{_safe(outcome, 12)} {_num(value)}" for outcome, value in sorted(replayed.items())]
+        if any(replayed.values())
+        else ["none"],
+    )
 
     outstanding = current.value("toolgate_outstanding_requests")
     evictions = current.value("toolgate_request_store_evictions_total")
@@ -339,11 +473,11 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
     lines += [
         "",
         "REQUESTS",
-        f"outstanding {_num(outstanding or 0.0)}   evicted (store full) {_num(evictions or 0.0)}"
-        f"   batches that waited for requests: {_num(waits['caught_up'])} caught up, "
+        f"outstanding {_num(outstanding or 0.0)}   evicted (store full) {_num(evictions or 0.0)}",
+        f"batches that waited for requests: {_num(waits['caught_up'])} caught up, "
         f"{_num(waits['timeout'])} timed out",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(_fit(line) for line in lines) + "\n"
 
 
 def run(
