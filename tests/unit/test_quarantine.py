@@ -126,3 +126,45 @@ class TestFilters:
         assert matches(claimed, Filters(tool="shell_exec"))
         assert not matches(claimed, Filters(tool="job_status"))
         assert not matches(headers_of(record()), Filters(tool="shell_exec"))
+
+
+class TestSummary:
+    """quarantine summary groups by tool, code, adapter version and schema path."""
+
+    def test_groups_with_first_and_last_seen(self) -> None:
+        """Records of one group are counted once each; first and last come from tg-rejected-at."""
+        from datetime import UTC, datetime
+
+        from toolgate.tools._quarantine import format_summary, summarise
+
+        path = json.dumps({**DETAIL, "schema_path": "/$defs/job/additionalProperties"})
+        records = [
+            record(**{"tg-adapter-version": "2.0.1", "tg-error-detail": path, "tg-rejected-at": at})
+            for at in ("2026-05-01T10:00:00+00:00", "2026-05-01T09:00:00+00:00", "2026-05-01T11:30:00+02:00")
+        ]
+        records.append(record(**{"tg-adapter-version": "2.0.2", "tg-error-detail": path}))
+        records.append(record(**{"tg-error-code": "BAD_SIGNATURE", "tg-error-stage": "semantic"}))
+        rows = summarise(records, Filters())
+        assert [(r.tool, r.code, r.adapter_version, r.schema_path, r.count) for r in rows] == [
+            ("job_status", "SCHEMA_VIOLATION", "2.0.1", "/$defs/job/additionalProperties", 3),
+            ("job_status", "BAD_SIGNATURE", "-", "-", 1),
+            ("job_status", "SCHEMA_VIOLATION", "2.0.2", "/$defs/job/additionalProperties", 1),
+        ]
+        assert rows[0].first_seen == datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+        assert rows[0].last_seen == datetime(2026, 5, 1, 10, 0, tzinfo=UTC)  # 11:30+02:00 is 09:30Z
+        # without tg-rejected-at: the record's timestamp
+        assert rows[2].first_seen == datetime.fromtimestamp(1_777_000_000, UTC)
+        lines = format_summary(rows, 9, "toolgate.quarantine")
+        assert lines[0] == "toolgate.quarantine: 5 of 9 quarantine records matched"
+        assert lines[2].split() == [
+            "job_status", "SCHEMA_VIOLATION", "2.0.1", "/$defs/job/additionalProperties", "3",
+            "2026-05-01", "09:00:00", "2026-05-01", "10:00:00",
+        ]  # fmt: skip
+
+    def test_filters_apply(self) -> None:
+        """Only records passing the filters are counted."""
+        from toolgate.tools._quarantine import summarise
+
+        records = [record(), record(**{"tg-error-code": "BAD_SIGNATURE"})]
+        rows = summarise(records, Filters(code="BAD_SIGNATURE"))
+        assert [(r.code, r.count) for r in rows] == [("BAD_SIGNATURE", 1)]

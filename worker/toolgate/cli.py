@@ -44,6 +44,7 @@ examples:
   toolgate contracts diff contracts/job_status/v1 contracts/job_status/v2
   toolgate top                                live view of a running worker's metrics
   toolgate quarantine tail --code BAD_SIGNATURE -n 5   why the latest results were rejected
+  toolgate quarantine summary                 rejections by tool, code, adapter version
 
 environment: TOOLGATE_BOOTSTRAP (default 127.0.0.1:19092), TOOLGATE_CONTRACTS_DIR,
 TOOLGATE_KEYRING, TOOLGATE_CONFIG (a TOML file); see README.md for all settings.
@@ -373,6 +374,30 @@ def _parser() -> argparse.ArgumentParser:
         "hostile input: never paste it into an agent)",
     )
     qtail.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
+    qsummary = qsub.add_parser(
+        "summary",
+        formatter_class=fmt,
+        help="counts by tool, code, adapter version and schema path, first and last seen",
+        description="Count the quarantine records (read_committed, no consumer group) by tool,\n"
+        "code, adapter version (tg-adapter-version) and schema path (from\n"
+        "tg-error-detail), with the first and last time each was rejected (UTC),\n"
+        "most records first: which connector drifts, since when, and from which\n"
+        "adapter version on.",
+        epilog="examples:\n"
+        "  toolgate quarantine summary\n"
+        "  toolgate quarantine summary --tool deploy_status --code SCHEMA_VIOLATION",
+    )
+    qsummary.add_argument("--tool", metavar="TOOL", help="only this tool (as quarantine tail --tool)")
+    qsummary.add_argument("--code", metavar="CODE", help="only this code, e.g. SCHEMA_VIOLATION")
+    qsummary.add_argument("--stage", metavar="STAGE", help="only this stage, e.g. schema")
+    qsummary.add_argument(
+        "--max-scan",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="count at most the last N records of each partition (1000000)",
+    )
+    qsummary.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
     return parser
 
 
@@ -412,6 +437,8 @@ def _dispatch(args: argparse.Namespace, config: Config) -> int:
     if args.command == "top":
         return _top(args, config)
     if args.command == "quarantine":
+        if args.quarantine_command == "summary":
+            return _quarantine_summary(args, config)
         return _quarantine_tail(args, config)
     if args.command == "replay":
         return _replay(args, config)
@@ -628,6 +655,17 @@ def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
     )
     for line in lines:
         print(json.dumps(line, ensure_ascii=True, sort_keys=False))
+    return EXIT_OK
+
+
+def _quarantine_summary(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.tools._quarantine import Filters, format_summary, summary
+
+    if args.max_scan < 1:
+        raise ConfigError("--max-scan must be at least 1")
+    filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
+    rows, read = asyncio.run(summary(config, filters=filters, max_scan=args.max_scan))
+    print("\n".join(format_summary(rows, read, config.topics.quarantine)))
     return EXIT_OK
 
 

@@ -1,4 +1,9 @@
-"""``toolgate quarantine tail``: the latest quarantine records' diagnostics, as JSON lines.
+"""``toolgate quarantine tail`` and ``summary``: what the quarantine holds, without a consumer group.
+
+``summary`` counts the records by tool, code, adapter version and schema path, with
+when each combination was first and last rejected: where a drifting connector
+starts, and which adapter version brought it. ``tail``: the latest records'
+diagnostics, as JSON lines.
 
 Reads the quarantine topic ``read_committed`` with a group-less consumer (it
 commits nothing and moves nobody's offsets), looks at the last ``max_scan``
@@ -17,7 +22,7 @@ import collections
 import contextlib
 import heapq
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -125,16 +130,15 @@ def describe(topic: str, record: QuarantinedRecord, *, with_value: bool = False)
     return line
 
 
-async def tail(
+async def _scan(
     config: Config,
+    visit: Callable[[QuarantinedRecord], None],
     *,
-    count: int,
-    filters: Filters,
-    max_scan: int = 100_000,
-    with_value: bool = False,
-    wait_seconds: float = 60.0,
-) -> list[dict[str, Any]]:
-    """The last ``count`` matching quarantine records, oldest first.
+    max_scan: int,
+    wait_seconds: float,
+) -> None:
+    """Call ``visit`` on each of the last ``max_scan`` committed records of every quarantine
+    partition, in log order per partition.
 
     Raises:
         ConfigError: the quarantine topic does not exist.
@@ -148,7 +152,6 @@ async def tail(
         isolation_level="read_committed",
         auto_offset_reset="earliest",
     )
-    kept: dict[int, collections.deque[tuple[int, int, dict[str, Any]]]] = {}
     try:
         await consumer.start()
         async with asyncio.timeout(wait_seconds):
@@ -165,16 +168,12 @@ async def tail(
             ends = await consumer.end_offsets(tps)
             for tp in tps:
                 consumer.seek(tp, max(begins[tp], ends[tp] - max_scan))
-                kept[tp.partition] = collections.deque(maxlen=count)
             while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
                 batches = await consumer.getmany(timeout_ms=500, max_records=2000)
                 for tp, records in batches.items():
                     for record in records:
-                        if record.offset >= ends[tp]:
-                            continue
-                        line = describe(topic, record, with_value=with_value)
-                        if matches(line["headers"], filters):
-                            kept[tp.partition].append((record.timestamp, record.offset, line))
+                        if record.offset < ends[tp]:
+                            visit(record)
     except TimeoutError as exc:
         raise BrokerError(
             f"{config.bootstrap}: reading {topic!r} took longer than {wait_seconds:g} s", retriable=True
@@ -183,6 +182,155 @@ async def tail(
         raise BrokerError(f"{config.bootstrap}: {exc}", retriable=exc.retriable) from exc
     finally:
         await consumer.stop()
+
+
+async def tail(
+    config: Config,
+    *,
+    count: int,
+    filters: Filters,
+    max_scan: int = 100_000,
+    with_value: bool = False,
+    wait_seconds: float = 60.0,
+) -> list[dict[str, Any]]:
+    """The last ``count`` matching quarantine records, oldest first.
+
+    Raises:
+        ConfigError: the quarantine topic does not exist.
+        BrokerError: the cluster could not be read within ``wait_seconds``.
+    """
+    topic = config.topics.quarantine
+    kept: dict[int, collections.deque[tuple[int, int, dict[str, Any]]]] = {}
+
+    def visit(record: QuarantinedRecord) -> None:
+        line = describe(topic, record, with_value=with_value)
+        if matches(line["headers"], filters):
+            if record.partition not in kept:
+                kept[record.partition] = collections.deque(maxlen=count)
+            kept[record.partition].append((record.timestamp, record.offset, line))
+
+    if count > 0:
+        await _scan(config, visit, max_scan=max_scan, wait_seconds=wait_seconds)
     # Each partition in log order; partitions interleaved by record timestamp.
     merged = list(heapq.merge(*(kept[p] for p in sorted(kept)), key=lambda item: item[0]))
     return [line for _, _, line in merged[-count:]] if count > 0 else []
+
+
+@dataclass
+class SummaryRow:
+    """Quarantine records of one (tool, code, adapter version, schema path)."""
+
+    tool: str
+    code: str
+    adapter_version: str
+    schema_path: str
+    count: int = 0
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+
+
+def rejected_at(record: QuarantinedRecord, headers: dict[str, Any]) -> datetime:
+    """When the record was rejected: ``tg-rejected-at``, else the record's timestamp."""
+    with contextlib.suppress(ValueError):
+        at = datetime.fromisoformat(_first(headers, "tg-rejected-at"))
+        if at.tzinfo is not None:
+            return at.astimezone(UTC)
+    return datetime.fromtimestamp(record.timestamp / 1000, UTC)
+
+
+def summarise(records: Iterable[QuarantinedRecord], filters: Filters) -> list[SummaryRow]:
+    """Counts by tool, code, adapter version and schema path, with first and last seen;
+    most records first."""
+    rows: dict[tuple[str, str, str, str], SummaryRow] = {}
+    for record in records:
+        add(rows, record, filters)
+    return ordered(rows)
+
+
+def add(
+    rows: dict[tuple[str, str, str, str], SummaryRow], record: QuarantinedRecord, filters: Filters
+) -> None:
+    """Count one record into ``rows`` (when it passes ``filters``)."""
+    headers = headers_of(record)
+    if not matches(headers, filters):
+        return
+    detail = headers.get("tg-error-detail")
+    schema_path = detail.get("schema_path", "") if isinstance(detail, dict) else ""
+    key = (
+        tool_of(headers),
+        _first(headers, "tg-error-code") or "-",
+        _first(headers, "tg-adapter-version") or "-",
+        schema_path if isinstance(schema_path, str) and schema_path else "-",
+    )
+    row = rows.get(key)
+    if row is None:
+        row = rows[key] = SummaryRow(*key)
+    at = rejected_at(record, headers)
+    row.count += 1
+    row.first_seen = at if row.first_seen is None else min(row.first_seen, at)
+    row.last_seen = at if row.last_seen is None else max(row.last_seen, at)
+
+
+def ordered(rows: dict[tuple[str, str, str, str], SummaryRow]) -> list[SummaryRow]:
+    """Most records first, then by tool, code, adapter version and schema path."""
+    return sorted(rows.values(), key=lambda r: (-r.count, r.tool, r.code, r.adapter_version, r.schema_path))
+
+
+async def summary(
+    config: Config, *, filters: Filters, max_scan: int = 1_000_000, wait_seconds: float = 120.0
+) -> tuple[list[SummaryRow], int]:
+    """The summary rows of the last ``max_scan`` records of each partition, and how many were read.
+
+    Raises:
+        ConfigError: the quarantine topic does not exist.
+        BrokerError: the cluster could not be read within ``wait_seconds``.
+    """
+    rows: dict[tuple[str, str, str, str], SummaryRow] = {}
+    read = 0
+
+    def visit(record: QuarantinedRecord) -> None:
+        nonlocal read
+        read += 1
+        add(rows, record, filters)
+
+    await _scan(config, visit, max_scan=max_scan, wait_seconds=wait_seconds)
+    return ordered(rows), read
+
+
+def _when(at: datetime | None) -> str:
+    return "-" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_summary(rows: list[SummaryRow], read: int, topic: str) -> list[str]:
+    """The summary as a table, columns as wide as their widest value (times in UTC)."""
+    total = sum(row.count for row in rows)
+    lines = [f"{topic}: {total} of {read} quarantine records matched"]
+    if not rows:
+        return lines
+    header = ("tool", "code", "adapter", "schema path", "count", "first seen (UTC)", "last seen (UTC)")
+    table = [
+        (
+            _clean(r.tool),
+            _clean(r.code),
+            _clean(r.adapter_version),
+            _clean(r.schema_path),
+            str(r.count),
+            _when(r.first_seen),
+            _when(r.last_seen),
+        )
+        for r in rows
+    ]
+    widths = [max(len(cells[i]) for cells in [header, *table]) for i in range(len(header))]
+    for cells in [header, *table]:
+        lines.append(
+            "  ".join(
+                cell.rjust(widths[i]) if i == 4 else cell.ljust(widths[i]) for i, cell in enumerate(cells)
+            ).rstrip()
+        )
+    return lines
+
+
+def _clean(text: str, width: int = 48) -> str:
+    """Header values are the adapter's: printable and bounded before they reach a terminal."""
+    cleaned = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return cleaned if len(cleaned) <= width else cleaned[: width - 1] + "…"
