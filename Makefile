@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 KAFKA := ops/kafka/kafka.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install jars tools broker broker-up broker-stop topics lint contracts test unit run stop bench-gate clean
+.PHONY: help install jars tools rules broker broker-up broker-stop topics lint contracts test unit run stop bench-gate clean
 
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
@@ -15,6 +15,7 @@ help:
 	@echo "make test       lint, contract fixtures and the whole test suite on a real local broker"
 	@echo "make lint       ruff and mypy --strict"
 	@echo "make tools      promtool and prometheus (Debian's prometheus package) for the ops tests"
+	@echo "make rules      alert rules with runbook URLs under RUNBOOK_BASE_URL=... (into RULES_OUT)"
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
 	@echo "make bench-gate the gate benchmark (ops/bench/gate_bench.py)"
 
@@ -72,6 +73,16 @@ contracts: install
 	$(BIN)/toolgate contracts lint
 	$(BIN)/toolgate contracts test
 	$(BIN)/toolgate contracts history
+
+# The alert rules with absolute runbook URLs under RUNBOOK_BASE_URL (the address where operators
+# read this repository), rendered with their promtool tests into RULES_OUT and checked there.
+RUNBOOK_BASE_URL ?= https://git.example.com/toolgate/blob/main
+RULES_OUT ?= ops/prometheus/.rendered
+rules: install
+	$(BIN)/python ops/prometheus/render_rules.py --base-url '$(RUNBOOK_BASE_URL)' --out '$(RULES_OUT)'
+	@if command -v promtool >/dev/null; then \
+	  promtool check rules $(RULES_OUT)/rules/*.yml && promtool test rules $(RULES_OUT)/tests/*.yml; \
+	else echo "make rules: promtool not found (make tools): rendered, not checked" >&2; fi
 
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -6,6 +6,7 @@ skip, except in CI (``TOOLGATE_REQUIRE_KAFKA=1``), where a missing promtool fail
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -13,11 +14,20 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
 from tests.ops_catalog import ROOT, RULE_TESTS_DIR, RULES_FILE, RUNBOOK_FILE, alerts
+
+_spec = importlib.util.spec_from_file_location(
+    "render_rules", ROOT / "ops" / "prometheus" / "render_rules.py"
+)
+assert _spec is not None
+assert _spec.loader is not None
+render_rules = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(render_rules)
 
 
 @pytest.fixture(scope="module")
@@ -103,13 +113,78 @@ class TestRuleTestCoverage:
         assert {case["alertname"] for case in _alert_cases()} - names == set()
 
     def test_runbook_urls_point_at_runbook_sections(self) -> None:
-        """Every runbook_url is ops/RUNBOOK.md#<alert name in lower case>, a heading of the runbook."""
+        """Every runbook_url is <base>/ops/RUNBOOK.md#<alert name in lower case>, absolute, and a
+        heading of the runbook."""
         headings = re.findall(r"^## (\S+)\s*$", RUNBOOK_FILE.read_text(encoding="utf-8"), re.MULTILINE)
         anchors = {heading.lower() for heading in headings}
         for rule in alerts():
             url = rule["annotations"]["runbook_url"]
-            assert url == f"ops/RUNBOOK.md#{rule['alert'].lower()}"
+            assert url == f"{render_rules.DEFAULT_BASE}/ops/RUNBOOK.md#{rule['alert'].lower()}"
+            assert urlsplit(url).scheme == "https"
+            assert urlsplit(url).netloc
             assert url.split("#")[1] in anchors, url
+
+
+class TestRenderedRules:
+    """`make rules RUNBOOK_BASE_URL=...` renders the rules and their tests with absolute runbook URLs."""
+
+    BASE = "https://runbooks.acme.test/platform/toolgate"
+
+    def _make_rules(self, out: Path, base: str) -> subprocess.CompletedProcess[str]:
+        make = shutil.which("make")
+        if make is None:
+            pytest.skip("make is not installed")
+        return subprocess.run(
+            [make, "--no-print-directory", "-s", "-C", str(ROOT), "rules", f"RUNBOOK_BASE_URL={base}",
+             f"RULES_OUT={out}"],
+            capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+
+    def test_every_runbook_url_is_under_the_base(self, tmp_path: Path) -> None:
+        """Each alert of the rendered rules links to its runbook section under the configured base."""
+        result = self._make_rules(tmp_path, self.BASE + "/")
+        assert result.returncode == 0, result.stdout + result.stderr
+        rendered = yaml.safe_load((tmp_path / "rules" / RULES_FILE.name).read_text(encoding="utf-8"))
+        urls = {
+            rule["alert"]: rule["annotations"]["runbook_url"]
+            for group in rendered["groups"]
+            for rule in group["rules"]
+            if "alert" in rule
+        }
+        assert urls == {
+            rule["alert"]: f"{self.BASE}/ops/RUNBOOK.md#{rule['alert'].lower()}" for rule in alerts()
+        }
+
+    def test_promtool_tests_pass_on_the_rendered_rules(self, promtool: str, tmp_path: Path) -> None:
+        """promtool check and test rules pass on the rendered copy (its tests expect the new URLs)."""
+        assert self._make_rules(tmp_path, self.BASE).returncode == 0
+        check = _promtool(promtool, "check", "rules", str(tmp_path / "rules" / RULES_FILE.name))
+        assert check.returncode == 0, check.stdout + check.stderr
+        tests = [str(tmp_path / "tests" / path.name) for path in _test_files()]
+        result = _promtool(promtool, "test", "rules", *tests)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    def test_promtool_tests_check_the_urls(self, promtool: str, tmp_path: Path) -> None:
+        """The committed tests fail against rules rendered with another base: they check runbook_url."""
+        assert self._make_rules(tmp_path, self.BASE).returncode == 0
+        # beside the rendered rules/: their ../rules/ is the rendered copy
+        shutil.copytree(RULE_TESTS_DIR, tmp_path / "tests-committed")
+        files = [str(tmp_path / "tests-committed" / path.name) for path in _test_files()]
+        result = _promtool(promtool, "test", "rules", *files)
+        assert result.returncode != 0
+        assert self.BASE in result.stdout + result.stderr
+
+    @pytest.mark.parametrize("base", ["git.acme.test/toolgate", "ftp://acme.test/x", "https://a.test/x?y=1"])
+    def test_a_base_that_is_not_an_absolute_url_is_refused(self, tmp_path: Path, base: str) -> None:
+        """A base without http(s) scheme and host, or with a query, is refused with exit 2."""
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "ops" / "prometheus" / "render_rules.py"), "--base-url", base,
+             "--out", str(tmp_path)],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2
+        assert f"RUNBOOK_BASE_URL {base!r}: expected an absolute http(s) URL" in done.stderr
+        assert not (tmp_path / "rules").exists()
 
     def test_descriptions_name_the_labels_they_alert_on(self) -> None:
         """An alert grouped by tool, code, partition or version names that label in its description."""
