@@ -493,7 +493,7 @@ class RelayGate:
         assert not self.rejected.accepted
         assert isinstance(self.accepted, verdict_type)
 
-    def evaluate(self, message: Any, request: Any, now: Any, ledger: Any = None) -> Any:
+    def evaluate(self, message: Any, request: Any, now: Any, ledger: Any = None, **_: Any) -> Any:
         return self.rejected if message.key.endswith(b"9") else self.accepted
 
 

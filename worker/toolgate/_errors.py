@@ -14,6 +14,8 @@ inside a stage and turned into a verdict by the gate itself.
 
 from __future__ import annotations
 
+from toolgate._codes import Code, Stage
+
 
 class ToolgateError(Exception):
     """Base of every error toolgate raises on purpose."""
@@ -37,8 +39,8 @@ class RejectedInput(ToolgateError):
 
     def __init__(
         self,
-        stage: str,
-        code: str,
+        stage: Stage,
+        code: Code,
         detail: str = "",
         *,
         instance_path: str = "",

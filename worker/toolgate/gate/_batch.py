@@ -14,13 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import msgspec
-
 from toolgate._config import Topics
-from toolgate.gate._gate import Gate
+from toolgate._errors import RejectedInput
+from toolgate.gate._gate import Gate, rejection
 from toolgate.gate._outputs import OutRecord, outputs, replay_count, shadow_record
-from toolgate.gate._project import failure
-from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict
+from toolgate.gate._records import Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Ledger
 
 Lookup = Callable[[str], RequestRecord | None]
@@ -80,33 +78,11 @@ class ShadowSampler:
         return True
 
 
-def request_key(key: bytes | None) -> str:
-    """The request id a Kafka key names ('' when it is not text)."""
-    if key is None:
-        return ""
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        return ""
-
-
 def internal_error(message: Message, where: str) -> Verdict:
     """The verdict for a message whose evaluation raised outside the gate's own guard."""
-    agent = msgspec.json.encode(failure(None, None, "INVALID_RESPONSE", False))
-    return Verdict(
-        accepted=False,
-        outcome="failure",
-        tool=None,
-        request_id=None,
-        contract=None,
-        stage="project",
-        code="INTERNAL_ERROR",
-        attempt=None,
-        agent=agent,
-        raw_sha256=hashlib.sha256(message.value or b"").hexdigest(),
-        diagnostics=Diagnostics(
-            stage="project", code="INTERNAL_ERROR", message=f"evaluation raised in {where}"
-        ),
+    return rejection(
+        RejectedInput("project", "INTERNAL_ERROR", f"evaluation raised in {where}"),
+        digest=hashlib.sha256(message.value or b"").hexdigest(),
     )
 
 
@@ -137,14 +113,15 @@ def decide_batch(
 
     for message in messages:
         started = time.perf_counter()
-        request = lookup(request_key(message.key))
+        key = request_key(message.key)
+        request = lookup(key) if key else None
         try:
-            verdict = gate.evaluate(message, request, now, seen)
+            verdict = gate.evaluate(message, request, now, seen, key=key)
         except Exception:  # the gate guards its stages; this guards the guard
             verdict = internal_error(message, "the gate")
         seconds = time.perf_counter() - started
         if has_shadows and verdict.tool is not None:
-            _shadow(gate, message, request, verdict, now, seen, batch, sampler, topics)
+            _shadow(gate, message, key, request, verdict, now, seen, batch, sampler, topics)
         try:
             records = outputs(
                 message,
@@ -176,6 +153,7 @@ def decide_batch(
 def _shadow(
     gate: Gate,
     message: Message,
+    key: str,
     request: RequestRecord | None,
     decided: Verdict,
     now: datetime,
@@ -187,7 +165,7 @@ def _shadow(
     assert decided.tool is not None
     for contract in gate.contracts.shadows(decided.tool, decided.adapter_version):
         try:
-            shadow = gate.evaluate(message, request, now, seen, contract=contract)
+            shadow = gate.evaluate(message, request, now, seen, contract=contract, key=key)
         except Exception:
             shadow = internal_error(message, f"shadow {contract.key}")
         if (shadow.accepted, shadow.stage, shadow.code) == (decided.accepted, decided.stage, decided.code):

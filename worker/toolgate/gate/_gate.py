@@ -1,10 +1,12 @@
 """The gate: (raw bytes, headers, request record, clock) to a verdict. Pure: no Kafka.
 
-Stages run in DESIGN.md's order and the first failure decides:
+Stages run in this order, one :class:`Gate` method each (named as the stage, see
+:data:`toolgate._codes.Stage`), and the first failure decides:
 
 1. ``limits``    byte size of the value (before parsing), header count and sizes;
 2. ``parse``     strict JSON (:mod:`toolgate.gate._parse`) or a text contract's one pattern;
-3. ``contract``  ``tg-tool`` names a tool with a deciding (active) version;
+3. ``contract``  ``tg-tool`` names a tool with a deciding (active) version
+                 (:meth:`Gate.select_contract`);
 4. ``schema``    the contract's Draft 2020-12 schema, formats asserted;
 5. ``correlate`` Kafka key, ``tg-request-id`` and ``request_id`` agree and name a
                  known, unexpired request for the same tool;
@@ -24,14 +26,15 @@ headers and the extraction, and validates that like any other envelope.
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 import jsonschema_rs
 import msgspec
 
+from toolgate._codes import STAGES, Stage
 from toolgate._errors import RejectedInput
 from toolgate._version import __version__
 from toolgate.gate._contracts import (
@@ -44,7 +47,7 @@ from toolgate.gate._contracts import (
 )
 from toolgate.gate._parse import extract_text, parse_json
 from toolgate.gate._project import Projector, failure
-from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict
+from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Evidence, Ledger, SemanticRule, build_rules
 from toolgate.gate._signing import Keyring
 
@@ -53,9 +56,8 @@ MAX_HEADERS = 64
 MAX_HEADER_BYTES = 1024
 MAX_KEY_BYTES = 256
 INVALID_RESPONSE = "INVALID_RESPONSE"
-STAGES = ("limits", "parse", "contract", "schema", "correlate", "semantic", "project")
-
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+_UNSELECTED: Any = object()
 _DETAIL_LIMIT = 300
 _CONTENT_TYPES = (JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE)
 _encode = msgspec.json.encode
@@ -67,6 +69,10 @@ _CHECKED_HEADERS_MAX = 1024
 
 class Gate:
     """Evaluates intake messages against a contract set. Build once, call often.
+
+    :meth:`evaluate` runs one method per stage, named as the stages are; each
+    raises :class:`~toolgate._errors.RejectedInput` to reject, and
+    :func:`rejection` is the one place a rejected verdict is built.
 
     Args:
         contracts: the loaded contract set.
@@ -85,6 +91,7 @@ class Gate:
             self._projectors[contract.key] = Projector(contract)
             self._rules[contract.key] = build_rules(contract, self.keyring)
             self._plans[contract] = _Plan(contract)
+        self._selected: dict[tuple[str, str | None], _Plan | None] = {}
 
     def evaluate(
         self,
@@ -94,6 +101,7 @@ class Gate:
         ledger: Ledger | None = None,
         *,
         contract: Contract | None = None,
+        key: str | None = None,
     ) -> Verdict:
         """Decide one message. Never raises for anything the message contains.
 
@@ -103,148 +111,247 @@ class Gate:
             now: the injected clock (timezone-aware).
             ledger: tells whether a result was already accepted for a request attempt.
             contract: evaluate against this version instead of the selected one (shadow).
+            key: :func:`~toolgate.gate._records.request_key` of the message's key, when the
+                caller has computed it already (to look the request up).
         """
         raw = message.value if message.value is not None else b""
-        digest = _sha256(raw).hexdigest()
-        # What is known so far, for the verdict of a rejection. Plain locals rather
-        # than a state object: nothing is allocated for it on the accept path.
-        headers: dict[str, str] = {}
-        key: str | None = None
-        known_tool: str | None = None  # only once it names a known contract
-        contract_key: str | None = None
-        request_id: str | None = None
-        attempt: int | None = None
-        stage = "limits"
+        known = _Known(message, raw, _sha256(raw).hexdigest(), key, headers={})
         try:
-            header_problem, key = _read_headers(message, headers)
-            tool = headers.get("tg-tool")
-            adapter_version = headers.get("tg-adapter-version")
-            if tool is not None and tool in self._tools:
-                known_tool = tool  # a known tool name: safe to echo to the agent
-            if contract is None and tool is not None:
-                contract = self.contracts.select(tool, adapter_version)
+            plan = self.limits(known, contract)
+            envelope = self.parse(known, plan)
+            deciding = self.select_contract(known, plan)
+            self.schema(known, deciding, envelope)
+            attempt = self.correlate(known, deciding, envelope, request, now)
+            assert request is not None  # correlate rejects a missing request
+            self.semantic(known, deciding, envelope, request, attempt, now, ledger)
+            return self.project(known, deciding, envelope, request, attempt)
+        except Exception as exc:  # the gate must never crash on input
+            return known.rejected(exc, request)
+
+    # ------------------------------------------------------------------ the stages
+
+    def limits(self, known: _Known, contract: Contract | None) -> _Plan | None:
+        """``limits``: header count and sizes, then the value's byte size against the limits
+        of the version ``tg-tool`` and ``tg-adapter-version`` select (the defaults if none).
+
+        Returns the selected version's plan (None: none; it may be retired).
+        """
+        known.stage = "limits"
+        headers = known.headers
+        known.header_problem = _read_headers(known.message, headers)
+        # The key counts once the headers passed their limits (a key over its limit is one).
+        given = known.given_key
+        known.key = (request_key(known.message.key) if given is None else given) or None
+        tool = headers.get("tg-tool")
+        if tool is not None and tool in self._tools:
+            known.tool = tool  # a known tool name: safe to echo to the agent
+        plan: _Plan | None
+        if contract is not None:
             # A contract passed in that this gate was not built with gets a plan for
             # this message only (and no rules or projector: INTERNAL_ERROR later).
-            plan = None if contract is None else self._plans.get(contract) or _Plan(contract)
-            deciding = plan if plan is not None and not plan.retired else None
-            limits = deciding.limits if deciding is not None else DEFAULT_LIMITS
-            if len(raw) > limits.max_bytes:
-                raise RejectedInput(
-                    "limits", "PAYLOAD_TOO_LARGE", f"{len(raw)} bytes exceeds the limit of {limits.max_bytes}"
-                )
-
-            stage = "parse"
-            content_type = headers.get("tg-content-type", JSON_CONTENT_TYPE)
-            if content_type not in _CONTENT_TYPES or (
-                deciding is not None and content_type != deciding.content_type
-            ):
-                raise RejectedInput(
-                    "parse", "UNSUPPORTED_CONTENT_TYPE", "tg-content-type is not the contract's content type"
-                )
-            envelope: Any = None
-            if content_type == JSON_CONTENT_TYPE:
-                if message.value is None:
-                    raise RejectedInput("parse", "MALFORMED_JSON", "the value is null")
-                envelope = parse_json(raw, limits.max_depth)
-            elif deciding is not None and deciding.text_regex is not None:
-                envelope = {
-                    "tool": tool,
-                    "request_id": headers.get("tg-request-id"),
-                    "outcome": "success",
-                    "data": extract_text(raw, deciding.text_regex),
-                }
-
-            stage = "contract"
-            if header_problem:
-                raise RejectedInput("contract", "HEADER_MISMATCH", header_problem)
-            if tool is None or known_tool is None:
-                raise RejectedInput("contract", "UNKNOWN_TOOL", "tg-tool names no contract")
-            if deciding is None:
-                raise RejectedInput(
-                    "contract",
-                    "UNKNOWN_CONTRACT_VERSION",
-                    "no active contract version for tg-adapter-version",
-                )
-            contract_key = deciding.key
-
-            stage = "schema"
-            if not deciding.validator.is_valid(envelope):
-                raise _schema_rejection(deciding.validator, envelope)
-
-            stage = "correlate"
-            claimed = envelope["request_id"]
-            if claimed != headers.get("tg-request-id") or claimed != key:
-                raise RejectedInput(
-                    "correlate", "HEADER_MISMATCH", "Kafka key, tg-request-id and request_id disagree"
-                )
-            request_id = claimed
-            if request is None or request.request_id != request_id:
-                raise RejectedInput("correlate", "UNKNOWN_REQUEST", "no outstanding request")
-            if request.tool != deciding.tool:
-                raise RejectedInput("correlate", "TOOL_MISMATCH", "the request was issued for another tool")
-            if now >= request.expires_at:
-                raise RejectedInput("correlate", "REQUEST_EXPIRED", "the request has expired")
-            attempt_header = headers.get("tg-attempt")
-            attempt = request.attempt if attempt_header is None else _attempt(attempt_header, request)
-
-            stage = "semantic"
-            evidence = Evidence(
-                envelope=envelope,
-                request=request,
-                request_id=request_id,
-                attempt=attempt,
-                now=now,
-                raw=raw,
-                headers=headers,
-                ledger=ledger,
+            plan = self._plans.get(contract) or _Plan(contract)
+        elif tool is None:
+            plan = None
+        else:
+            selection = (tool, headers.get("tg-adapter-version"))
+            plan = self._selected.get(selection, _UNSELECTED)
+            if plan is _UNSELECTED:
+                plan = self._select(selection)
+        max_bytes = DEFAULT_LIMITS.max_bytes if plan is None else plan.max_bytes
+        size = len(known.raw)
+        if size > max_bytes:
+            raise RejectedInput(
+                "limits", "PAYLOAD_TOO_LARGE", f"{size} bytes exceeds the limit of {max_bytes}"
             )
-            for rule in self._rules[deciding.key]:
-                rule(evidence)
+        return plan
 
-            stage = "project"
-            projector = self._projectors[deciding.key]
-            if envelope["outcome"] == "success":
-                out = projector.success(envelope, request_id)
-                code = None
-            else:
-                code = envelope["error"]["code"]
-                retryable = (
-                    bool(envelope["error"]["retryable"])
-                    and code in deciding.retryable_codes
-                    and request.attempt < request.max_attempts
-                )
-                out = failure(deciding.tool, request_id, code, retryable)
-                projector.check(out)
-            agent = _encode(out)
-            return Verdict(
-                accepted=True,
-                outcome=out["outcome"],
-                tool=deciding.tool,
-                request_id=request_id,
-                contract=deciding.key,
-                stage=None,
-                code=code,
-                attempt=attempt,
-                agent=agent,
-                raw_sha256=digest,
-                projected_sha256=_sha256(agent).hexdigest(),
-                adapter=headers.get("tg-adapter"),
-                adapter_version=adapter_version,
-                source=headers.get("tg-source"),
+    def _select(self, selection: tuple[str, str | None]) -> _Plan | None:
+        """The plan of the version that decides for (tool, adapter version), remembered
+        (boundedly: adapter versions are attacker-chosen)."""
+        selected = self.contracts.select(*selection)
+        plan = None if selected is None else self._plans.get(selected) or _Plan(selected)
+        if len(self._selected) >= 4096:
+            self._selected.clear()
+        self._selected[selection] = plan
+        return plan
+
+    def parse(self, known: _Known, plan: _Plan | None) -> Any:
+        """``parse``: the content type, then strict JSON or the text contract's one pattern."""
+        known.stage = "parse"
+        headers = known.headers
+        deciding = plan if plan is not None and not plan.retired else None
+        content_type = headers.get("tg-content-type", JSON_CONTENT_TYPE)
+        if content_type not in _CONTENT_TYPES or (
+            deciding is not None and content_type != deciding.content_type
+        ):
+            raise RejectedInput(
+                "parse", "UNSUPPORTED_CONTENT_TYPE", "tg-content-type is not the contract's content type"
             )
-        except Exception as exc:  # the gate must never crash on input
-            rejection = (
-                exc
-                if isinstance(exc, RejectedInput)
-                else RejectedInput(stage, "INTERNAL_ERROR", f"{type(exc).__name__} during the {stage} stage")
+        if content_type == JSON_CONTENT_TYPE:
+            if known.message.value is None:
+                raise RejectedInput("parse", "MALFORMED_JSON", "the value is null")
+            return parse_json(known.raw, deciding.limits.max_depth if deciding else DEFAULT_LIMITS.max_depth)
+        if deciding is not None and deciding.text_regex is not None:
+            return {
+                "tool": headers.get("tg-tool"),
+                "request_id": headers.get("tg-request-id"),
+                "outcome": "success",
+                "data": extract_text(known.raw, deciding.text_regex),
+            }
+        return None  # text for no text contract: the contract stage rejects it
+
+    def select_contract(self, known: _Known, plan: _Plan | None) -> _Plan:
+        """``contract``: the headers are sound and name a tool with a deciding version."""
+        known.stage = "contract"
+        if known.header_problem:
+            raise RejectedInput("contract", "HEADER_MISMATCH", known.header_problem)
+        if known.tool is None:
+            raise RejectedInput("contract", "UNKNOWN_TOOL", "tg-tool names no contract")
+        if plan is None or plan.retired:
+            raise RejectedInput(
+                "contract",
+                "UNKNOWN_CONTRACT_VERSION",
+                "no active contract version for tg-adapter-version",
             )
-            # The agent hears back only about a request the platform issued: the key
-            # must name the request record the store returned. Operators (audit) get
-            # whatever identifier the message claimed, if it is a plain one.
-            issued = key if request is not None and key == request.request_id else None
-            return _reject(
-                rejection, known_tool, request_id or key, issued, contract_key, attempt, headers, digest
+        known.contract = plan.key
+        return plan
+
+    def schema(self, known: _Known, plan: _Plan, envelope: Any) -> None:
+        """``schema``: the contract's Draft 2020-12 schema."""
+        known.stage = "schema"
+        if not plan.validator.is_valid(envelope):
+            raise _schema_rejection(plan.validator, envelope)
+
+    def correlate(
+        self, known: _Known, plan: _Plan, envelope: Any, request: RequestRecord | None, now: datetime
+    ) -> int:
+        """``correlate``: key, ``tg-request-id`` and ``request_id`` agree and name a known,
+        unexpired request for this tool. Returns the attempt the result answers."""
+        known.stage = "correlate"
+        claimed = envelope["request_id"]
+        if claimed != known.headers.get("tg-request-id") or claimed != known.key:
+            raise RejectedInput(
+                "correlate", "HEADER_MISMATCH", "Kafka key, tg-request-id and request_id disagree"
             )
+        known.request_id = claimed
+        if request is None or request.request_id != claimed:
+            raise RejectedInput("correlate", "UNKNOWN_REQUEST", "no outstanding request")
+        if request.tool != plan.tool:
+            raise RejectedInput("correlate", "TOOL_MISMATCH", "the request was issued for another tool")
+        if now >= request.expires_at:
+            raise RejectedInput("correlate", "REQUEST_EXPIRED", "the request has expired")
+        header = known.headers.get("tg-attempt")
+        attempt = request.attempt if header is None else _attempt(header, request)
+        known.attempt = attempt
+        return attempt
+
+    def semantic(
+        self,
+        known: _Known,
+        plan: _Plan,
+        envelope: Any,
+        request: RequestRecord,
+        attempt: int,
+        now: datetime,
+        ledger: Ledger | None,
+    ) -> None:
+        """``semantic``: the contract's rules (bindings, freshness, ownership, signature, duplicates)."""
+        known.stage = "semantic"
+        evidence = Evidence(
+            envelope=envelope,
+            request=request,
+            request_id=request.request_id,
+            attempt=attempt,
+            now=now,
+            raw=known.raw,
+            headers=known.headers,
+            ledger=ledger,
+        )
+        for rule in self._rules[plan.key]:
+            rule(evidence)
+
+    def project(
+        self, known: _Known, plan: _Plan, envelope: Any, request: RequestRecord, attempt: int
+    ) -> Verdict:
+        """``project``: a new closed object for the agent, and the accepted verdict."""
+        known.stage = "project"
+        projector = self._projectors[plan.key]
+        request_id = request.request_id
+        code: str | None
+        if envelope["outcome"] == "success":
+            out = projector.success(envelope, request_id)
+            code = None
+        else:
+            code = envelope["error"]["code"]
+            retryable = (
+                bool(envelope["error"]["retryable"])
+                and code in plan.retryable_codes
+                and request.attempt < request.max_attempts
+            )
+            out = failure(plan.tool, request_id, code, retryable)
+            projector.check(out)
+        agent = _encode(out)
+        headers = known.headers
+        return Verdict(
+            accepted=True,
+            outcome=out["outcome"],
+            tool=plan.tool,
+            request_id=request_id,
+            contract=plan.key,
+            stage=None,
+            code=code,
+            attempt=attempt,
+            agent=agent,
+            raw_sha256=known.digest,
+            projected_sha256=_sha256(agent).hexdigest(),
+            adapter=headers.get("tg-adapter"),
+            adapter_version=headers.get("tg-adapter-version"),
+            source=headers.get("tg-source"),
+        )
+
+
+class _Known(msgspec.Struct, gc=False):
+    """What is known about one message so far: the stage it reached and what may be
+    reported about it if that stage rejects it. A msgspec struct: one is built per
+    message, and that costs half a slotted class's ``__init__``."""
+
+    message: Message
+    raw: bytes
+    digest: str
+    given_key: str | None
+    stage: Stage = "limits"
+    headers: dict[str, str] = {}
+    header_problem: str = ""
+    key: str | None = None  # the Kafka key, once read, when it is a plain identifier
+    tool: str | None = None  # only once it names a known contract
+    contract: str | None = None  # the deciding version's key
+    request_id: str | None = None
+    attempt: int | None = None
+
+    def rejected(self, exc: Exception, request: RequestRecord | None) -> Verdict:
+        """The rejected verdict for ``exc`` raised at the stage reached."""
+        rejected = (
+            exc
+            if isinstance(exc, RejectedInput)
+            else RejectedInput(
+                self.stage, "INTERNAL_ERROR", f"{type(exc).__name__} during the {self.stage} stage"
+            )
+        )
+        key = self.key
+        # The agent hears back only about a request the platform issued: the key
+        # must name the request record the store returned. Operators (audit) get
+        # whatever identifier the message claimed, if it is a plain one.
+        issued = key if request is not None and key == request.request_id else None
+        return rejection(
+            rejected,
+            digest=self.digest,
+            tool=self.tool,
+            request_id=self.request_id or key,
+            agent_request_id=issued,
+            contract=self.contract,
+            attempt=self.attempt,
+            headers=self.headers,
+        )
 
 
 class _Plan:
@@ -254,6 +361,7 @@ class _Plan:
         "content_type",
         "key",
         "limits",
+        "max_bytes",
         "retired",
         "retryable_codes",
         "text_regex",
@@ -267,22 +375,38 @@ class _Plan:
         self.tool = spec.tool
         self.retired = spec.status == "retired"
         self.limits = spec.limits
+        # A retired version decides nothing: the default limits apply to its messages.
+        self.max_bytes = DEFAULT_LIMITS.max_bytes if self.retired else spec.limits.max_bytes
         self.content_type = spec.content_type
         self.text_regex = contract.text_regex
         self.validator = contract.validator
         self.retryable_codes = contract.retryable_codes
 
 
-def _reject(
-    rejection: RejectedInput,
-    tool: str | None,
-    request_id: str | None,
-    agent_request_id: str | None,
-    contract: str | None,
-    attempt: int | None,
-    headers: dict[str, str],
+def rejection(
+    rejected: RejectedInput,
+    *,
     digest: str,
+    tool: str | None = None,
+    request_id: str | None = None,
+    agent_request_id: str | None = None,
+    contract: str | None = None,
+    attempt: int | None = None,
+    headers: Mapping[str, str] = _NO_HEADERS,
 ) -> Verdict:
+    """The one builder of a rejected verdict: ``INVALID_RESPONSE`` for the agent, the
+    stage, code and masked diagnostics for operators.
+
+    Args:
+        rejected: the stage's rejection.
+        digest: SHA-256 of the raw value.
+        tool: a known contract's tool name (echoed to the agent), else None.
+        request_id: the identifier the message claimed (for operators).
+        agent_request_id: the request id the agent may hear: only one the platform issued.
+        contract: the deciding version's key, once known.
+        attempt: the attempt the result answers, once known.
+        headers: the checked ``tg-*`` headers.
+    """
     agent = _encode(failure(tool, agent_request_id, INVALID_RESPONSE, False))
     return Verdict(
         accepted=False,
@@ -290,18 +414,18 @@ def _reject(
         tool=tool,
         request_id=request_id,
         contract=contract,
-        stage=rejection.stage,
-        code=rejection.code,
+        stage=rejected.stage,
+        code=rejected.code,
         attempt=attempt,
         agent=agent,
         raw_sha256=digest,
         diagnostics=Diagnostics(
-            stage=rejection.stage,
-            code=rejection.code,
-            message=_bounded(rejection.detail),
-            instance_path=rejection.instance_path,
-            schema_path=rejection.schema_path,
-            keyword=rejection.keyword,
+            stage=rejected.stage,
+            code=rejected.code,
+            message=_bounded(rejected.detail),
+            instance_path=rejected.instance_path,
+            schema_path=rejected.schema_path,
+            keyword=rejected.keyword,
         ),
         adapter=headers.get("tg-adapter"),
         adapter_version=headers.get("tg-adapter-version"),
@@ -309,11 +433,10 @@ def _reject(
     )
 
 
-def _read_headers(message: Message, headers: dict[str, str]) -> tuple[str, str | None]:
+def _read_headers(message: Message, headers: dict[str, str]) -> str:
     """Bound and decode the ``tg-*`` headers into ``headers``.
 
-    Returns the last non-fatal problem (deferred to ``contract``; empty when none)
-    and the Kafka key when it is a safe identifier.
+    Returns the last non-fatal problem (deferred to ``contract``; empty when none).
     """
     pairs = message.headers
     if len(pairs) > MAX_HEADERS:
@@ -359,13 +482,7 @@ def _read_headers(message: Message, headers: dict[str, str]) -> tuple[str, str |
             problem = "a tg-* header appears more than once"
             continue
         headers[name] = text
-    if key is None:
-        return problem, None
-    try:
-        text = key.decode("ascii")
-    except UnicodeDecodeError:
-        return problem, None
-    return problem, text if _SAFE_ID.fullmatch(text) else None
+    return problem
 
 
 def _attempt(text: str, request: RequestRecord) -> int:
@@ -427,4 +544,4 @@ def _bounded(text: str) -> str:
     return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 1] + "…"
 
 
-__all__ = ["DEFAULT_LIMITS", "STAGES", "Gate", "__version__"]
+__all__ = ["DEFAULT_LIMITS", "STAGES", "Gate", "__version__", "rejection"]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 
 import msgspec
+
+from toolgate._codes import Code, Stage
 
 BindValue = str | int | bool | list[str]
 
@@ -59,13 +62,32 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     origin: str = ""  # topic/partition/offset, for diagnostics only
 
 
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+"""A plain identifier: what a Kafka key or a claimed id must be to be echoed or looked up."""
+
+
+def request_key(key: bytes | None) -> str:
+    """The request id a Kafka key names: the key as text when it is a plain identifier, else ''.
+
+    Computed once per message (the batch looks the request up with it and hands it
+    to the gate); '' names no request (a request id has at least one character).
+    """
+    if key is None or len(key) > 128:
+        return ""
+    try:
+        text = key.decode("ascii")
+    except UnicodeDecodeError:
+        return ""
+    return text if SAFE_ID.fullmatch(text) else ""
+
+
 # Verdicts and diagnostics hold only scalars, so they can never be part of a reference
 # cycle: gc=False keeps them out of the garbage collector's bookkeeping.
 class Diagnostics(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Why a result was rejected, for operators only (never for the agent)."""
 
-    stage: str
-    code: str
+    stage: Stage
+    code: Code
     message: str = ""
     instance_path: str = ""
     schema_path: str = ""
@@ -84,7 +106,7 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     tool: str | None
     request_id: str | None
     contract: str | None
-    stage: str | None  # set on rejection
+    stage: Stage | None  # set on rejection
     code: str | None  # operator code on rejection; the upstream failure code when accepted
     attempt: int | None
     agent: bytes

@@ -3,7 +3,7 @@
 Every rule is a callable ``rule(evidence) -> None`` that raises
 :class:`~toolgate._errors.RejectedInput` (stage ``semantic``) to reject. Rules with
 settings are small classes built once per contract from its ``contract.yaml``;
-the gate runs them in DESIGN.md's order: bindings, freshness, identifier
+the gate runs them in this order: bindings, freshness, identifier
 ownership, adapter signature, one accepted result per request attempt.
 
 Rules that read ``/data`` apply to success envelopes only: a validated failure
@@ -19,6 +19,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
+from toolgate._codes import Code
 from toolgate._errors import RejectedInput
 from toolgate.gate._contracts import MISSING, Bind, Contract, Freshness, OwnedId, parse_pointer, resolve
 from toolgate.gate._records import RequestRecord
@@ -55,7 +56,7 @@ class Evidence(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 SemanticRule: TypeAlias = Callable[[Evidence], None]
 
 
-def _reject(code: str, message: str, pointer: str = "") -> RejectedInput:
+def _reject(code: Code, message: str, pointer: str = "") -> RejectedInput:
     return RejectedInput("semantic", code, message, instance_path=pointer)
 
 
@@ -209,7 +210,7 @@ def duplicate_rule(evidence: Evidence) -> None:
 
 
 def build_rules(contract: Contract, keyring: Keyring) -> tuple[SemanticRule, ...]:
-    """The contract's semantic rules, in DESIGN.md's order."""
+    """The contract's semantic rules, in the order the module docstring gives."""
     rules: list[SemanticRule] = []
     rules += [BindRule(r) for r in contract.rules if isinstance(r, Bind)]
     rules += [FreshnessRule(r) for r in contract.rules if isinstance(r, Freshness)]

@@ -28,6 +28,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from toolgate._codes import Stage
+
 if TYPE_CHECKING:
     from toolgate.gate._batch import Decision
 
@@ -142,11 +144,11 @@ class Metrics:
 
     def decided_batch(self, decisions: Sequence[Decision]) -> None:
         """Count a committed batch: one ``inc(n)`` per label set, not one per result."""
-        counts: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        counts: collections.Counter[tuple[str, str, Stage | None, str]] = collections.Counter()
         for decision in decisions:
             v = decision.verdict
             tool = v.tool or "unknown"
-            counts[(tool, v.result, v.stage or "", v.code or "")] += 1
+            counts[(tool, v.result, v.stage, v.code or "")] += 1
             self.evaluation.labels(v.stage or "project").observe(decision.seconds)
             self.result_bytes.labels(tool).observe(decision.size)
             if decision.replays:
@@ -154,10 +156,10 @@ class Metrics:
         for (tool, outcome, stage, code), n in counts.items():
             self.results.labels(tool, outcome).inc(n)
             if outcome == "rejected":
-                self.rejections.labels(tool, stage, code).inc(n)
+                self.rejections.labels(tool, stage or "", code).inc(n)
 
     def decided(
-        self, tool: str | None, outcome: str, stage: str | None, code: str | None, size: int, seconds: float
+        self, tool: str | None, outcome: str, stage: Stage | None, code: str | None, size: int, seconds: float
     ) -> None:
         """Count one decision (label children cached: ``labels()`` is slow per message)."""
         name = tool or "unknown"

@@ -35,9 +35,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from toolgate._config import Config
-from toolgate.gate._batch import ShadowSampler, decide_batch, request_key
+from toolgate.gate._batch import ShadowSampler, decide_batch
 from toolgate.gate._gate import Gate
-from toolgate.gate._records import Message
+from toolgate.gate._records import Message, request_key
 from toolgate.service._kafka import client_settings
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader

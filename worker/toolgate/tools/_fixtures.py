@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from toolgate._codes import STAGES, is_code, is_stage
 from toolgate._errors import ContractError
 from toolgate.gate._contracts import Contract, ContractSet
 from toolgate.gate._gate import Gate
@@ -141,6 +142,10 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any], k
     expect = merged.get("expect", {})
     if kind == "reject" and not {"stage", "code"} <= set(expect):
         raise ContractError(where, "$.expect", "reject fixtures name the stage and code")
+    if "stage" in expect and not is_stage(expect["stage"]):
+        raise ContractError(where, "$.expect.stage", f"not a stage: one of {', '.join(STAGES)}")
+    if kind == "reject" and not is_code(expect["code"]):
+        raise ContractError(where, "$.expect.code", "not a rejection code")
     key = merged.get("key", headers.get("tg-request-id"))
     message = Message(
         key=None if key is None else str(key).encode("utf-8"),

@@ -27,15 +27,17 @@ from typing import TextIO
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from toolgate._config import Config
-from toolgate.gate._batch import request_key
+from toolgate._config import Config, Topics
+from toolgate.gate._batch import decide_batch
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import DIAGNOSTIC_HEADERS
-from toolgate.gate._records import Message
+from toolgate.gate._records import Message, Verdict
+from toolgate.gate._rules import Ledger
 from toolgate.service._kafka import client_settings
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 
 REPLAY_ORIGIN = "tg-replay-origin"
+_MAX_RECORD_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -277,38 +279,59 @@ def dry_run(
     records: list[Quarantined],
     gate: Gate,
     requests: RequestTable,
-    ledger: AcceptedLedger,
+    ledger: Ledger,
     now: datetime,
     max_replays: int,
+    *,
+    chunk: int = 1000,
 ) -> DryRunReport:
-    """Re-evaluate each record as the pipeline would now; write nothing."""
+    """Re-evaluate each record through the worker's own batch decision; write nothing.
+
+    Records are decided in batches of ``chunk`` by :func:`~toolgate.gate._batch.decide_batch`,
+    exactly as the worker decides intake (the same request lookup, ledger, duplicate
+    detection within a batch and shadow evaluation); what a batch accepts counts as
+    accepted for the batches after it, as a committed batch does in the worker.
+    """
     report = DryRunReport()
-    pending: set[tuple[str, int]] = set()
-
-    def seen(request_id: str, attempt: int) -> bool:
-        return (request_id, attempt) in pending or ledger(request_id, attempt)
-
+    eligible: list[Quarantined] = []
     for record in records:
         if record.replays >= max_replays:
             report.guarded += 1
             report.rows[(record.tool, record.code, "refused", "loop guard")] += 1
-            continue
-        message = record.original()
-        verdict = gate.evaluate(message, requests.get(request_key(message.key)), now, seen)
-        if verdict.accepted:
-            report.would_pass += 1
-            if verdict.request_id and verdict.attempt is not None:
-                pending.add((verdict.request_id, verdict.attempt))
-            report.rows[(record.tool, record.code, "would pass", verdict.code or "-")] += 1
-            continue
-        same = verdict.code == record.code
-        report.same_code += same
-        report.other_code += not same
-        report.expired += verdict.code == "REQUEST_EXPIRED"
-        report.rows[
-            (record.tool, record.code, "same code" if same else "other code", verdict.code or "")
-        ] += 1
+        else:
+            eligible.append(record)
+    accepted: set[tuple[str, int]] = set()
+
+    def committed(request_id: str, attempt: int) -> bool:
+        return (request_id, attempt) in accepted or ledger(request_id, attempt)
+
+    for start in range(0, len(eligible), chunk):
+        part = eligible[start : start + chunk]
+        batch = decide_batch(
+            gate,
+            [record.original() for record in part],
+            requests.get,
+            committed,
+            now,
+            topics=Topics(),  # nothing is sent
+            max_record_bytes=_MAX_RECORD_BYTES,
+        )
+        accepted |= batch.accepted
+        for record, decision in zip(part, batch.decisions, strict=True):
+            _count(report, record, decision.verdict)
     return report
+
+
+def _count(report: DryRunReport, record: Quarantined, verdict: Verdict) -> None:
+    if verdict.accepted:
+        report.would_pass += 1
+        report.rows[(record.tool, record.code, "would pass", verdict.code or "-")] += 1
+        return
+    same = verdict.code == record.code
+    report.same_code += same
+    report.other_code += not same
+    report.expired += verdict.code == "REQUEST_EXPIRED"
+    report.rows[(record.tool, record.code, "same code" if same else "other code", verdict.code or "")] += 1
 
 
 def replay_headers(record: Quarantined, quarantine_topic: str) -> list[tuple[str, bytes]]:
