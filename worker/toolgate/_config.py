@@ -126,8 +126,10 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: dict[str, s
     if path:
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{path}: {exc}") from exc
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
         try:
             msgspec.convert(data, Config)
         except msgspec.ValidationError as exc:

@@ -1,8 +1,15 @@
-"""The ``toolgate`` command line: parse arguments, configure, call one function.
+"""The ``toolgate`` command line: parse arguments, configure, call one handler.
+
+Every subcommand is a row of :data:`COMMANDS`: its words, its handler, its help,
+its example and the shared option groups it takes (declared once, as argparse
+parent parsers). :func:`main` parses, builds the configuration (defaults, TOML
+file, ``TOOLGATE_*`` variables, then command-line flags), calls the handler and
+turns every expected failure into one line on stderr.
 
 Exit codes, for every command: 0 success, 1 the command ran and found a problem
 (a rejected result, a failing fixture, a lint finding, a breaking change), 2 a
-usage or configuration error (bad arguments, unreadable file, bad contract).
+usage, configuration or connection error (bad arguments, unreadable file, bad
+contract, unreachable broker or worker).
 """
 
 from __future__ import annotations
@@ -12,19 +19,24 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 
 from toolgate._config import Config, load_config
 from toolgate._errors import BrokerError, ConfigError
 from toolgate._version import __version__
-from toolgate.gate._contracts import ContractSet, load_contract
+
+if TYPE_CHECKING:
+    from toolgate.gate._gate import Gate
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+
+Handler = Callable[[argparse.Namespace, Config], int]
 
 _DESCRIPTION = """\
 toolgate validates AI-agent tool results before an agent may act on them.
@@ -46,423 +58,320 @@ examples:
   toolgate quarantine tail --code BAD_SIGNATURE -n 5   why the latest results were rejected
   toolgate quarantine summary                 rejections by tool, code, adapter version
 
+Every command has --help with an example. Exit codes: 0 success, 1 the command
+found a problem, 2 a usage, configuration or connection error.
+
 environment: TOOLGATE_BOOTSTRAP (default 127.0.0.1:19092), TOOLGATE_CONTRACTS_DIR,
 TOOLGATE_KEYRING, TOOLGATE_CONFIG (a TOML file); see README.md for all settings.
 """
 
 
-def _parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="toolgate", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=fmt
-    )
-    parser.add_argument("--version", action="version", version=f"toolgate {__version__}")
-    parser.add_argument("--config", metavar="FILE", help="TOML configuration file (TOOLGATE_CONFIG)")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line, exit 2."""
 
-    check = commands.add_parser(
-        "check",
-        formatter_class=fmt,
-        help="evaluate result files offline, one JSON line per file",
-        description="Evaluate result files offline through the same gate the worker runs.\n\n"
-        "Prints one JSON line per file: file, outcome (accepted|rejected), stage, code,\n"
-        "the agent envelope, and for rejections the operator diagnostics.\n"
-        "Exit 0 when every file was accepted, 1 when any was rejected, 2 on a usage error.",
-        epilog="When --request is given, tg-tool and tg-request-id default to the request's tool\n"
-        "and request_id, and the Kafka key to tg-request-id.\n\n"
-        "example:\n  toolgate check --request req.json --now 2026-05-01T12:00:00Z result.json",
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0")
+    return value
+
+
+# --- shared option groups (argparse parents), each declared once ---------------------------
+
+
+def _shared_options() -> dict[str, _Parser]:
+    def group() -> _Parser:
+        return _Parser(add_help=False)
+
+    config = group()
+    # SUPPRESS: a subcommand's default must not overwrite `toolgate --config FILE COMMAND`.
+    config.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="TOML configuration file (TOOLGATE_CONFIG)",
     )
-    check.add_argument("files", nargs="+", metavar="FILE", help="raw result bytes, one result per file")
-    check.add_argument("--contracts", metavar="DIR", help="contracts folder (default: ./contracts)")
-    check.add_argument("--request", metavar="FILE", help="the request record (JSON) results answer")
-    check.add_argument(
+    contracts = group()
+    contracts.add_argument(
+        "--contracts", metavar="DIR", help="contracts folder (TOOLGATE_CONTRACTS_DIR, default ./contracts)"
+    )
+    keyring = group()
+    keyring.add_argument(
+        "--keyring", metavar="FILE", help="adapter keys for signed contracts, TOML (TOOLGATE_KEYRING)"
+    )
+    bootstrap = group()
+    bootstrap.add_argument(
+        "--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers (TOOLGATE_BOOTSTRAP)"
+    )
+    now = group()
+    now.add_argument("--now", metavar="ISO", help="the clock, RFC 3339 with an offset (default: now)")
+    return {"config": config, "contracts": contracts, "keyring": keyring, "bootstrap": bootstrap, "now": now}
+
+
+# --- the command table ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """One row of the command table: a (sub)command's words, handler, help and options.
+
+    A row without a handler is a group (``contracts``, ``topics``, ...) whose actions are
+    the rows that extend its words.
+    """
+
+    words: tuple[str, ...]
+    help: str
+    description: str
+    examples: tuple[str, ...]
+    handler: Handler | None = None
+    shared: tuple[str, ...] = ()
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+def _check_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help="raw result bytes, one result per file")
+    p.add_argument("--request", metavar="FILE", help="the request record (JSON) results answer")
+    p.add_argument(
         "--header",
         action="append",
         default=[],
         metavar="K=V",
         help="an intake header, e.g. tg-tool=review_status (repeatable)",
     )
-    check.add_argument("--key", metavar="KEY", help="the Kafka key (default: tg-request-id)")
-    check.add_argument("--now", metavar="ISO", help="the clock, RFC 3339 (default: now)")
-    check.add_argument("--keyring", metavar="FILE", help="adapter keys for signed contracts")
+    p.add_argument("--key", metavar="KEY", help="the Kafka key (default: tg-request-id)")
 
-    contracts = commands.add_parser(
-        "contracts",
-        help="test, lint and diff contracts",
-        description="Keep contracts honest: fixtures, rules, changes.",
-    )
-    sub = contracts.add_subparsers(dest="contracts_command", metavar="ACTION", required=True)
-    test = sub.add_parser("test", help="run every fixture; each reject must hit its stage and code")
-    test.add_argument("--contracts", metavar="DIR", help="contracts folder (default: ./contracts)")
-    test.add_argument(
-        "--keyring", metavar="FILE", help="keys for signed fixtures (default: DIR/fixtures-keyring.toml)"
-    )
-    test.add_argument("-v", "--verbose", action="store_true", help="print passing fixtures too")
-    lint = sub.add_parser("lint", help="closed objects, bounded strings and arrays, no free maps")
-    lint.add_argument("--contracts", metavar="DIR", help="contracts folder (default: ./contracts)")
-    diff = sub.add_parser(
-        "diff",
-        help="class each change between two versions as breaking or not",
-        description="Compare two contract versions (folders holding contract.yaml)"
-        " or two schema files. Exit 1 when a change is breaking.",
-    )
-    diff.add_argument("old", metavar="OLD")
-    diff.add_argument("new", metavar="NEW")
-    history = sub.add_parser(
-        "history",
-        help="diff every version with its predecessor; breaking needs a new major",
-        description="For every tool, diff each version (v1, v1.1, v2, ...) with its predecessor.\n"
-        "Exit 1 when a breaking change comes without a new major version (v1 -> v1.1).",
-    )
-    history.add_argument("--contracts", metavar="DIR", help="contracts folder (default: ./contracts)")
 
-    run = commands.add_parser(
-        "run",
-        formatter_class=fmt,
-        help="run the worker: consume intake, decide, publish",
-        description="Consume the intake topic, decide every result with the gate and publish the\n"
-        "agent envelope, quarantine record and audit event with the consumer offset in\n"
-        "one Kafka transaction. SIGTERM/SIGINT finish the batch in hand and leave the\n"
-        "group; SIGHUP reloads the contracts (a set that fails to load is refused and\n"
-        "the running one kept). Metrics, /healthz and /readyz are served on\n"
-        "TOOLGATE_METRICS_PORT.",
-        epilog="example:\n  TOOLGATE_BOOTSTRAP=127.0.0.1:19092 toolgate run --contracts contracts",
-    )
-    run.add_argument("--contracts", metavar="DIR", help="contracts folder (TOOLGATE_CONTRACTS_DIR)")
-    run.add_argument("--keyring", metavar="FILE", help="adapter keys (TOOLGATE_KEYRING)")
-    run.add_argument("--max-messages", type=int, metavar="N", help="stop after deciding N results")
-    run.add_argument(
+def _contracts_test_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true", help="print passing fixtures too")
+
+
+def _contracts_diff_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("old", metavar="OLD", help="the older version folder (or schema file)")
+    p.add_argument("new", metavar="NEW", help="the newer version folder (or schema file)")
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-messages", type=_positive_int, metavar="N", help="stop after deciding N results")
+    p.add_argument(
         "--burst",
         action="store_true",
         help="stop once this worker owns every intake partition and has read each to "
         "its end (one-shot runs and tests; one worker)",
     )
-    run.add_argument(
+    p.add_argument(
         "--batch-size",
-        type=int,
+        type=_positive_int,
         default=500,
         metavar="N",
         help="records per transaction and partition (default 500)",
     )
-    run.add_argument(
+    p.add_argument(
         "--linger-ms",
-        type=int,
+        type=_non_negative_int,
         default=20,
         metavar="MS",
         help="longest wait for a batch to fill (default 20)",
     )
-    run.add_argument(
+    p.add_argument(
         "--metrics-host",
         default=None,
         metavar="HOST",
         help="address for the metrics port (TOOLGATE_METRICS_HOST, default 127.0.0.1)",
     )
-    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="DEBUG, INFO, WARNING or ERROR (default INFO)",
+    )
+    p.set_defaults(json_logs=True)
 
-    demo = commands.add_parser(
-        "demo",
-        formatter_class=fmt,
-        help="send sample traffic to a running worker, show decisions",
-        description="Publish request records and a mix of good and hostile results (the seed's\n"
-        "hazards: injected approvals, duplicate keys, banners, wrong project, stale\n"
-        "and unsigned results, ...), wait for the worker's decisions on the audit topic\n"
-        "and print them by tool, outcome and code. Exit 1 if any was not decided as\n"
-        "the sample expected.",
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--count", type=_positive_int, default=200, metavar="N", help="results to send (200)")
+    p.add_argument(
+        "--wait",
+        type=_positive_float,
+        default=60.0,
+        metavar="S",
+        help="seconds to wait for the decisions (60)",
     )
-    demo.add_argument("--count", type=int, default=200, metavar="N", help="results to send (200)")
-    demo.add_argument(
-        "--wait", type=float, default=60.0, metavar="S", help="seconds to wait for the decisions (60)"
-    )
-    demo.add_argument("--seed", type=int, default=7, help="seed of the traffic mix")
-    demo.add_argument(
-        "--keyring", metavar="FILE", help="keys to sign samples (default: contracts/fixtures-keyring.toml)"
+    p.add_argument("--seed", type=int, default=7, help="random seed of the traffic mix (7)")
+    p.add_argument(
+        "--keyring", metavar="FILE", help="keys to sign samples (default: CONTRACTS/fixtures-keyring.toml)"
     )
 
-    replay = commands.add_parser(
-        "replay",
-        formatter_class=fmt,
-        help="send quarantined results through the pipeline again",
-        description="Select quarantined results and, after a connector or contract fix, send them\n"
-        "through the pipeline again. Prints the selection (by tool and code) first.\n"
-        "--dry-run (the default) re-evaluates each with today's contracts, its request\n"
-        "record and the real clock, and writes nothing. --apply re-publishes the\n"
-        "original bytes and headers to intake (tg-replay-count + 1); the worker decides\n"
-        "again, and a result already accepted for its request attempt is a duplicate.",
-        epilog="examples:\n"
-        "  toolgate replay --tool deploy_status --code SCHEMA_VIOLATION\n"
-        "  toolgate replay --tool deploy_status --code SCHEMA_VIOLATION --apply\n"
-        "  toolgate replay --since 2026-05-01T09:00:00Z --origin 2:1000-1999",
-    )
-    replay.add_argument("--since", metavar="ISO", help="rejected at or after this time")
-    replay.add_argument("--until", metavar="ISO", help="rejected before this time")
-    replay.add_argument("--tool", action="append", default=[], help="tool (repeatable)")
-    replay.add_argument("--stage", action="append", default=[], help="rejection stage (repeatable)")
-    replay.add_argument("--code", action="append", default=[], help="rejection code (repeatable)")
-    replay.add_argument(
+
+def _replay_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--since", metavar="ISO", help="rejected at or after this time")
+    p.add_argument("--until", metavar="ISO", help="rejected before this time")
+    p.add_argument("--tool", action="append", default=[], help="tool (repeatable)")
+    p.add_argument("--stage", action="append", default=[], help="rejection stage (repeatable)")
+    p.add_argument("--code", action="append", default=[], help="rejection code (repeatable)")
+    p.add_argument(
         "--adapter-version", action="append", default=[], metavar="V", help="tg-adapter-version (repeatable)"
     )
-    replay.add_argument(
+    p.add_argument(
         "--origin", metavar="P[:FIRST-LAST]", help="intake partition, optionally an inclusive offset range"
     )
-    mode = replay.add_mutually_exclusive_group()
+    mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="re-evaluate, write nothing (default)")
     mode.add_argument("--apply", action="store_true", help="re-publish the selection to intake")
-    replay.add_argument(
+    p.add_argument(
         "--max-replays",
-        type=int,
+        type=_non_negative_int,
         default=3,
         metavar="N",
         help="refuse records already replayed N times (default 3)",
     )
-    replay.add_argument("--contracts", metavar="DIR", help="contracts folder for the dry run")
-    replay.add_argument("--keyring", metavar="FILE", help="adapter keys for the dry run")
-    replay.add_argument("--now", metavar="ISO", help="the clock of the dry run (default: now)")
 
-    topics = commands.add_parser(
-        "topics", help="manage the Kafka topics", description="Manage toolgate's five Kafka topics."
-    )
-    tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
-    ensure = tsub.add_parser(
-        "ensure",
-        formatter_class=fmt,
-        help="create missing topics (idempotent)",
-        description="Create the topics of DESIGN.md where missing and report those that exist.\n"
-        "Names and partition counts come from the configuration:\n"
-        "  TOOLGATE_TOPIC_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT}\n"
-        "  TOOLGATE_PARTITIONS_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT}\n"
-        "The requests topic is compacted (latest record per request id).",
-    )
-    ensure.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
 
-    acls = commands.add_parser(
-        "acls",
-        formatter_class=fmt,
-        help="the Kafka ACLs of the trust boundaries",
-        description="The ACLs of DESIGN.md's trust table for the configured topic names\n"
-        "(TOOLGATE_TOPIC_*) and consumer group (TOOLGATE_GROUP_ID, as a prefix):\n"
-        "  toolgate  read requests, intake, audit, quarantine; write agent,\n"
-        "            quarantine, audit; its group, transactional ids, idempotent writes\n"
-        "  platform  write requests        adapter   write intake\n"
-        "  agent     read agent, in groups of its own prefix\n"
-        "  operator  read quarantine, audit, requests; write intake (replay --apply)\n"
-        "apply and list log in as TOOLGATE_SECURITY_* says: an administrator.",
-        epilog="examples:\n"
-        "  toolgate acls plan                                the ACLs, one per line\n"
-        "  toolgate acls plan --format kafka-acls            as kafka-acls.sh commands\n"
-        "  toolgate acls apply --adapter User:connector-7    create them (idempotent)\n"
-        "  toolgate acls list                                what the cluster holds",
-    )
-    asub = acls.add_subparsers(dest="acls_command", metavar="ACTION", required=True)
-    for name, text in (
-        ("plan", "print the ACLs (nothing is sent)"),
-        ("apply", "create the ACLs on the cluster (idempotent)"),
-        ("list", "print the ALLOW ACLs the cluster holds"),
-    ):
-        action = asub.add_parser(name, help=text, description=text)
-        action.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
-        if name == "list":
-            continue
-        for role in ("toolgate", "platform", "adapter", "agent", "operator"):
-            action.add_argument(
-                f"--{role}",
-                metavar="PRINCIPAL",
-                default=f"User:{role}",
-                help=f"the {role} principal (default User:{role})",
-            )
-        action.add_argument(
-            "--agent-group",
-            metavar="PREFIX",
-            default="agent",
-            help="prefix of the agents' consumer groups (default agent)",
+def _acls_principal_arguments(p: argparse.ArgumentParser) -> None:
+    for role in ("toolgate", "platform", "adapter", "agent", "operator"):
+        p.add_argument(
+            f"--{role}",
+            metavar="PRINCIPAL",
+            default=f"User:{role}",
+            help=f"the {role} principal (default User:{role})",
         )
-        if name == "plan":
-            action.add_argument(
-                "--format",
-                choices=("lines", "kafka-acls"),
-                default="lines",
-                help="lines (default) or kafka-acls.sh command lines",
-            )
-
-    top = commands.add_parser(
-        "top",
-        formatter_class=fmt,
-        help="live terminal view of a worker's metrics (no Grafana needed)",
-        description="Read a worker's /metrics and show, refreshed in place until Ctrl-C:\n"
-        "  RESULTS             decided results by tool and outcome (success, failure =\n"
-        "                      a valid upstream failure, rejected), total and per second\n"
-        "  REJECTION RATIO     per tool: rejected share and its top codes, each with the\n"
-        "                      time the worker first saw it for that tool\n"
-        "  REJECTIONS BY CODE  the top codes, with the stages and tools they came from\n"
-        "  CONSUMER LAG        intake records not yet decided, per partition and total\n"
-        "  GATE LATENCY        p50/p99 gate time per result, by the stage it ended at\n"
-        "  TRANSACTIONS        committed and aborted (aborts mean the batch is redone)\n"
-        "  SHADOW              shadow contract versions whose verdict differed\n"
-        "  REPLAYED            results replayed from the quarantine, by outcome now\n"
-        "  REQUESTS            request records held, evictions, waits for the reader\n\n"
-        "Rates are the change between two scrapes; the first screen shows totals since\n"
-        "the worker started. Every line fits 80 columns. Exit 2 when the endpoint cannot\n"
-        "be reached.",
-        epilog="examples:\n"
-        "  toolgate top                                  the local worker, every 2 s\n"
-        "  toolgate top --once                           one snapshot with rates, for scripts\n"
-        "  toolgate top --once --interval 0              totals only, one scrape\n"
-        "  toolgate top --url http://worker-2.example:9464/metrics --top 5",
+    p.add_argument(
+        "--agent-group",
+        metavar="PREFIX",
+        default="agent",
+        help="prefix of the agents' consumer groups (default agent)",
     )
-    top.add_argument(
+
+
+def _acls_plan_arguments(p: argparse.ArgumentParser) -> None:
+    _acls_principal_arguments(p)
+    p.add_argument(
+        "--format",
+        choices=("lines", "kafka-acls"),
+        default="lines",
+        help="lines (default) or kafka-acls.sh command lines",
+    )
+
+
+def _top_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
         "--url",
         metavar="URL",
         help="the worker's metrics endpoint (default http://127.0.0.1:9464/metrics, "
         "the port from TOOLGATE_METRICS_PORT)",
     )
-    top.add_argument(
+    p.add_argument(
         "--interval",
         type=float,
         default=2.0,
         metavar="S",
         help="seconds between scrapes (default 2); with --once, 0 = totals only",
     )
-    top.add_argument(
+    p.add_argument(
         "--once",
         action="store_true",
         help="print one snapshot and exit 0 (two scrapes --interval apart for rates)",
     )
-    top.add_argument("--top", type=int, default=10, metavar="N", help="rejection codes shown (10)")
+    p.add_argument("--top", type=_positive_int, default=10, metavar="N", help="rejection codes shown (10)")
 
-    quarantine = commands.add_parser(
-        "quarantine",
-        help="read the quarantine topic",
-        description="Read rejected results and their diagnostics.",
+
+def _quarantine_summary_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tool", metavar="TOOL", help="only this tool (as quarantine tail --tool)")
+    p.add_argument("--code", metavar="CODE", help="only this code, e.g. SCHEMA_VIOLATION")
+    p.add_argument("--stage", metavar="STAGE", help="only this stage, e.g. schema")
+    p.add_argument(
+        "--max-scan",
+        type=_positive_int,
+        default=1_000_000,
+        metavar="N",
+        help="count at most the last N records of each partition (1000000)",
     )
-    qsub = quarantine.add_subparsers(dest="quarantine_command", metavar="ACTION", required=True)
-    qtail = qsub.add_parser(
-        "tail",
-        formatter_class=fmt,
-        help="the latest quarantine records' diagnostics as JSON lines",
-        description="Print the last N quarantine records (read_committed, in log order) as JSON\n"
-        "lines: topic, partition, offset, timestamp, key, tool (the contract's tool,\n"
-        "else the adapter's tg-tool), stage, code, size, and every header: the\n"
-        "adapter's originals and toolgate's tg-error-* diagnostics (tg-error-detail\n"
-        "decoded: schema path, keyword, masked message). Reads without a consumer\n"
-        "group: commits nothing, moves no offsets. The quarantine topic is\n"
-        "TOOLGATE_TOPIC_QUARANTINE (default toolgate.quarantine).",
-        epilog="examples:\n"
-        "  toolgate quarantine tail                          the last 10 rejections\n"
-        "  toolgate quarantine tail --tool job_status --code BAD_SIGNATURE -n 5\n"
-        "  toolgate quarantine tail --stage schema --value -n 1   with the raw bytes as text",
+
+
+def _quarantine_tail_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-n", "--lines", type=_positive_int, default=10, metavar="N", help="records to print (default 10)"
     )
-    qtail.add_argument(
-        "-n", "--lines", type=int, default=10, metavar="N", help="records to print (default 10)"
-    )
-    qtail.add_argument(
+    p.add_argument(
         "--tool",
         metavar="TOOL",
         help="only this tool (the contract's, else the tg-tool header; as toolgate replay --tool)",
     )
-    qtail.add_argument("--code", metavar="CODE", help="only this code, e.g. SCHEMA_VIOLATION")
-    qtail.add_argument("--stage", metavar="STAGE", help="only this stage, e.g. semantic")
-    qtail.add_argument(
+    p.add_argument("--code", metavar="CODE", help="only this code, e.g. SCHEMA_VIOLATION")
+    p.add_argument("--stage", metavar="STAGE", help="only this stage, e.g. semantic")
+    p.add_argument(
         "--max-scan",
-        type=int,
+        type=_positive_int,
         default=100_000,
         metavar="N",
         help="look at most at the last N records of each partition (100000)",
     )
-    qtail.add_argument(
+    p.add_argument(
         "--value",
         action="store_true",
         help="include the rejected value as JSON text (first 4096 characters; "
         "hostile input: never paste it into an agent)",
     )
-    qtail.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
-    qsummary = qsub.add_parser(
-        "summary",
-        formatter_class=fmt,
-        help="counts by tool, code, adapter version and schema path, first and last seen",
-        description="Count the quarantine records (read_committed, no consumer group) by tool,\n"
-        "code, adapter version (tg-adapter-version) and schema path (from\n"
-        "tg-error-detail), with the first and last time each was rejected (UTC),\n"
-        "most records first: which connector drifts, since when, and from which\n"
-        "adapter version on.",
-        epilog="examples:\n"
-        "  toolgate quarantine summary\n"
-        "  toolgate quarantine summary --tool deploy_status --code SCHEMA_VIOLATION",
-    )
-    qsummary.add_argument("--tool", metavar="TOOL", help="only this tool (as quarantine tail --tool)")
-    qsummary.add_argument("--code", metavar="CODE", help="only this code, e.g. SCHEMA_VIOLATION")
-    qsummary.add_argument("--stage", metavar="STAGE", help="only this stage, e.g. schema")
-    qsummary.add_argument(
-        "--max-scan",
-        type=int,
-        default=1_000_000,
-        metavar="N",
-        help="count at most the last N records of each partition (1000000)",
-    )
-    qsummary.add_argument("--bootstrap", metavar="HOST:PORT", help="broker (TOOLGATE_BOOTSTRAP)")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``toolgate`` console script."""
-    args = _parser().parse_args(argv)
+# --- handlers ------------------------------------------------------------------------------
+
+
+def _keyring_file(args: argparse.Namespace, config: Config) -> str | None:
+    return getattr(args, "keyring", None) or config.keyring
+
+
+def _load_gate(config: Config, keyring_file: str | None) -> Gate:
+    from toolgate.gate._contracts import ContractSet
+    from toolgate.gate._gate import Gate
+    from toolgate.gate._signing import Keyring
+
+    return Gate(ContractSet.load(config.contracts_dir), Keyring.load(keyring_file) if keyring_file else None)
+
+
+def _parse_time(flag: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
     try:
-        config = load_config(args.config)
-        if getattr(args, "bootstrap", None):
-            config = msgspec.structs.replace(config, bootstrap=args.bootstrap)
-        return _dispatch(args, config)
-    except ConfigError as exc:
-        print(f"toolgate: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except BrokerError as exc:
-        print(f"toolgate: broker: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
-
-
-def _dispatch(args: argparse.Namespace, config: Config) -> int:
-    if args.command == "check":
-        return _check(args, config)
-    if args.command == "contracts":
-        if args.contracts_command == "test":
-            return _contracts_test(args, config)
-        if args.contracts_command == "lint":
-            return _contracts_lint(args, config)
-        if args.contracts_command == "history":
-            return _contracts_history(args, config)
-        return _contracts_diff(args)
-    if args.command == "topics":
-        return _topics_ensure(config)
-    if args.command == "acls":
-        return _acls(args, config)
-    if args.command == "run":
-        return _run(args, config)
-    if args.command == "top":
-        return _top(args, config)
-    if args.command == "quarantine":
-        if args.quarantine_command == "summary":
-            return _quarantine_summary(args, config)
-        return _quarantine_tail(args, config)
-    if args.command == "replay":
-        return _replay(args, config)
-    if args.command == "demo":
-        from toolgate.gate._signing import Keyring
-        from toolgate.tools._demo import main_demo
-
-        keyring = Keyring.load(args.keyring or Path(config.contracts_dir) / "fixtures-keyring.toml")
-        return main_demo(config, keyring, args.count, args.wait, args.seed)
-    raise AssertionError(args.command)  # argparse only lets known commands through
-
-
-def _contracts_dir(args: argparse.Namespace, config: Config) -> str:
-    return str(getattr(args, "contracts", None) or config.contracts_dir)
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {text!r}: not an RFC 3339 date-time") from exc
+    if value.tzinfo is None:
+        raise ConfigError(f"{flag} {text!r}: needs a UTC offset, e.g. Z")
+    return value
 
 
 def _check(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.gate._gate import Gate
     from toolgate.gate._records import Message, RequestRecord, decode_request
-    from toolgate.gate._signing import Keyring
 
-    contracts = ContractSet.load(_contracts_dir(args, config))
-    keyring_file = args.keyring or config.keyring
-    gate = Gate(contracts, Keyring.load(keyring_file) if keyring_file else None)
+    gate = _load_gate(config, _keyring_file(args, config))
     request: RequestRecord | None = None
     if args.request:
         try:
@@ -479,21 +388,16 @@ def _check(args: argparse.Namespace, config: Config) -> int:
         if not sep or not name:
             raise ConfigError(f"--header {item!r}: expected K=V, e.g. tg-tool=review_status")
         headers[name] = value
-    now = datetime.now(UTC)
-    if args.now:
-        try:
-            now = datetime.fromisoformat(args.now)
-        except ValueError as exc:
-            raise ConfigError(f"--now {args.now!r}: not an RFC 3339 date-time") from exc
-        if now.tzinfo is None:
-            raise ConfigError(f"--now {args.now!r}: needs a UTC offset, e.g. Z")
+    now = _parse_time("--now", args.now) or datetime.now(UTC)
     key = args.key if args.key is not None else headers.get("tg-request-id")
-    rejected = 0
-    for name in args.files:
+    raws = []
+    for name in args.files:  # read them all first: a missing file is a usage error, not half a run
         try:
-            raw = Path(name).read_bytes()
+            raws.append((name, Path(name).read_bytes()))
         except OSError as exc:
             raise ConfigError(f"{name}: cannot read: {exc.strerror}") from exc
+    rejected = 0
+    for name, raw in raws:
         message = Message(
             key=None if key is None else key.encode(),
             value=raw,
@@ -516,10 +420,11 @@ def _check(args: argparse.Namespace, config: Config) -> int:
 
 
 def _contracts_test(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._contracts import ContractSet
     from toolgate.gate._signing import Keyring
     from toolgate.tools._fixtures import fixtures_keyring, iter_outcomes
 
-    root = _contracts_dir(args, config)
+    root = config.contracts_dir
     contracts = ContractSet.load(root)
     keyring = Keyring.load(args.keyring) if args.keyring else fixtures_keyring(root)
     passed = failed = 0
@@ -536,9 +441,10 @@ def _contracts_test(args: argparse.Namespace, config: Config) -> int:
 
 
 def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._contracts import ContractSet
     from toolgate.tools._lint import lint_contracts
 
-    contracts = ContractSet.load(_contracts_dir(args, config))
+    contracts = ContractSet.load(config.contracts_dir)
     findings = lint_contracts(contracts)
     for finding in findings:
         print(f"{finding.file}: {finding.pointer or '/'}: {finding.rule}: {finding.message}")
@@ -546,7 +452,8 @@ def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
     return EXIT_PROBLEM if findings else EXIT_OK
 
 
-def _contracts_diff(args: argparse.Namespace) -> int:
+def _contracts_diff(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._contracts import load_contract
     from toolgate.tools._diff import diff_contracts, diff_schemas
 
     old, new = Path(args.old), Path(args.new)
@@ -569,9 +476,10 @@ def _contracts_diff(args: argparse.Namespace) -> int:
 
 
 def _contracts_history(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._contracts import ContractSet
     from toolgate.tools._diff import contract_history
 
-    steps = contract_history(ContractSet.load(_contracts_dir(args, config)))
+    steps = contract_history(ContractSet.load(config.contracts_dir))
     for step in steps:
         breaking = sum(c.breaking for c in step.changes)
         verdict = "ok" if step.ok else "FAIL: breaking change without a new major version"
@@ -597,31 +505,40 @@ def _read_schema(path: Path) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace, config: Config) -> int:
-    from toolgate import _logs
-    from toolgate.gate._gate import Gate
-    from toolgate.gate._signing import Keyring
     from toolgate.service._service import Worker, WorkerOptions
 
-    _logs.configure(args.log_level)
     log = logging.getLogger("toolgate")
-    contracts_dir = _contracts_dir(args, config)
-    keyring_file = args.keyring or config.keyring
+    config = msgspec.structs.replace(
+        config,
+        keyring=_keyring_file(args, config),
+        metrics_host=args.metrics_host or config.metrics_host,
+    )
 
     def load_gate() -> Gate:
-        return Gate(ContractSet.load(contracts_dir), Keyring.load(keyring_file) if keyring_file else None)
+        return _load_gate(config, config.keyring)
 
     gate = load_gate()
-    contracts = gate.contracts
-    log.info(
-        "configuration",
-        extra={"config": json.dumps(config.masked()), "contracts": ",".join(c.key for c in contracts)},
-    )
     options = WorkerOptions(
         batch_size=args.batch_size,
         linger_ms=args.linger_ms,
         max_messages=args.max_messages,
         burst=args.burst,
-        metrics_host=args.metrics_host or config.metrics_host,
+        metrics_host=config.metrics_host,
+    )
+    log.info(
+        "configuration",
+        extra={
+            # The values in force: defaults, file, environment and flags merged.
+            "config": config.masked(),
+            "options": {
+                "batch_size": options.batch_size,
+                "linger_ms": options.linger_ms,
+                "max_messages": options.max_messages,
+                "burst": options.burst,
+                "log_level": args.log_level,
+            },
+            "contracts": [c.key for c in gate.contracts],
+        },
     )
     stats = asyncio.run(Worker(config, gate, options=options, gate_factory=load_gate).run())
     log.info(
@@ -630,13 +547,19 @@ def _run(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
+def _demo(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._signing import Keyring
+    from toolgate.tools._demo import main_demo
+
+    keyring = Keyring.load(args.keyring or Path(config.contracts_dir) / "fixtures-keyring.toml")
+    return main_demo(config, keyring, args.count, args.wait, args.seed)
+
+
 def _top(args: argparse.Namespace, config: Config) -> int:
     from toolgate.tools._top import default_url, run
 
     if args.interval < 0 or (args.interval == 0 and not args.once):
         raise ConfigError("--interval must be above 0 (0 only with --once: one scrape, totals only)")
-    if args.top < 1:
-        raise ConfigError("--top must be at least 1")
     url = args.url or default_url(config.metrics_host, config.metrics_port)
     try:
         return run(url, interval=args.interval, once=args.once, top=args.top, out=sys.stdout)
@@ -647,8 +570,6 @@ def _top(args: argparse.Namespace, config: Config) -> int:
 def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
     from toolgate.tools._quarantine import Filters, tail
 
-    if args.lines < 1 or args.max_scan < 1:
-        raise ConfigError("-n and --max-scan must be at least 1")
     filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
     lines = asyncio.run(
         tail(config, count=args.lines, filters=filters, max_scan=args.max_scan, with_value=args.value)
@@ -661,29 +582,13 @@ def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
 def _quarantine_summary(args: argparse.Namespace, config: Config) -> int:
     from toolgate.tools._quarantine import Filters, format_summary, summary
 
-    if args.max_scan < 1:
-        raise ConfigError("--max-scan must be at least 1")
     filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
     rows, read = asyncio.run(summary(config, filters=filters, max_scan=args.max_scan))
     print("\n".join(format_summary(rows, read, config.topics.quarantine)))
     return EXIT_OK
 
 
-def _parse_time(flag: str, text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ConfigError(f"{flag} {text!r}: not an RFC 3339 date-time") from exc
-    if value.tzinfo is None:
-        raise ConfigError(f"{flag} {text!r}: needs a UTC offset, e.g. Z")
-    return value
-
-
 def _replay(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.gate._gate import Gate
-    from toolgate.gate._signing import Keyring
     from toolgate.tools._replay import Selection, run_replay
 
     partition, offsets = None, None
@@ -706,17 +611,14 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
         origin_partition=partition,
         origin_offsets=offsets,
     )
-    keyring_file = args.keyring or config.keyring
-    gate = Gate(
-        ContractSet.load(_contracts_dir(args, config)), Keyring.load(keyring_file) if keyring_file else None
-    )
     now = _parse_time("--now", args.now) or datetime.now(UTC)
+    gate = _load_gate(config, _keyring_file(args, config))
     return asyncio.run(
         run_replay(config, gate, selection, apply_it=args.apply, max_replays=args.max_replays, now=now)
     )
 
 
-def _topics_ensure(config: Config) -> int:
+def _topics_ensure(args: argparse.Namespace, config: Config) -> int:
     from toolgate.service._kafka import ensure_topics
 
     report = asyncio.run(ensure_topics(config))
@@ -730,16 +632,14 @@ def _topics_ensure(config: Config) -> int:
     return EXIT_OK
 
 
-def _acls(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._acls import Acl, Principals, acl_plan, apply_acls, describe_acls, kafka_acls_commands
+def _print_acls(acls: Sequence[Any]) -> None:
+    for acl in acls:
+        print(f"{acl.principal}\t{acl.operation}\t{acl.resource}\t{acl.name}\t{acl.pattern}")
 
-    def show(acls: list[Acl]) -> None:
-        for acl in acls:
-            print(f"{acl.principal}\t{acl.operation}\t{acl.resource}\t{acl.name}\t{acl.pattern}")
 
-    if args.acls_command == "list":
-        show(asyncio.run(describe_acls(config)))
-        return EXIT_OK
+def _acl_plan(args: argparse.Namespace, config: Config) -> list[Any]:
+    from toolgate.tools._acls import Principals, acl_plan
+
     principals = Principals(
         toolgate=args.toolgate,
         platform=args.platform,
@@ -747,16 +647,418 @@ def _acls(args: argparse.Namespace, config: Config) -> int:
         agent=args.agent,
         operator=args.operator,
     )
-    plan = acl_plan(config, principals, agent_group_prefix=args.agent_group)
-    if args.acls_command == "plan":
-        if args.format == "kafka-acls":
-            print("\n".join(kafka_acls_commands(plan, config.bootstrap)))
-        else:
-            show(plan)
-        return EXIT_OK
-    count = asyncio.run(apply_acls(config, plan))
+    return acl_plan(config, principals, agent_group_prefix=args.agent_group)
+
+
+def _acls_plan(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.tools._acls import kafka_acls_commands
+
+    plan = _acl_plan(args, config)
+    if args.format == "kafka-acls":
+        print("\n".join(kafka_acls_commands(plan, config.bootstrap)))
+    else:
+        _print_acls(plan)
+    return EXIT_OK
+
+
+def _acls_apply(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.tools._acls import apply_acls
+
+    count = asyncio.run(apply_acls(config, _acl_plan(args, config)))
     print(f"{config.bootstrap}: {count} ACLs applied (existing ones unchanged)")
     return EXIT_OK
+
+
+def _acls_list(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.tools._acls import describe_acls
+
+    _print_acls(asyncio.run(describe_acls(config)))
+    return EXIT_OK
+
+
+_ACLS_TABLE = (
+    "  toolgate  read requests, intake, audit, quarantine; write agent,\n"
+    "            quarantine, audit; its group, transactional ids, idempotent writes\n"
+    "  platform  write requests        adapter   write intake\n"
+    "  agent     read agent, in groups of its own prefix\n"
+    "  operator  read quarantine, audit, requests; write intake (replay --apply)\n"
+)
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        ("check",),
+        "evaluate result files offline, one JSON line per file",
+        "Evaluate result files offline through the same gate the worker runs.\n\n"
+        "Prints one JSON line per file: file, outcome (accepted|rejected), stage, code,\n"
+        "the agent envelope, and for rejections the operator diagnostics.\n"
+        "Exit 0 when every file was accepted, 1 when any was rejected, 2 on a usage error.\n\n"
+        "When --request is given, tg-tool and tg-request-id default to the request's tool\n"
+        "and request_id, and the Kafka key to tg-request-id.",
+        (
+            "toolgate check --request req.json --now 2026-05-01T12:00:00Z result.json",
+            "toolgate check --header tg-tool=service_state --header tg-content-type=text/plain out.txt",
+        ),
+        _check,
+        ("contracts", "keyring", "now"),
+        _check_arguments,
+    ),
+    Command(
+        ("contracts",),
+        "test, lint and diff contracts",
+        "Keep contracts honest: fixtures, rules, changes.",
+        (
+            "toolgate contracts test",
+            "toolgate contracts diff contracts/deploy_status/v1 contracts/deploy_status/v2",
+        ),
+    ),
+    Command(
+        ("contracts", "test"),
+        "run every fixture; each reject must hit its stage and code",
+        "Run every fixture of every contract version through the real gate: an accept\n"
+        "fixture must be accepted, a reject fixture must end at the stage and code it\n"
+        "names. Exit 1 when any fixture fails.",
+        ("toolgate contracts test", "toolgate contracts test --contracts ./contracts -v"),
+        _contracts_test,
+        ("contracts", "keyring"),
+        _contracts_test_arguments,
+    ),
+    Command(
+        ("contracts", "lint"),
+        "closed objects, bounded strings and arrays, no free maps",
+        "Hold every contract schema to the schema rules (docs/design.md, Contracts):\n"
+        "closed objects, bounded strings and arrays, no free-form maps, anchored\n"
+        "patterns, format only where asserted. Exit 1 on any finding.",
+        ("toolgate contracts lint", "toolgate contracts lint --contracts ./contracts"),
+        _contracts_lint,
+        ("contracts",),
+    ),
+    Command(
+        ("contracts", "diff"),
+        "class each change between two versions as breaking or not",
+        "Compare two contract versions (folders holding contract.yaml) or two schema\n"
+        "files. Exit 1 when a change is breaking.",
+        (
+            "toolgate contracts diff contracts/deploy_status/v1 contracts/deploy_status/v2",
+            "toolgate contracts diff old/schema.json new/schema.json",
+        ),
+        _contracts_diff,
+        (),
+        _contracts_diff_arguments,
+    ),
+    Command(
+        ("contracts", "history"),
+        "diff every version with its predecessor; breaking needs a new major",
+        "For every tool, diff each version (v1, v1.1, v2, ...) with its predecessor.\n"
+        "Exit 1 when a breaking change comes without a new major version (v1 -> v1.1).",
+        ("toolgate contracts history",),
+        _contracts_history,
+        ("contracts",),
+    ),
+    Command(
+        ("run",),
+        "run the worker: consume intake, decide, publish",
+        "Consume the intake topic, decide every result with the gate and publish the\n"
+        "agent envelope, quarantine record and audit event with the consumer offset in\n"
+        "one Kafka transaction. SIGTERM/SIGINT finish the batch in hand and leave the\n"
+        "group; SIGHUP reloads the contracts (a set that fails to load is refused and\n"
+        "the running one kept). Metrics, /healthz and /readyz are served on\n"
+        "TOOLGATE_METRICS_PORT. Every log line is a JSON object on stderr.",
+        (
+            "TOOLGATE_BOOTSTRAP=127.0.0.1:19092 toolgate run --contracts contracts",
+            "toolgate run --burst --bootstrap 127.0.0.1:19092",
+        ),
+        _run,
+        ("contracts", "keyring", "bootstrap"),
+        _run_arguments,
+    ),
+    Command(
+        ("demo",),
+        "send sample traffic to a running worker, show decisions",
+        "Publish request records and a mix of good and hostile results (injected\n"
+        "approvals, duplicate keys, HTML error pages, a state turned into an object with\n"
+        "a banner, wrong project, stale and unsigned results, ...), wait for the\n"
+        "worker's decisions on the audit topic and print them by tool, outcome and\n"
+        "code. Exit 1 if any was not decided as the sample expected.",
+        ("toolgate demo", "toolgate demo --count 50 --wait 30"),
+        _demo,
+        ("contracts", "bootstrap"),
+        _demo_arguments,
+    ),
+    Command(
+        ("replay",),
+        "send quarantined results through the pipeline again",
+        "Select quarantined results and, after a connector or contract fix, send them\n"
+        "through the pipeline again. Prints the selection (by tool and code) first.\n"
+        "--dry-run (the default) re-evaluates each with today's contracts, its request\n"
+        "record and the real clock, and writes nothing. --apply re-publishes the\n"
+        "original bytes and headers to intake (tg-replay-count + 1); the worker decides\n"
+        "again, and a result already accepted for its request attempt is a duplicate.",
+        (
+            "toolgate replay --tool deploy_status --code SCHEMA_VIOLATION",
+            "toolgate replay --tool deploy_status --code SCHEMA_VIOLATION --apply",
+            "toolgate replay --since 2026-05-01T09:00:00Z --origin 2:1000-1999",
+        ),
+        _replay,
+        ("contracts", "keyring", "bootstrap", "now"),
+        _replay_arguments,
+    ),
+    Command(
+        ("topics",),
+        "manage the Kafka topics",
+        "Manage toolgate's five Kafka topics.",
+        ("toolgate topics ensure",),
+    ),
+    Command(
+        ("topics", "ensure"),
+        "create missing topics (idempotent)",
+        "Create the five topics (docs/design.md, Topics and trust boundaries) where\n"
+        "missing and report those that exist. Names and partition counts come from\n"
+        "the configuration:\n"
+        "  TOOLGATE_TOPIC_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT}\n"
+        "  TOOLGATE_PARTITIONS_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT}\n"
+        "The requests topic is compacted (latest record per request id).",
+        (
+            "toolgate topics ensure",
+            "TOOLGATE_PARTITIONS_INTAKE=6 toolgate topics ensure --bootstrap kafka:9092",
+        ),
+        _topics_ensure,
+        ("bootstrap",),
+    ),
+    Command(
+        ("acls",),
+        "the Kafka ACLs of the trust boundaries",
+        "The ACLs of the trust boundaries (docs/design.md, Topics and trust boundaries)\n"
+        "for the configured topic names (TOOLGATE_TOPIC_*) and consumer group\n"
+        "(TOOLGATE_GROUP_ID, as a prefix):\n"
+        + _ACLS_TABLE
+        + "apply and list log in as TOOLGATE_SECURITY_* says: an administrator.",
+        (
+            "toolgate acls plan                                the ACLs, one per line",
+            "toolgate acls plan --format kafka-acls            as kafka-acls.sh commands",
+            "toolgate acls apply --adapter User:connector-7    create them (idempotent)",
+            "toolgate acls list                                what the cluster holds",
+        ),
+    ),
+    Command(
+        ("acls", "plan"),
+        "print the ACLs (nothing is sent)",
+        "Print the ACLs of the trust boundaries, one per line (principal, operation,\n"
+        "resource type, name, pattern), or as kafka-acls.sh command lines. Nothing is\n"
+        "sent to the cluster.",
+        ("toolgate acls plan", "toolgate acls plan --format kafka-acls --adapter User:connector-7"),
+        _acls_plan,
+        ("bootstrap",),
+        _acls_plan_arguments,
+    ),
+    Command(
+        ("acls", "apply"),
+        "create the ACLs on the cluster (idempotent)",
+        "Create the ACLs of the trust boundaries on the cluster; ones that exist are\n"
+        "left unchanged. Logs in as TOOLGATE_SECURITY_* says: an administrator.",
+        ("toolgate acls apply", "toolgate acls apply --adapter User:connector-7 --agent-group agents."),
+        _acls_apply,
+        ("bootstrap",),
+        _acls_principal_arguments,
+    ),
+    Command(
+        ("acls", "list"),
+        "print the ALLOW ACLs the cluster holds",
+        "Print the ALLOW ACLs the cluster holds, one per line, in the format of\n"
+        "toolgate acls plan. Logs in as TOOLGATE_SECURITY_* says: an administrator.",
+        ("toolgate acls list", "toolgate acls list --bootstrap kafka:9092"),
+        _acls_list,
+        ("bootstrap",),
+    ),
+    Command(
+        ("top",),
+        "live terminal view of a worker's metrics (no Grafana needed)",
+        "Read a worker's /metrics and show, refreshed in place until Ctrl-C:\n"
+        "  RESULTS             decided results by tool and outcome (success, failure =\n"
+        "                      a valid upstream failure, rejected), total and per second\n"
+        "  REJECTION RATIO     per tool: rejected share and its top codes, each with the\n"
+        "                      time the worker first saw it for that tool\n"
+        "  REJECTIONS BY CODE  the top codes, with the stages and tools they came from\n"
+        "  CONSUMER LAG        intake records not yet decided, per partition and total\n"
+        "  GATE LATENCY        p50/p99 gate time per result, by the stage it ended at\n"
+        "  TRANSACTIONS        committed and aborted (aborts mean the batch is redone)\n"
+        "  SHADOW              shadow contract versions whose verdict differed\n"
+        "  REPLAYED            results replayed from the quarantine, by outcome now\n"
+        "  REQUESTS            request records held, evictions, waits for the reader\n\n"
+        "Rates are the change between two scrapes; the first screen shows totals since\n"
+        "the worker started. Every line fits 80 columns. Exit 2 when the endpoint cannot\n"
+        "be reached.",
+        (
+            "toolgate top                                  the local worker, every 2 s",
+            "toolgate top --once                           one snapshot with rates, for scripts",
+            "toolgate top --once --interval 0              totals only, one scrape",
+            "toolgate top --url http://worker-2.example:9464/metrics --top 5",
+        ),
+        _top,
+        (),
+        _top_arguments,
+    ),
+    Command(
+        ("quarantine",),
+        "read the quarantine topic",
+        "Read rejected results and their diagnostics.",
+        ("toolgate quarantine tail -n 5",),
+    ),
+    Command(
+        ("quarantine", "tail"),
+        "the latest quarantine records' diagnostics as JSON lines",
+        "Print the last N quarantine records (read_committed, in log order) as JSON\n"
+        "lines: topic, partition, offset, timestamp, key, tool (the contract's tool,\n"
+        "else the adapter's tg-tool), stage, code, size, and every header: the\n"
+        "adapter's originals and toolgate's tg-error-* diagnostics (tg-error-detail\n"
+        "decoded: schema path, keyword, masked message). Reads without a consumer\n"
+        "group: commits nothing, moves no offsets. The quarantine topic is\n"
+        "TOOLGATE_TOPIC_QUARANTINE (default toolgate.quarantine).",
+        (
+            "toolgate quarantine tail                          the last 10 rejections",
+            "toolgate quarantine tail --tool job_status --code BAD_SIGNATURE -n 5",
+            "toolgate quarantine tail --stage schema --value -n 1   with the raw bytes as text",
+        ),
+        _quarantine_tail,
+        ("bootstrap",),
+        _quarantine_tail_arguments,
+    ),
+    Command(
+        ("quarantine", "summary"),
+        "counts by tool, code, adapter version and schema path, first and last seen",
+        "Count the quarantine records (read_committed, no consumer group) by tool,\n"
+        "code, adapter version (tg-adapter-version) and schema path (from\n"
+        "tg-error-detail), with the first and last time each was rejected (UTC),\n"
+        "most records first: which connector drifts, since when, and from which\n"
+        "adapter version on.",
+        (
+            "toolgate quarantine summary",
+            "toolgate quarantine summary --tool deploy_status --code SCHEMA_VIOLATION",
+        ),
+        _quarantine_summary,
+        ("bootstrap",),
+        _quarantine_summary_arguments,
+    ),
+)
+
+
+def _epilog(examples: Sequence[str]) -> str:
+    return ("example:\n" if len(examples) == 1 else "examples:\n") + "".join(f"  {e}\n" for e in examples)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, built from :data:`COMMANDS`."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    shared = _shared_options()
+    parser = _Parser(prog="toolgate", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"toolgate {__version__}")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file (TOOLGATE_CONFIG)")
+    actions: dict[tuple[str, ...], argparse._SubParsersAction[_Parser]] = {
+        (): parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    }
+    for command in COMMANDS:
+        sub = actions[command.words[:-1]].add_parser(
+            command.words[-1],
+            help=command.help,
+            description=command.description,
+            epilog=_epilog(command.examples),
+            formatter_class=fmt,
+            parents=[shared["config"], *(shared[name] for name in command.shared)],
+        )
+        if command.arguments is not None:
+            command.arguments(sub)
+        if command.handler is None:
+            actions[command.words] = sub.add_subparsers(
+                dest="_".join(command.words) + "_command", metavar="ACTION", required=True
+            )
+        else:
+            sub.set_defaults(handler=command.handler)
+    return parser
+
+
+_parser = build_parser  # the name the runbook and compose tests import
+
+
+def _with_flags(args: argparse.Namespace, config: Config) -> Config:
+    """The configuration with the command-line flags that override it applied."""
+    changes: dict[str, Any] = {}
+    if getattr(args, "bootstrap", None):
+        changes["bootstrap"] = args.bootstrap
+    if getattr(args, "contracts", None):
+        changes["contracts_dir"] = args.contracts
+    return msgspec.structs.replace(config, **changes) if changes else config
+
+
+def _broker_message(exc: BaseException, bootstrap: str) -> str:
+    """One line for an error of the Kafka client."""
+    cause = exc.__cause__ if isinstance(exc, BrokerError) and exc.__cause__ is not None else exc
+    if type(cause).__name__ == "KafkaConnectionError":
+        return (
+            f"cannot reach the Kafka broker at {bootstrap} (is it running? "
+            "--bootstrap or TOOLGATE_BOOTSTRAP names it)"
+        )
+    text = str(exc)
+    if text.startswith(f"{bootstrap}: "):
+        text = text[len(bootstrap) + 2 :]
+    return f"Kafka broker at {bootstrap}: {text}"
+
+
+def _is_kafka_error(exc: BaseException) -> bool:
+    if "aiokafka" not in sys.modules:
+        return False
+    from aiokafka.errors import KafkaError
+
+    return isinstance(exc, KafkaError)
+
+
+def _quiet_client_logs() -> None:
+    """Commands other than ``run`` print their own one-line errors: the Kafka client's
+    warnings (a refused connection, retried) would repeat them, and with no handler
+    configured Python would print them bare on stderr."""
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``toolgate`` console script; returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors (already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    json_logs = bool(getattr(args, "json_logs", False))
+    if json_logs:
+        from toolgate import _logs
+
+        _logs.configure(args.log_level)
+    else:
+        _quiet_client_logs()
+    config: Config | None = None
+
+    def fail(message: str, code: int = EXIT_USAGE, *, exc_info: BaseException | None = None) -> int:
+        message = " ".join(part.strip() for part in message.splitlines())  # one line, always
+        if json_logs:
+            logging.getLogger("toolgate").error(message, exc_info=exc_info)
+        else:
+            print(f"toolgate: {message}", file=sys.stderr)
+        return code
+
+    try:
+        config = _with_flags(args, load_config(args.config))
+        handler: Handler = args.handler
+        return handler(args, config)
+    except ConfigError as exc:
+        return fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        bootstrap = config.bootstrap if config is not None else "?"
+        if isinstance(exc, BrokerError) or _is_kafka_error(exc):
+            return fail(_broker_message(exc, bootstrap))
+        if isinstance(exc, OSError):
+            where = f"{exc.filename}: " if exc.filename else ""
+            return fail(f"{where}{exc.strerror or exc}")
+        # A bug, not bad input: still one line (the run command's JSON log holds the traceback).
+        return fail(
+            f"unexpected error: {type(exc).__name__}: {exc} (please report it)", EXIT_PROBLEM, exc_info=exc
+        )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from toolgate._errors import ConfigError
 from toolgate.gate._records import RequestRecord, decode_request
 
 log = logging.getLogger("toolgate.store")
@@ -205,7 +206,11 @@ class TopicReader:
             auto_offset_reset="earliest",
             fetch_max_wait_ms=50,
         )
-        await consumer.start()
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()  # a failed start leaves its connections open
+            raise
         self._consumer = consumer
         # A group-less consumer has no metadata yet: ask for this topic's partitions.
         cluster = await consumer._client.fetch_all_metadata()
@@ -213,7 +218,7 @@ class TopicReader:
         if not partitions:
             await consumer.stop()
             self._consumer = None
-            raise RuntimeError(f"topic {self.topic!r} does not exist (run: toolgate topics ensure)")
+            raise ConfigError(f"topic {self.topic!r} does not exist (run: toolgate topics ensure)")
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         if self._start_ms is None:

@@ -31,8 +31,8 @@ async def publish(config: Config, samples: list[Sample], *, early: int = 0) -> N
     ``UNKNOWN_REQUEST`` (tests use this; the demo does not).
     """
     producer = AIOKafkaProducer(**client_settings(config), acks="all", linger_ms=5)
-    await producer.start()
     try:
+        await producer.start()
         first, rest = samples[:early], samples[early:]
         for sample in first:
             await _send_result(producer, config, sample)
@@ -64,7 +64,11 @@ async def collect(config: Config, request_ids: set[str], wait_seconds: float) ->
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
-    await consumer.start()
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()  # a failed start leaves its connections open
+        raise
     found: dict[str, dict[str, object]] = {}
     deadline = time.monotonic() + wait_seconds
     try:

@@ -28,6 +28,7 @@ from typing import TextIO
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from toolgate._config import Config, Topics
+from toolgate._errors import ConfigError
 from toolgate.gate._batch import decide_batch
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import DIAGNOSTIC_HEADERS
@@ -186,14 +187,21 @@ async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Qu
         isolation_level="read_committed",
         auto_offset_reset="earliest",
     )
-    await consumer.start()
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()  # a failed start leaves its connections open
+        raise
     selected: list[Quarantined] = []
     read = 0
     try:
         cluster = await consumer._client.fetch_all_metadata()
         partitions = cluster.partitions_for_topic(config.topics.quarantine)
         if not partitions:
-            raise RuntimeError(f"topic {config.topics.quarantine!r} does not exist")
+            raise ConfigError(
+                f"quarantine topic {config.topics.quarantine!r} does not exist on {config.bootstrap} "
+                "(TOOLGATE_TOPIC_QUARANTINE names it)"
+            )
         tps = [TopicPartition(config.topics.quarantine, p) for p in sorted(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -346,7 +354,11 @@ async def apply(config: Config, records: list[Quarantined], max_replays: int) ->
     """Re-publish to intake; return (sent, refused by the loop guard)."""
     eligible = [r for r in records if r.replays < max_replays]
     producer = AIOKafkaProducer(**client_settings(config), acks="all", enable_idempotence=True, linger_ms=5)
-    await producer.start()
+    try:
+        await producer.start()
+    except BaseException:
+        await producer.stop()  # a failed start leaves its connections open
+        raise
     progress = Progress("replaying", len(eligible))
     try:
         for record in eligible:
