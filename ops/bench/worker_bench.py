@@ -3,6 +3,7 @@
 Usage::
 
     .venv/bin/python ops/bench/worker_bench.py [--messages N] [--repeat R] [--json]
+        [--baseline-worktree PATH] [--partitions 3 12 24] [--variants ...]
 
 Needs the broker (``bash ops/kafka/kafka.sh start``; ``TOOLGATE_BOOTSTRAP`` points
 elsewhere). Everything the run creates is its own: topics ``bench.<run id>.*``,
@@ -17,6 +18,12 @@ records are written too). The workers run in subprocesses (this process only
 waits) with transactions on, the production batch size and linger, and one
 transactional producer per intake partition (3 partitions).
 
+* ``copier``: the client's own limit. A minimal aiokafka transactional copier in
+  this script, no toolgate code: consume, produce the same records per result as
+  the worker (agent + audit, quarantine per rejection: the bytes ``decide_batch``
+  wrote for a sample result), send the offsets, commit; the same poll size and
+  wait and one transactional producer per partition. The relay against it is the
+  loop's own overhead.
 * ``relay``: the ceiling. The same ``Worker`` loop with a gate that returns a
   precomputed verdict (accepted, or rejected for every tenth result): the same
   consumer, batches, transactions and records (agent + audit per result,
@@ -27,6 +34,14 @@ transactional producer per intake partition (3 partitions).
   closed output-schema check stays on jsonschema-rs.
 * ``worker x2``: two worker processes in one consumer group (3 partitions: one
   process owns two, the other one, so 1.5 is the ideal ratio on enough cores).
+* ``baseline worker`` (``--baseline-worktree PATH``): the worker of another
+  checkout, e.g. ``git worktree add ../base <commit>``, run by that checkout's own
+  ``ops/bench/worker_bench.py --child`` (its own package and imports, this
+  virtualenv's libraries), interleaved with the others: today's code against an
+  earlier commit's on one machine at one time.
+* ``worker pN`` (``--partitions 3 12 24``): the worker with N intake partitions
+  (agent and audit topics as many, requests co-partitioned), one transactional
+  producer each: what more partitions cost per result.
 
 Each run gets fresh intake and output topics holding the same records (fresh
 output topics also mean an empty accepted-results ledger). The backlog is written
@@ -63,6 +78,15 @@ reports partition assignments and the first and last batch of the run around the
 Worker's own ``_assign``, ``_revoke`` and ``_process``, and times
 ``toolgate.service._service.decide_batch``. ``--profile DIR`` runs each variant once more
 under cProfile (or py-spy with ``--py-spy BIN``).
+
+Targets. The report ends with every target, the measured figure and met / not
+met: worker CPU per result against the baseline checkout's (<= 0.4), worker/relay
+per CPU-second (>= 0.8), relay/copier CPU per result (<= 1.3), the worker per
+CPU-second against the peer's 250 us per result (>= 2), latency p99 at half the
+sustained rate (< 100 ms), results per transaction at full load (>= 200), broker
+CPU per result (<= 3x the peer's 28 us), and CPU per result over the partition
+sweep (most/least <= 1.3). The peer is a Benthos ``json_schema`` pipeline with
+franz-go clients and no transactions, measured on the same results.
 """
 
 from __future__ import annotations
@@ -93,19 +117,35 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(SCRIPT.parent))
 
 import msgspec  # noqa: E402
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
+from aiokafka import (  # noqa: E402
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    TopicPartition,
+)
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
-from toolgate._config import LOCAL_BOOTSTRAP, Config, Topics  # noqa: E402
+from toolgate._config import LOCAL_BOOTSTRAP, Config, Partitions, Topics  # noqa: E402
 from toolgate.service._kafka import client_settings, ensure_topics  # noqa: E402
 
-PARTITIONS = 3
+PARTITIONS = 3  # intake partitions of every run but the partition sweep's
 TOOL = "bench_listing"
-TARGET_WORKER_OVER_RELAY = 0.8
+TARGET_WORKER_OVER_RELAY = 0.8  # results per CPU-second
 TARGET_RS_OVER_PY = 3.0
-TARGET_P99_MS = 250.0
+TARGET_P99_MS = 100.0  # at half the sustained rate, on a quiet machine
+TARGET_RELAY_OVER_COPIER = 1.3  # CPU per result
+TARGET_OVER_BASELINE = 0.4  # worker CPU per result against the baseline checkout's
+TARGET_RESULTS_PER_TXN = 200  # at full load (the backlog runs)
+# The peer (a Benthos json_schema pipeline with franz-go clients, no transactions) measured
+# 250-310 us of CPU and 18-28 us of broker CPU per result on the same 1.2 KB results.
+PEER_CPU_US = 250.0
+PEER_BROKER_US = 28.0
+TARGET_OVER_PEER = 2.0  # results per CPU-second, against the peer's best figure
+TARGET_BROKER_OVER_PEER = 3.0
+TARGET_PARTITION_SPREAD = 1.3  # CPU per result, most against least, over the partition sweep
 CONTENDED_CPUS = 0.3  # other users' CPUs above which a shared machine's figures are flagged
 REJECT_EVERY = 10  # every tenth result is rejected (schema, extra property)
-VARIANTS = ("relay", "worker", "worker-pyjsonschema", "worker x2")
+VARIANTS = ("copier", "relay", "worker", "worker-pyjsonschema", "worker x2")
+BASELINE = "baseline worker"  # the variant run from --baseline-worktree
 
 # ------------------------------------------------------------------ bench contract
 
@@ -497,6 +537,193 @@ class RelayGate:
         return self.rejected if message.key.endswith(b"9") else self.accepted
 
 
+# ----------------------------------------------------------------- copier process
+
+
+def _copier_main(spec: dict[str, Any]) -> int:
+    """The third baseline: a minimal aiokafka transactional copier, no toolgate code.
+
+    Per batch of one intake partition, in one transaction of that partition's own
+    producer: the same records per result the worker writes (the records ``decide_batch``
+    returned for a sample accepted and a sample rejected result, replayed with each
+    intake record's key), the consumer offset, commit. The same poll size and wait,
+    the same per-partition producers and explicit partitions as the worker: what is
+    left between it and the relay is the worker loop's own overhead.
+    """
+    topics = spec["topics"]
+    templates = {
+        kind: [
+            (
+                topics[t["topic"]],  # the template names the topic's role
+                t["value"].encode("latin-1"),
+                [(name, value.encode("latin-1")) for name, value in t["headers"]],
+            )
+            for t in records
+        ]
+        for kind, records in spec["templates"].items()
+    }
+
+    def emit(event: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+
+    state: dict[str, Any] = {"share": None, "decided": 0, "rejected": 0, "committed": 0, "first": None}
+    producers: dict[TopicPartition, AIOKafkaProducer] = {}
+    stop = asyncio.Event()
+    settings = spec["settings"]
+
+    async def process(tp: TopicPartition, records: list[Any], same: set[str]) -> None:
+        producer = producers[tp]
+        async with producer.transaction():
+            futures = []
+            for record in records:
+                kind = "rejected" if record.key.endswith(b"9") else "accepted"
+                for topic, value, headers in templates[kind]:
+                    futures.append(
+                        await producer.send(
+                            topic,
+                            value,
+                            key=record.key,
+                            headers=headers,
+                            partition=tp.partition if topic in same else None,
+                        )
+                    )
+            await asyncio.gather(*futures)
+            await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, spec["group_id"])
+        state["committed"] += 1
+        state["decided"] += len(records)
+        state["rejected"] += sum(record.key.endswith(b"9") for record in records)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        consumer = AIOKafkaConsumer(
+            **settings,
+            group_id=spec["group_id"],
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+        )
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+                for tp in revoked:
+                    producer = producers.pop(tp, None)
+                    if producer is not None:
+                        await producer.stop()
+                emit({"event": "revoked", "partitions": sorted(tp.partition for tp in producers)})
+
+            async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+                for tp in sorted(assigned):
+                    producer = AIOKafkaProducer(
+                        **settings,
+                        enable_idempotence=True,
+                        acks="all",
+                        transactional_id=f"{spec['transactional_prefix']}.copier.{tp.topic}.{tp.partition}",
+                    )
+                    await producer.start()
+                    producers[tp] = producer
+                emit({"event": "assigned", "partitions": sorted(tp.partition for tp in producers)})
+
+        def command(line: str) -> None:
+            if line.startswith("go "):
+                state["share"] = int(line.split()[1])
+                emit({"event": "armed"})
+            else:
+                stop.set()
+
+        def read_stdin() -> None:
+            for line in sys.stdin:
+                loop.call_soon_threadsafe(command, line.strip())
+            loop.call_soon_threadsafe(command, "stop")
+
+        threading.Thread(target=read_stdin, daemon=True).start()
+        await consumer.start()
+        consumer.subscribe([topics["intake"]], listener=Listener())
+        same: set[str] | None = None
+        reported = False
+        try:
+            while not stop.is_set():
+                batches = await consumer.getmany(timeout_ms=spec["linger_ms"], max_records=spec["batch_size"])
+                work = [(tp, records) for tp, records in batches.items() if tp in producers]
+                if not work:
+                    continue
+                if same is None:
+                    intake = len(consumer.partitions_for_topic(topics["intake"]) or ())
+                    any_producer = next(iter(producers.values()))
+                    same = {
+                        topic
+                        for topic in (topics["agent"], topics["quarantine"], topics["audit"])
+                        if len(await any_producer.partitions_for(topic)) == intake
+                    }
+                if state["first"] is None:
+                    state["first"] = (time.time(), time.process_time())
+                await asyncio.gather(*(process(tp, records, same) for tp, records in work))
+                last = (time.time(), time.process_time())
+                if state["share"] is not None and not reported and state["decided"] >= state["share"]:
+                    reported = True
+                    emit(
+                        {
+                            "event": "done",
+                            "first": state["first"][0],
+                            "last": last[0],
+                            "cpu": last[1] - state["first"][1],
+                            "decide": 0.0,
+                            "gc": 0.0,
+                            "decided": state["decided"],
+                            "accepted": state["decided"] - state["rejected"],
+                            "rejected": state["rejected"],
+                            "by_code": {"SCHEMA_VIOLATION": state["rejected"]},
+                            "committed": state["committed"],
+                            "aborted": 0,
+                        }
+                    )
+        finally:
+            await consumer.stop()
+            for producer in producers.values():
+                await producer.stop()
+
+    asyncio.run(main())
+    emit({"event": "exit", "transactions": state["committed"]})
+    return 0
+
+
+def copier_templates(contracts_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """What the worker writes for a sample accepted and a sample rejected result, as plain
+    JSON (topic role, value, headers; bytes as latin-1 text) for the copier process."""
+    from toolgate.gate._batch import decide_batch
+    from toolgate.gate._contracts import ContractSet
+    from toolgate.gate._gate import Gate
+    from toolgate.gate._records import Message, RequestRecord
+
+    now = datetime.now(UTC)
+    sample = list(results("copier", REJECT_EVERY, now))
+    requests = {r.key.decode(): msgspec.json.decode(r.request, type=RequestRecord) for r in sample}
+    roles = Topics(
+        requests="requests", intake="intake", agent="agent", quarantine="quarantine", audit="audit"
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for kind, result in (("accepted", sample[0]), ("rejected", sample[-1])):
+        message = Message(key=result.key, value=result.value, headers=result.headers, origin="intake/0/0")
+        batch = decide_batch(
+            Gate(ContractSet.load(contracts_dir)),
+            [message],
+            requests.get,
+            lambda request_id, attempt: False,
+            now,
+            topics=roles,
+            max_record_bytes=1024 * 1024,
+        )
+        out[kind] = [
+            {
+                "topic": record.topic,
+                "value": (record.value or b"").decode("latin-1"),
+                "headers": [(name, value.decode("latin-1")) for name, value in record.headers],
+            }
+            for record in batch.records
+        ]
+    return out
+
+
 # ----------------------------------------------------------------------- the parent
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -504,13 +731,44 @@ _BROKER_PID_FILE = ROOT / "ops" / "kafka" / ".data" / "kafka.pid"
 
 
 def _broker_pid(bootstrap: str) -> int | None:
-    """The local broker's pid (``ops/kafka/kafka.sh``), to read its CPU time; None elsewhere."""
-    if bootstrap != LOCAL_BOOTSTRAP:
+    """The local broker's pid, to read its CPU time; None for a remote broker.
+
+    The process listening on the bootstrap port (found through /proc, so a broker
+    started from another checkout counts too), else ``ops/kafka/kafka.sh``'s pid file.
+    """
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "::1", "[::1]") or not port.isdigit():
         return None
+    return _listener_pid(int(port)) or _pid_file()
+
+
+def _pid_file() -> int | None:
     try:
         return int(_BROKER_PID_FILE.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def _listener_pid(port: int) -> int | None:
+    """The pid of the process with a socket listening on ``port`` (readable /proc only)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                    inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(proc.name)
+    return None
 
 
 def _process_cpu(pid: int | None) -> float:
@@ -566,11 +824,31 @@ class Child:
             return ""
 
 
+WORKER_BATCH_SIZE = 500  # WorkerOptions' defaults, which the worker runs use
+WORKER_LINGER_MS = 20
+
+
+def plan(variant: str) -> tuple[str, int, int]:
+    """(what the child process runs, how many processes, intake partitions) of a variant."""
+    if variant == "worker x2":
+        return "worker", 2, PARTITIONS
+    if variant.startswith("worker p"):  # the partition sweep: "worker p12"
+        return "worker", 1, int(variant.removeprefix("worker p"))
+    return variant, 1, PARTITIONS
+
+
 class Bench:
     """One benchmark run: its tag, its topics and groups (all removed at the end)."""
 
     def __init__(
-        self, bootstrap: str, messages: int, tmp: Path, *, hex_ids: bool = False, py_spy: str | None = None
+        self,
+        bootstrap: str,
+        messages: int,
+        tmp: Path,
+        *,
+        hex_ids: bool = False,
+        py_spy: str | None = None,
+        baseline: Path | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.messages = messages
@@ -579,7 +857,8 @@ class Bench:
         self.run_id = run_tag(hex_ids)
         self.prefix = f"bench.{self.run_id}"
         self.contracts_dir = write_contract(tmp / "contracts")
-        self.requests_topic = f"{self.prefix}.requests"
+        self.baseline = baseline  # a checkout of an earlier commit: its own worker_bench --child
+        self._templates: dict[str, list[dict[str, Any]]] | None = None
         self.topics: set[str] = set()
         self.groups: set[str] = set()
         self.children: list[Child] = []
@@ -590,10 +869,14 @@ class Bench:
 
     # --- topics -----------------------------------------------------------------------
 
-    def config(self, tag: str) -> Config:
+    def requests_topic(self, partitions: int) -> str:
+        """One requests topic per intake partition count: the two are co-partitioned."""
+        return f"{self.prefix}.requests.p{partitions}"
+
+    def config(self, tag: str, partitions: int = PARTITIONS) -> Config:
         name = f"{self.prefix}.{tag}"
         topics = Topics(
-            requests=self.requests_topic,
+            requests=self.requests_topic(partitions),
             intake=f"{name}.intake",
             agent=f"{name}.agent",
             quarantine=f"{name}.quarantine",
@@ -605,7 +888,17 @@ class Bench:
             group_id=name,
             contracts_dir=str(self.contracts_dir),
             topics=topics,
+            partitions=Partitions(requests=partitions, intake=partitions, agent=partitions, audit=partitions),
         )
+
+    async def prepare_requests(self, partitions: int) -> None:
+        """The requests topic for ``partitions`` with the backlog's request records."""
+        setup = self.config(f"setup.p{partitions}", partitions)
+        await self.create(setup)
+        await self.delete(
+            {setup.topics.intake, setup.topics.agent, setup.topics.quarantine, setup.topics.audit}
+        )
+        await self.publish_requests(self.backlog, setup.topics.requests)
 
     async def create(self, config: Config) -> None:
         t = config.topics
@@ -644,11 +937,11 @@ class Bench:
         finally:
             await admin.close()
 
-    async def publish_requests(self, batch: list[Result]) -> None:
+    async def publish_requests(self, batch: list[Result], topic: str) -> None:
         producer = AIOKafkaProducer(**self.settings, acks="all", linger_ms=5, max_batch_size=256 * 1024)
         await producer.start()
         try:
-            futures = [await producer.send(self.requests_topic, r.request, key=r.key) for r in batch]
+            futures = [await producer.send(topic, r.request, key=r.key) for r in batch]
             await asyncio.gather(*futures)
         finally:
             await producer.stop()
@@ -656,15 +949,57 @@ class Bench:
     # --- workers ----------------------------------------------------------------------
 
     async def spawn(self, config: Config, variant: str, profile: str | None = None) -> Child:
-        spec = {
+        spec: dict[str, Any] = {
             "config": msgspec.to_builtins(config),
             "variant": variant,
             "contracts_dir": str(self.contracts_dir),
             "profile": profile,
             "transactional_prefix": f"{self.prefix}",
         }
+        script, cwd, flag = SCRIPT, ROOT, "--child"
+        if variant == "copier":
+            if set(self.settings) - {"bootstrap_servers", "client_id", "security_protocol"}:
+                raise RuntimeError("the copier runs on a plaintext broker only (no SASL or TLS settings)")
+            if self._templates is None:
+                self._templates = copier_templates(self.contracts_dir)
+            t = config.topics
+            spec = {
+                "settings": self.settings,
+                "group_id": config.group_id,
+                "topics": {
+                    "intake": t.intake,
+                    "agent": t.agent,
+                    "quarantine": t.quarantine,
+                    "audit": t.audit,
+                },
+                "templates": self._templates,
+                "transactional_prefix": self.prefix,
+                "batch_size": WORKER_BATCH_SIZE,
+                "linger_ms": WORKER_LINGER_MS,
+            }
+            flag = "--copier"
+        elif variant == BASELINE:
+            # The baseline checkout's own bench script runs its own worker (its package name,
+            # its imports): only the fields every version of Config knows are passed.
+            assert self.baseline is not None
+            script, cwd = self.baseline / "ops" / "bench" / "worker_bench.py", self.baseline
+            t = config.topics
+            spec["variant"] = "worker"
+            spec["config"] = {
+                "bootstrap": config.bootstrap,
+                "client_id": config.client_id,
+                "group_id": config.group_id,
+                "contracts_dir": config.contracts_dir,
+                "topics": {
+                    "requests": t.requests,
+                    "intake": t.intake,
+                    "agent": t.agent,
+                    "quarantine": t.quarantine,
+                    "audit": t.audit,
+                },
+            }
         stderr_path = self.tmp / f"child-{len(self.children)}.log"
-        command = [sys.executable, str(SCRIPT), "--child", json.dumps(spec)]
+        command = [sys.executable, str(script), flag, json.dumps(spec)]
         if profile and self.py_spy:  # sample instead of cProfile: no overhead on the worker
             spec["profile"] = None
             command = [
@@ -678,8 +1013,8 @@ class Bench:
                 profile,
                 "--",
                 sys.executable,
-                str(SCRIPT),
-                "--child",
+                str(script),
+                flag,
                 json.dumps(spec),
             ]
         with stderr_path.open("wb") as stderr:
@@ -688,7 +1023,7 @@ class Bench:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=stderr,
-                cwd=str(ROOT),
+                cwd=str(cwd),
             )
         child = Child(proc, stderr_path)
         child.reader = asyncio.create_task(child.read_events())
@@ -706,7 +1041,9 @@ class Bench:
             raise RuntimeError(f"worker {child.proc.pid} exited early:\n{child.stderr_tail()}")
         return event
 
-    async def settled(self, children: list[Child], wait_seconds: float = 60.0) -> None:
+    async def settled(
+        self, children: list[Child], partitions: int = PARTITIONS, wait_seconds: float = 60.0
+    ) -> None:
         """Wait until the children own all partitions between them, each some, and stay so."""
         deadline = time.monotonic() + wait_seconds
         quiet = 0.5
@@ -714,8 +1051,8 @@ class Bench:
             owned = [set(c.partitions) for c in children]
             good = (
                 all(owned)
-                and sum(map(len, owned)) == PARTITIONS
-                and set().union(*owned) == set(range(PARTITIONS))
+                and sum(map(len, owned)) == partitions
+                and set().union(*owned) == set(range(partitions))
             )
             waits = [asyncio.ensure_future(c.events.get()) for c in children]
             finished, pending = await asyncio.wait(
@@ -759,8 +1096,9 @@ class Bench:
     # --- one backlog run --------------------------------------------------------------
 
     async def backlog_run(self, variant: str, repeat: int, profile: str | None = None) -> dict[str, Any]:
+        kind, workers, partitions = plan(variant)
         slug = variant.replace(" ", "").replace("-", "")
-        config = self.config(f"{slug}.{repeat}")
+        config = self.config(f"{slug}.{repeat}", partitions)
         await self.create(config)
         fill = AIOKafkaProducer(
             **self.settings,
@@ -780,13 +1118,11 @@ class Bench:
                 for r in self.backlog
             ]
             metadata = await asyncio.gather(*futures)
-            per_partition = [0] * PARTITIONS
+            per_partition = [0] * partitions
             for meta in metadata:
                 per_partition[meta.partition] += 1
-            workers = 2 if variant == "worker x2" else 1
-            kind = "worker" if variant == "worker x2" else variant
             children = [await self.spawn(config, kind, profile) for _ in range(workers)]
-            await self.settled(children)
+            await self.settled(children, partitions)
             for child in children:
                 child.send(f"go {sum(per_partition[p] for p in child.partitions)}")
                 assert child.proc.stdin is not None
@@ -812,7 +1148,7 @@ class Bench:
         done = [c.done for c in children if c.done is not None]
         first = min(d["first"] for d in done)
         last = max(d["last"] for d in done)
-        check = await self.read_audit(config.topics.audit)
+        check = await self.read_audit(config.topics.audit, partitions)
         await self.delete(
             {config.topics.intake, config.topics.agent, config.topics.quarantine, config.topics.audit}
         )
@@ -836,12 +1172,14 @@ class Bench:
             "variant": variant,
             "repeat": repeat,
             "workers": len(children),
+            "intake_partitions": partitions,
             # CPUs in use over the window: the broker, and everything but the broker, the
             # workers and this process (other users of a shared machine).
             "broker_cpus": broker_cpu / window if self.broker_pid else None,
             "other_cpus": max(0.0, machine - workers_cpu - broker_cpu - own) / window,
             "broker_us_per_result": broker_cpu / self.messages * 1e6 if self.broker_pid else None,
             "seconds": wall,
+            "results": self.messages,
             "results_per_s": self.messages / wall,
             "cpu_us_per_result": sum(d["cpu"] for d in done) / self.messages * 1e6,
             "decide_us_per_result": sum(d["decide"] for d in done) / self.messages * 1e6,
@@ -853,7 +1191,9 @@ class Bench:
             "problems": problems,
         }
 
-    async def read_audit(self, topic: str, stamps: dict[bytes, int] | None = None) -> dict[str, Any]:
+    async def read_audit(
+        self, topic: str, partitions: int, stamps: dict[bytes, int] | None = None
+    ) -> dict[str, Any]:
         """Count the committed audit events and their rejections; the span of their timestamps.
 
         ``stamps`` gets each event's timestamp (when the worker sent it) by key.
@@ -869,7 +1209,7 @@ class Bench:
         events = rejected = 0
         low, high = math.inf, -math.inf
         try:
-            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
@@ -894,7 +1234,8 @@ class Bench:
         await self.create(config)
         count = max(1, int(rate * seconds))
         live = list(results(f"{self.run_id}live", count, datetime.now(UTC)))
-        await self.publish_requests(live)  # the platform writes requests before calling adapters
+        # The platform writes requests before calling adapters.
+        await self.publish_requests(live, config.topics.requests)
         child = await self.spawn(config, "worker")
         consumer = AIOKafkaConsumer(
             **self.settings,
@@ -956,7 +1297,7 @@ class Bench:
             await consumer.stop()
             await self.stop([child])
         decided: dict[bytes, int] = {}
-        await self.read_audit(config.topics.audit, decided)
+        await self.read_audit(config.topics.audit, PARTITIONS, decided)
         await self.delete(
             {config.topics.intake, config.topics.agent, config.topics.quarantine, config.topics.audit}
         )
@@ -1018,6 +1359,7 @@ def summarise(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
             {
                 "variant": variant,
                 "workers": mine[0]["workers"],
+                "intake_partitions": mine[0]["intake_partitions"],
                 "results_per_s": statistics.median(rates),
                 "min": min(rates),
                 "max": max(rates),
@@ -1029,6 +1371,7 @@ def summarise(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
                 "other_cpus": statistics.median(r["other_cpus"] for r in mine),
                 "seconds": statistics.median(r["seconds"] for r in mine),
                 "transactions": statistics.median(r["transactions"] for r in mine),
+                "results_per_txn": statistics.median(r["results"] / max(1, r["transactions"]) for r in mine),
             }
         )
     by = {row["variant"]: row["results_per_s"] for row in rows}
@@ -1044,7 +1387,109 @@ def summarise(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
         ratios["worker/pyjsonschema, per CPU-second"] = cpu["worker-pyjsonschema"] / cpu["worker"]
     if "worker" in by and "worker x2" in by:
         ratios["x2/x1"] = by["worker x2"] / by["worker"]
+    if "relay" in by and "copier" in by:
+        ratios["relay/copier, CPU per result"] = cpu["relay"] / cpu["copier"]
+    if "worker" in by and BASELINE in by:
+        ratios["worker/baseline, CPU per result"] = cpu["worker"] / cpu[BASELINE]
+        ratios["worker/baseline, throughput"] = by["worker"] / by[BASELINE]
     return {"rows": rows, "ratios": ratios}
+
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target of the worker bench: what was measured and whether it is met.
+
+    ``met`` is None where the run did not measure it (a variant left out).
+    """
+    rows = {row["variant"]: row for row in result["rows"]}
+    ratios = result["ratios"]
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, value: float | None, target: str, met: bool | None, note: str = "") -> None:
+        out.append({"target": name, "measured": value, "goal": target, "met": met, "note": note})
+
+    worker = rows.get("worker")
+    value = ratios.get("worker/baseline, CPU per result")
+    add(
+        "worker CPU per result / the baseline checkout's",
+        value,
+        f"<= {TARGET_OVER_BASELINE}",
+        None if value is None else value <= TARGET_OVER_BASELINE,
+        "" if value is not None else "needs --baseline-worktree",
+    )
+    value = ratios.get("worker/relay, per CPU-second")
+    add(
+        "worker/relay, results per CPU-second",
+        value,
+        f">= {TARGET_WORKER_OVER_RELAY}",
+        None if value is None else value >= TARGET_WORKER_OVER_RELAY,
+    )
+    value = ratios.get("relay/copier, CPU per result")
+    add(
+        "relay/copier, CPU per result",
+        value,
+        f"<= {TARGET_RELAY_OVER_COPIER}",
+        None if value is None else value <= TARGET_RELAY_OVER_COPIER,
+    )
+    value = PEER_CPU_US / worker["cpu_us_per_result"] if worker else None
+    add(
+        "worker/peer, results per CPU-second",
+        value,
+        f">= {TARGET_OVER_PEER} (peer: {PEER_CPU_US:g} us per result)",
+        None if value is None else value >= TARGET_OVER_PEER,
+    )
+    lat = result.get("latency")
+    value = lat["total"].get("p99") if lat and lat["total"] else None
+    add(
+        "latency p99 at half the sustained rate, ms",
+        value,
+        f"< {TARGET_P99_MS:g}",
+        None if value is None else value < TARGET_P99_MS,
+        "machine busy: figures unreliable" if lat and lat["other_cpus"] > CONTENDED_CPUS else "",
+    )
+    value = worker["results_per_txn"] if worker else None
+    add(
+        "results per transaction at full load",
+        value,
+        f">= {TARGET_RESULTS_PER_TXN}",
+        None if value is None else value >= TARGET_RESULTS_PER_TXN,
+    )
+    value = worker["broker_us_per_result"] if worker else None
+    goal = TARGET_BROKER_OVER_PEER * PEER_BROKER_US
+    add(
+        "broker CPU per result, us",
+        value,
+        f"<= {goal:g} ({TARGET_BROKER_OVER_PEER:g}x the peer's {PEER_BROKER_US:g} us)",
+        None if value is None else value <= goal,
+        "counts every user of the broker" if value is not None else "broker CPU not readable",
+    )
+    sweep = {
+        row["intake_partitions"]: row["cpu_us_per_result"]
+        for row in result["rows"]
+        if row["variant"] == "worker" or row["variant"].startswith("worker p")
+    }
+    value = max(sweep.values()) / min(sweep.values()) if len(sweep) > 1 else None
+    add(
+        f"CPU per result, most/least over {', '.join(map(str, sorted(sweep)))} intake partitions",
+        value,
+        f"<= {TARGET_PARTITION_SPREAD}",
+        None if value is None else value <= TARGET_PARTITION_SPREAD,
+        ", ".join(f"{p}: {us:,.0f} us" for p, us in sorted(sweep.items()))
+        if len(sweep) > 1
+        else "needs --partitions",
+    )
+    return out
+
+
+def print_targets(rows: list[dict[str, Any]]) -> None:
+    header = f"{'target':<58}{'measured':>10}  {'goal':<36}{'':<8}"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        measured = "-" if row["measured"] is None else f"{row['measured']:,.2f}"
+        verdict = {True: "met", False: "NOT MET", None: "not run"}[row["met"]]
+        print(f"{row['target']:<58}{measured:>10}  {row['goal']:<36}{verdict:<8}")
+        if row["note"]:
+            print(f"{'':<60}{row['note']}")
 
 
 def _opt(value: float | None, spec: str) -> str:
@@ -1056,14 +1501,14 @@ def print_report(result: dict[str, Any]) -> None:
     print(f"command: {result['command']}")
     print(
         f"broker {result['bootstrap']}; {result['messages']} results of ~{result['bytes']} bytes "
-        f"({result['rejected_share']:.0%} rejected), {PARTITIONS} intake partitions, "
+        f"({result['rejected_share']:.0%} rejected), {PARTITIONS} intake partitions (unless named), "
         f"transactions on, batch {result['batch_size']} / linger {result['linger_ms']} ms; "
         f"{result['cpus']} CPUs shared with the broker; median of {result['repeat']} interleaved runs"
     )
     print()
     header = (
         f"{'variant':<22}{'procs':>6}{'results/s':>11}{'min':>9}{'max':>9}"
-        f"{'cpu us/res':>12}{'decide':>8}{'gc':>6}{'broker':>8}{'others':>8}"
+        f"{'cpu us/res':>12}{'decide':>8}{'gc':>6}{'broker':>8}{'res/txn':>9}{'others':>8}"
     )
     print(header)
     print("-" * len(header))
@@ -1072,13 +1517,17 @@ def print_report(result: dict[str, Any]) -> None:
             f"{row['variant']:<22}{row['workers']:>6}{row['results_per_s']:>11,.0f}"
             f"{row['min']:>9,.0f}{row['max']:>9,.0f}{row['cpu_us_per_result']:>12,.0f}"
             f"{row['decide_us_per_result']:>8,.0f}{row['gc_us_per_result']:>6,.0f}"
-            f"{_opt(row['broker_us_per_result'], '8,.0f')}{row['other_cpus']:>8.2f}"
+            f"{_opt(row['broker_us_per_result'], '8,.0f')}{row['results_per_txn']:>9,.0f}"
+            f"{row['other_cpus']:>8.2f}"
         )
     print(
         "cpu us/res: CPU time of the worker process(es) per result; decide: of it, wall time in\n"
         "decide_batch (gate + output records, before the transaction opens); gc: in the garbage\n"
-        "collector; broker: the broker's CPU per result; others: CPUs busy with other users' work\n"
-        "during the run (machine busy time minus the workers, the broker and this process)"
+        "collector; broker: the broker's CPU per result; res/txn: results per transaction;\n"
+        "others: CPUs busy with other users' work during the run (machine busy time minus the\n"
+        "workers, the broker and this process). copier: aiokafka alone, no toolgate code;\n"
+        f"{BASELINE}: the worker of the checkout given with --baseline-worktree"
+        + (f" ({result['baseline']})" if result.get("baseline") else "")
     )
     print()
     contended = [row["variant"] for row in result["rows"] if row["other_cpus"] > CONTENDED_CPUS]
@@ -1091,6 +1540,8 @@ def print_report(result: dict[str, Any]) -> None:
         "worker/relay": f"target >= {TARGET_WORKER_OVER_RELAY}",
         "worker/pyjsonschema": f"target >= {TARGET_RS_OVER_PY}",
         "x2/x1": "at most 1.5 with 3 partitions, given the cores",
+        "relay/copier, CPU per result": f"target <= {TARGET_RELAY_OVER_COPIER}",
+        "worker/baseline, CPU per result": f"target <= {TARGET_OVER_BASELINE}",
     }
     for name, value in result["ratios"].items():
         print(f"{name:<36}{value:>6.2f}   {targets.get(name, '')}")
@@ -1128,6 +1579,8 @@ def print_report(result: dict[str, Any]) -> None:
                 f"WARNING: other users kept {lat['other_cpus']:.2f} CPUs busy during the latency run: "
                 "the worker was starved, the figures say more about the machine than the worker"
             )
+    print()
+    print_targets(result["targets"])
     for problem in result["problems"]:
         print(f"PROBLEM: {problem}")
 
@@ -1135,16 +1588,26 @@ def print_report(result: dict[str, Any]) -> None:
 async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
     bootstrap = os.environ.get("TOOLGATE_BOOTSTRAP", LOCAL_BOOTSTRAP)
     variants = [v for v in VARIANTS if v in args.variants]
+    baseline = Path(args.baseline_worktree) if args.baseline_worktree else None  # resolved by main()
+    if baseline is not None:
+        variants.insert(variants.index("worker") + 1 if "worker" in variants else len(variants), BASELINE)
+    variants += [f"worker p{n}" for n in args.partitions if n != PARTITIONS]
+    if args.partitions and "worker" not in variants:
+        variants.append("worker")
     with tempfile.TemporaryDirectory(prefix="worker-bench-") as tmp:
-        bench = Bench(bootstrap, args.messages, Path(tmp), hex_ids=args.hex_ids, py_spy=args.py_spy)
+        bench = Bench(
+            bootstrap,
+            args.messages,
+            Path(tmp),
+            hex_ids=args.hex_ids,
+            py_spy=args.py_spy,
+            baseline=baseline,
+        )
         runs: list[dict[str, Any]] = []
         latency = None
         try:
-            await bench.create(bench.config("setup"))  # the shared requests topic
-            await bench.delete(
-                {f"{bench.prefix}.setup.{t}" for t in ("intake", "agent", "quarantine", "audit")}
-            )
-            await bench.publish_requests(bench.backlog)
+            for partitions in sorted({plan(v)[2] for v in variants}):
+                await bench.prepare_requests(partitions)
             for repeat in range(1, args.repeat + 1):
                 for variant in variants:
                     run = await bench.backlog_run(variant, repeat)
@@ -1159,7 +1622,7 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
                         )
             if args.profile:
                 for variant in variants:
-                    if variant != "worker x2":
+                    if variant != "worker x2" and variant != BASELINE:
                         slug = variant.replace("-", "_")
                         await bench.backlog_run(variant, 0, profile=str(Path(args.profile) / slug))
             summary = summarise(runs, variants)
@@ -1171,21 +1634,37 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
             await bench.delete(set(bench.topics))
             await bench.delete_groups()
     sample = bench.backlog[0]
-    return {
+    result = {
         "command": " ".join([".venv/bin/python", "ops/bench/worker_bench.py", *sys.argv[1:]]),
         "bootstrap": bootstrap,
         "messages": args.messages,
         "repeat": args.repeat,
         "bytes": len(sample.value),
         "rejected_share": 1 / REJECT_EVERY,
-        "batch_size": 500,
-        "linger_ms": 20,
+        "batch_size": WORKER_BATCH_SIZE,
+        "linger_ms": WORKER_LINGER_MS,
         "cpus": os.cpu_count(),
         "runs": runs,
         **summary,
         "latency": latency,
+        "baseline": _describe(baseline) if baseline else None,
         "problems": [p for run in runs for p in run["problems"]],
     }
+    result["targets"] = targets(result)
+    return result
+
+
+def _describe(checkout: Path) -> str:
+    """``path at <short commit>`` of a checkout (git worktree)."""
+    import subprocess
+
+    commit = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return f"{checkout} at {commit or 'an unknown commit'}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1220,12 +1699,36 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="request ids with a hex segment (digit before 'e'), see run_tag()",
     )
+    parser.add_argument(
+        "--baseline-worktree",
+        metavar="PATH",
+        help="also run the worker of this checkout of an earlier commit (git worktree add PATH "
+        "<commit>), interleaved with the others, with that checkout's own bench script and code",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help=f"also run the worker with N intake partitions (the partition sweep; {PARTITIONS} is "
+        "the worker variant itself), e.g. --partitions 3 12 24",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--copier", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return _child_main(json.loads(args.child))
+    if args.copier:
+        return _copier_main(json.loads(args.copier))
     if args.messages < 100 or args.repeat < 1:
         parser.error("--messages must be at least 100 and --repeat at least 1")
+    if any(n < 1 for n in args.partitions):
+        parser.error("--partitions takes positive partition counts")
+    if args.baseline_worktree and not (Path(args.baseline_worktree) / "ops/bench/worker_bench.py").is_file():
+        parser.error(f"--baseline-worktree {args.baseline_worktree}: no ops/bench/worker_bench.py there")
+    if args.baseline_worktree:
+        args.baseline_worktree = str(Path(args.baseline_worktree).resolve())
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
     result = asyncio.run(bench_main(args))
