@@ -91,3 +91,41 @@ class TestOutputs:
             "decided_at",
             "worker_version",
         }
+
+
+class TestConnectHeaders:
+    def test_quarantine_carries_connect_dead_letter_headers(self, gate: Gate) -> None:
+        """Kafka Connect's __connect.errors.* headers mirror the tg-* diagnosis."""
+        msg = msgspec.structs.replace(
+            message(review_value(admin_override=True)), origin="toolgate.intake/2/4711"
+        )
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        quarantine = outputs(msg, verdict, decided_at=NOW, **TOPICS)[1]
+        headers = dict(quarantine.headers)
+        assert headers["__connect.errors.topic"] == b"toolgate.intake"
+        assert headers["__connect.errors.partition"] == b"2"
+        assert headers["__connect.errors.offset"] == b"4711"
+        assert headers["__connect.errors.stage"] == headers["tg-error-stage"] == b"schema"
+        assert headers["__connect.errors.exception.class.name"] == headers["tg-error-code"]
+        detail = json.loads(headers["tg-error-detail"])
+        assert headers["__connect.errors.exception.message"] == detail["message"].encode()
+        assert headers["__connect.errors.class.name"] == b"toolgate.gate.Gate"
+
+    def test_forged_connect_headers_are_dropped(self, gate: Gate) -> None:
+        """An adapter's own __connect.errors.* headers never reach the quarantine record."""
+        base = message(review_value(admin_override=True))
+        msg = msgspec.structs.replace(
+            base, headers=[*base.headers, ("__connect.errors.stage", b"none")], origin="toolgate.intake/0/1"
+        )
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        quarantine = outputs(msg, verdict, decided_at=NOW, **TOPICS)[1]
+        stages = [v for n, v in quarantine.headers if n == "__connect.errors.stage"]
+        assert stages == [b"schema"]
+
+    def test_origin_that_is_not_topic_partition_offset(self, gate: Gate) -> None:
+        """An origin of another shape (offline check) gives empty coordinates, never a guess."""
+        msg = msgspec.structs.replace(message(review_value(admin_override=True)), origin="file.json")
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        headers = dict(outputs(msg, verdict, decided_at=NOW, **TOPICS)[1].headers)
+        assert headers["__connect.errors.topic"] == b""
+        assert headers["__connect.errors.offset"] == b""

@@ -35,6 +35,13 @@ MASK = "[masked]"
 MAX_BYTES_CEILING = 8 * 1024 * 1024
 MAX_DEPTH_CEILING = 128  # jiter's own recursion limit is 200; stay well inside it
 _TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+# MCP tool names: 1-128 of [A-Za-z0-9_.-] (the MCP specification). A contract of an MCP tool
+# is named <server>.<tool>, the server a plain lower-case name without dots, and the whole
+# name is a bounded plain identifier (at most 128 characters) like everything that reaches
+# an agent.
+MCP_SERVER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+MCP_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+MAX_QUALIFIED_NAME = 128
 _ERROR_CODE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 
 
@@ -93,6 +100,21 @@ class DisplayText(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     max_length: int
 
 
+class McpResultSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The tool answers with an MCP ``CallToolResult`` (see :mod:`toolgate.gate._mcp`)."""
+
+    server: str  # the MCP server the tool comes from (qualifies the tool name)
+    tool: str  # the tool's MCP name
+    error_code: str = "TOOL_ERROR"  # the failure code of an isError result
+    error_retryable: bool = False  # whether the upstream calls an isError result retryable
+    text_max_length: int = 1000  # text blocks to untrusted_text, cut to this (0: not passed)
+
+
+def qualified_name(server: str, tool: str) -> str:
+    """The contract name of an MCP tool: ``<server>.<tool>``."""
+    return f"{server}.{tool}"
+
+
 class Retry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Failure codes the agent may retry, while the request has attempts left."""
 
@@ -117,6 +139,7 @@ class ContractSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     display_text: tuple[DisplayText, ...] = ()
     retry: Retry = msgspec.field(default_factory=Retry)
     description: str = ""
+    mcp: McpResultSpec | None = None
 
 
 Pointer = tuple[str, ...]
@@ -297,7 +320,9 @@ def load_contract(folder: Path) -> Contract:
 
 def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
     where = str(path)
-    if not _TOOL_NAME.match(spec.tool):
+    if spec.mcp is not None:
+        _check_mcp(spec, spec.mcp, where)
+    elif not _TOOL_NAME.match(spec.tool):
         raise ContractError(where, "$.tool", f"tool name must match {_TOOL_NAME.pattern}")
     if folder.parent.name != spec.tool:
         raise ContractError(where, "$.tool", f"tool {spec.tool!r} sits in folder {folder.parent.name!r}")
@@ -322,6 +347,26 @@ def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
     for i, rule in enumerate(spec.rules):
         if isinstance(rule, Freshness) and (rule.max_age_seconds <= 0 or rule.max_future_skew_seconds < 0):
             raise ContractError(where, f"$.rules[{i}]", "freshness windows must be positive")
+
+
+def _check_mcp(spec: ContractSpec, mcp: McpResultSpec, where: str) -> None:
+    if not MCP_SERVER_NAME.match(mcp.server):
+        raise ContractError(where, "$.mcp.server", f"server name must match {MCP_SERVER_NAME.pattern}")
+    if not MCP_TOOL_NAME.match(mcp.tool):
+        raise ContractError(where, "$.mcp.tool", f"MCP tool name must match {MCP_TOOL_NAME.pattern}")
+    qualified = qualified_name(mcp.server, mcp.tool)
+    if len(qualified) > MAX_QUALIFIED_NAME:
+        raise ContractError(where, "$.mcp.tool", f"<server>.<tool> exceeds {MAX_QUALIFIED_NAME} characters")
+    if spec.tool != qualified:
+        raise ContractError(where, "$.tool", f"an MCP tool's contract is named {qualified!r}")
+    if spec.content_type != JSON_CONTENT_TYPE:
+        raise ContractError(where, "$.content_type", "an MCP result is application/json")
+    if not _ERROR_CODE.match(mcp.error_code):
+        raise ContractError(where, "$.mcp.error_code", "not an error code")
+    if not 0 <= mcp.text_max_length <= 4096:
+        raise ContractError(where, "$.mcp.text_max_length", "must be in 0..4096")
+    if spec.display_text:
+        raise ContractError(where, "$.display_text", "an MCP result's display text is its text blocks")
 
 
 class ContractSet:

@@ -10,6 +10,18 @@ original header that carries one of toolgate's diagnostics names is dropped
 original header is kept as it came. A record that would not fit the broker's
 request size keeps its first bytes only, with ``tg-truncated`` giving the
 original length; ``tg-raw-sha256`` always covers the whole original value.
+
+So that existing dead-letter tooling reads them, quarantine records also carry Kafka
+Connect's ``__connect.errors.*`` headers: the original topic, partition and offset,
+the stage, and the code and detail as ``exception.class.name`` and
+``exception.message``. The ``tg-*`` headers stay the source of truth; an original
+``__connect.errors.*`` header is dropped like a forged ``tg-error-*`` one.
+
+Trace context: the agent, quarantine and audit records carry the intake record's W3C
+``traceparent``/``tracestate`` (:mod:`toolgate.gate._trace`), validated; with tracing
+on, the context of the decision's span instead (same trace). A malformed or repeated
+``traceparent`` is dropped, never copied, and so is the original one in the
+quarantine copy of the headers.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import msgspec
 
 from toolgate._version import __version__
 from toolgate.gate._records import Message, Verdict
+from toolgate.gate._trace import TRACEPARENT, TRACESTATE, TraceContext, from_headers
 
 DIAGNOSTIC_HEADERS = frozenset(
     {
@@ -37,6 +50,9 @@ DIAGNOSTIC_HEADERS = frozenset(
         "tg-truncated",
     }
 )
+CONNECT_PREFIX = "__connect.errors."
+CONNECT_EXECUTING_CLASS = "toolgate.gate.Gate"
+_DROPPED_ORIGINALS = DIAGNOSTIC_HEADERS | {TRACEPARENT, TRACESTATE}
 # Room left for headers and record overhead under the producer's max request size.
 _QUARANTINE_HEADROOM = 64 * 1024
 
@@ -138,18 +154,62 @@ def outputs(
     audit_topic: str,
     decided_at: datetime,
     max_record_bytes: int = 1024 * 1024,
+    trace: TraceContext | None = None,
 ) -> list[OutRecord]:
-    """The records one decision produces: agent always, quarantine when rejected, audit always."""
-    records = [OutRecord(agent_topic, message.key, verdict.agent, [])]
+    """The records one decision produces: agent always, quarantine when rejected, audit always.
+
+    ``trace`` is the decision span's context when tracing is on; otherwise the intake
+    record's own (its headers first, then an MCP result's ``_meta``) is carried.
+    """
+    if trace is None:
+        trace = message_trace(message, verdict)
+    trace_headers = trace.headers() if trace is not None else []
+    records = [OutRecord(agent_topic, message.key, verdict.agent, list(trace_headers))]
     if not verdict.accepted:
-        records.append(quarantine_record(message, verdict, quarantine_topic, decided_at, max_record_bytes))
+        records.append(
+            quarantine_record(message, verdict, quarantine_topic, decided_at, max_record_bytes, trace)
+        )
     event = audit_event(verdict, message.origin, decided_at)
-    records.append(OutRecord(audit_topic, message.key, _encode_audit(event), []))
+    records.append(OutRecord(audit_topic, message.key, _encode_audit(event), list(trace_headers)))
     return records
 
 
+def message_trace(message: Message, verdict: Verdict) -> TraceContext | None:
+    """The producer's trace context: intake headers first, then the result's ``_meta``."""
+    return from_headers(message.headers) or verdict.trace
+
+
+def connect_headers(message: Message, verdict: Verdict) -> list[tuple[str, bytes]]:
+    """Kafka Connect's dead-letter headers (``__connect.errors.*``) of a rejection."""
+    topic, partition, offset = _origin(message.origin)
+    message_text = verdict.diagnostics.message if verdict.diagnostics is not None else ""
+    return [
+        (CONNECT_PREFIX + "topic", topic.encode()),
+        (CONNECT_PREFIX + "partition", partition.encode()),
+        (CONNECT_PREFIX + "offset", offset.encode()),
+        (CONNECT_PREFIX + "stage", (verdict.stage or "").encode()),
+        (CONNECT_PREFIX + "class.name", CONNECT_EXECUTING_CLASS.encode()),
+        (CONNECT_PREFIX + "exception.class.name", (verdict.code or "").encode()),
+        (CONNECT_PREFIX + "exception.message", message_text.encode()),
+    ]
+
+
+def _origin(origin: str) -> tuple[str, str, str]:
+    """(topic, partition, offset) of ``topic/partition/offset``; empty parts when it is not one."""
+    topic, sep1, rest = origin.rpartition("/")
+    topic, sep2, partition = topic.rpartition("/")
+    if not (sep1 and sep2 and partition.isdigit() and rest.isdigit()):
+        return "", "", ""
+    return topic, partition, rest
+
+
 def quarantine_record(
-    message: Message, verdict: Verdict, topic: str, decided_at: datetime, max_record_bytes: int
+    message: Message,
+    verdict: Verdict,
+    topic: str,
+    decided_at: datetime,
+    max_record_bytes: int,
+    trace: TraceContext | None = None,
 ) -> OutRecord:
     """The dead-letter record of a rejected message."""
     diagnostics = verdict.diagnostics
@@ -158,7 +218,11 @@ def quarantine_record(
         ensure_ascii=True,
         separators=(",", ":"),
     )
-    headers = [(name, value) for name, value in message.headers if name not in DIAGNOSTIC_HEADERS]
+    headers = [
+        (name, value)
+        for name, value in message.headers
+        if name not in _DROPPED_ORIGINALS and not name.startswith(CONNECT_PREFIX)
+    ]
     headers += [
         ("tg-error-stage", (verdict.stage or "").encode()),
         ("tg-error-code", (verdict.code or "").encode()),
@@ -169,7 +233,10 @@ def quarantine_record(
         ("tg-worker-version", __version__.encode()),
         ("tg-rejected-at", decided_at.isoformat().encode()),
         ("tg-replay-count", str(replay_count(message)).encode()),
+        *connect_headers(message, verdict),
     ]
+    if trace is not None:
+        headers += trace.headers()
     value = message.value
     budget = max_record_bytes - _QUARANTINE_HEADROOM - sum(len(n) + len(v or b"") for n, v in headers)
     if value is not None and len(value) > budget:

@@ -9,6 +9,7 @@ from datetime import datetime
 import msgspec
 
 from toolgate._codes import Code, Stage
+from toolgate.gate._trace import TraceContext
 
 BindValue = str | int | bool | list[str]
 
@@ -116,6 +117,7 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     adapter: str | None = None
     adapter_version: str | None = None
     source: str | None = None
+    trace: TraceContext | None = None  # from an MCP result's _meta (intake headers win)
 
     @property
     def result(self) -> str:
