@@ -22,6 +22,9 @@ Code = Literal[
     "NESTING_TOO_DEEP",
     "UNSUPPORTED_CONTENT_TYPE",
     "TEXT_EXTRACTION_FAILED",
+    "MALFORMED_ENVELOPE",  # MCP results (toolgate.gate._mcp)
+    "RESULT_NOT_COMPLETE",
+    "CONFLICTING_VIEWS",
     # contract (HEADER_MISMATCH also at correlate)
     "UNKNOWN_TOOL",
     "UNKNOWN_CONTRACT_VERSION",

@@ -177,6 +177,18 @@ def _contracts_diff_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("new", metavar="NEW", help="the newer version folder (or schema file)")
 
 
+def _contracts_import_mcp(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.tools._mcp_import import run
+
+    return run(args, config.contracts_dir)
+
+
+def _contracts_import_mcp_arguments(p: argparse.ArgumentParser) -> None:
+    from toolgate.tools._mcp_import import add_arguments
+
+    add_arguments(p)
+
+
 def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-messages", type=_positive_int, metavar="N", help="stop after deciding N results")
     p.add_argument(
@@ -753,6 +765,25 @@ COMMANDS: tuple[Command, ...] = (
         ("toolgate contracts history",),
         _contracts_history,
         ("contracts",),
+    ),
+    Command(
+        ("contracts", "import-mcp"),
+        "contract versions from an MCP server's tools (outputSchema, closed)",
+        "Write a contract version per tool of an MCP server: the schema from the tool's\n"
+        "outputSchema, closed (additionalProperties: false where it was open) with strings\n"
+        "and arrays bounded, the MCP result envelope, a projection of every scalar field\n"
+        "and fixtures. A version is never overwritten: a tool that has versions gets the\n"
+        "next major version as shadow, and the diff against the current one is printed.\n"
+        "Lint findings still to settle are printed; exit 1 while there are any. --url\n"
+        "must be on the loopback.",
+        (
+            'toolgate contracts import-mcp --server deployer --command "python -m deployer_mcp"',
+            "toolgate contracts import-mcp --server deployer --url http://127.0.0.1:8000/mcp",
+            "toolgate contracts import-mcp --server deployer --tools-list tools.json --tool deploy_status",
+        ),
+        _contracts_import_mcp,
+        ("contracts",),
+        _contracts_import_mcp_arguments,
     ),
     Command(
         ("run",),

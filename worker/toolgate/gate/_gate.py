@@ -45,11 +45,13 @@ from toolgate.gate._contracts import (
     ContractSet,
     Limits,
 )
+from toolgate.gate._mcp import read_result
 from toolgate.gate._parse import extract_text, parse_json
 from toolgate.gate._project import Projector, failure
 from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Evidence, Ledger, SemanticRule, build_rules
 from toolgate.gate._signing import Keyring
+from toolgate.gate._trace import TraceContext
 
 DEFAULT_LIMITS = Limits(max_bytes=64 * 1024, max_depth=32)
 MAX_HEADERS = 64
@@ -190,7 +192,22 @@ class Gate:
         if content_type == JSON_CONTENT_TYPE:
             if known.message.value is None:
                 raise RejectedInput("parse", "MALFORMED_JSON", "the value is null")
-            return parse_json(known.raw, deciding.limits.max_depth if deciding else DEFAULT_LIMITS.max_depth)
+            max_depth = deciding.limits.max_depth if deciding else DEFAULT_LIMITS.max_depth
+            value = parse_json(known.raw, max_depth)
+            if deciding is None or deciding.mcp is None:
+                return value
+            mcp = deciding.mcp  # an MCP CallToolResult: read into the envelope (gate/_mcp.py)
+            result = read_result(
+                value,
+                tool=headers.get("tg-tool"),
+                request_id=headers.get("tg-request-id"),
+                error_code=mcp.error_code,
+                error_retryable=mcp.error_retryable,
+                text_max_length=mcp.text_max_length,
+                max_depth=max_depth,
+            )
+            known.text, known.trace = result.text, result.trace
+            return result.envelope
         if deciding is not None and deciding.text_regex is not None:
             return {
                 "tool": headers.get("tg-tool"),
@@ -279,7 +296,7 @@ class Gate:
         request_id = request.request_id
         code: str | None
         if envelope["outcome"] == "success":
-            out = projector.success(envelope, request_id)
+            out = projector.success(envelope, request_id, known.text)
             code = None
         else:
             code = envelope["error"]["code"]
@@ -307,6 +324,7 @@ class Gate:
             adapter=headers.get("tg-adapter"),
             adapter_version=headers.get("tg-adapter-version"),
             source=headers.get("tg-source"),
+            trace=known.trace,
         )
 
 
@@ -327,6 +345,8 @@ class _Known(msgspec.Struct, gc=False):
     contract: str | None = None  # the deciding version's key
     request_id: str | None = None
     attempt: int | None = None
+    text: str | None = None  # an MCP result's text blocks, for untrusted_text
+    trace: TraceContext | None = None  # an MCP result's _meta trace context
 
     def rejected(self, exc: Exception, request: RequestRecord | None) -> Verdict:
         """The rejected verdict for ``exc`` raised at the stage reached."""
@@ -342,7 +362,7 @@ class _Known(msgspec.Struct, gc=False):
         # must name the request record the store returned. Operators (audit) get
         # whatever identifier the message claimed, if it is a plain one.
         issued = key if request is not None and key == request.request_id else None
-        return rejection(
+        verdict = rejection(
             rejected,
             digest=self.digest,
             tool=self.tool,
@@ -352,6 +372,7 @@ class _Known(msgspec.Struct, gc=False):
             attempt=self.attempt,
             headers=self.headers,
         )
+        return verdict if self.trace is None else msgspec.structs.replace(verdict, trace=self.trace)
 
 
 class _Plan:
@@ -362,6 +383,7 @@ class _Plan:
         "key",
         "limits",
         "max_bytes",
+        "mcp",
         "retired",
         "retryable_codes",
         "text_regex",
@@ -379,6 +401,7 @@ class _Plan:
         self.max_bytes = DEFAULT_LIMITS.max_bytes if self.retired else spec.limits.max_bytes
         self.content_type = spec.content_type
         self.text_regex = contract.text_regex
+        self.mcp = spec.mcp
         self.validator = contract.validator
         self.retryable_codes = contract.retryable_codes
 

@@ -30,7 +30,7 @@ _FAILURE = {
     "type": "object",
     "required": ["tool", "request_id", "outcome", "error"],
     "properties": {
-        "tool": {"type": ["string", "null"], "maxLength": 64},
+        "tool": {"type": ["string", "null"], "maxLength": 128},  # MCP names: <server>.<tool>
         "request_id": {"type": ["string", "null"], "pattern": SAFE_ID_PATTERN},
         "outcome": {"const": "failure"},
         "error": {
@@ -68,7 +68,15 @@ def output_schema(contract: Contract) -> dict[str, Any]:
         },
         "additionalProperties": False,
     }
-    if contract.display:
+    mcp = contract.spec.mcp
+    if mcp is not None and mcp.text_max_length > 0:
+        # An MCP result's text blocks, joined and cut (toolgate.gate._mcp).
+        success["properties"]["untrusted_text"] = {
+            "type": "object",
+            "properties": {"content": {"type": "string", "maxLength": mcp.text_max_length}},
+            "additionalProperties": False,
+        }
+    elif contract.display:
         success["properties"]["untrusted_text"] = {
             "type": "object",
             "properties": {
@@ -94,7 +102,7 @@ class Projector:
         self.validator = compile_schema(output_schema(contract))
         self.is_valid = self.validator.is_valid
 
-    def success(self, envelope: Any, request_id: str) -> dict[str, Any]:
+    def success(self, envelope: Any, request_id: str, text: str | None = None) -> dict[str, Any]:
         """A fresh success envelope with the declared fields only.
 
         Raises:
@@ -116,14 +124,16 @@ class Projector:
             "outcome": "success",
             "data": data,
         }
+        if text is not None:  # an MCP result's text blocks, already bounded
+            out["untrusted_text"] = {"content": text}
         if self.display:
-            text = {}
+            shown = {}
             for limit, tokens in self.display:
                 value = resolve(envelope, tokens)
                 if isinstance(value, str):
-                    text[tokens[-1]] = value[:limit]
-            if text:
-                out["untrusted_text"] = text
+                    shown[tokens[-1]] = value[:limit]
+            if shown:
+                out["untrusted_text"] = shown
         if not self.is_valid(out):  # check(), inlined
             raise _unsafe()
         return out

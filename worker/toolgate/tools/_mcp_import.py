@@ -24,10 +24,12 @@ for a person to settle.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import ipaddress
 import json
 import re
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -673,8 +675,94 @@ def _report(imported: Imported) -> Iterator[str]:
         yield f"  note: {note}"
 
 
+# --- the command -----------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``toolgate contracts import-mcp``."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--command", dest="server_command", metavar="CMD", help="start the MCP server with CMD, talk stdio"
+    )
+    source.add_argument("--url", metavar="URL", help="a streamable HTTP MCP endpoint on the loopback")
+    source.add_argument("--tools-list", metavar="FILE", help="a saved tools/list answer (JSON)")
+    parser.add_argument(
+        "--server", required=True, metavar="NAME", help="the server's name: contracts are NAME.<tool>"
+    )
+    parser.add_argument("--tool", action="append", metavar="TOOL", help="import only TOOL (repeatable)")
+    parser.add_argument("--max-string", type=int, default=DEFAULT_MAX_STRING, metavar="N")
+    parser.add_argument("--max-items", type=int, default=DEFAULT_MAX_ITEMS, metavar="N")
+    parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="S", help="for a running server")
+
+
+def run(args: argparse.Namespace, contracts_dir: str) -> int:
+    """``toolgate contracts import-mcp``: 0 written and lint-clean, 1 findings to settle.
+
+    Raises:
+        ConfigError: bad options, an unreachable server, a listing that is not one.
+    """
+    for name in ("max_string", "max_items"):
+        if not 1 <= getattr(args, name) <= 1_000_000:
+            raise ConfigError(f"--{name.replace('_', '-')} must be in 1..1000000")
+    if not 1 <= args.max_bytes <= 8 * 1024 * 1024:
+        raise ConfigError("--max-bytes must be in 1..8388608")
+    tools = read_listing(Path(args.tools_list)) if args.tools_list else _fetch(args)
+    root = Path(contracts_dir)
+    if not root.is_dir():
+        raise ConfigError(f"{root}: contracts folder not found")
+    done = import_listing(
+        root,
+        args.server,
+        tools,
+        only=args.tool,
+        max_string=args.max_string,
+        max_items=args.max_items,
+        max_bytes=args.max_bytes,
+    )
+    return 1 if any(imported.lint or imported.notes for imported in done) else 0
+
+
+def _fetch(args: argparse.Namespace) -> list[dict[str, Any]]:
+    try:
+        import anyio
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            "import-mcp from a running server needs the MCP SDK: pip install 'toolgate[mcp]'"
+        ) from exc
+    if args.url:
+        check_loopback(args.url)
+        server: Any = args.url
+        where = args.url
+    else:
+        command = shlex.split(args.server_command)
+        if not command:
+            raise ConfigError("--command is empty")
+        server = stdio_server(command)
+        where = f"--command {args.server_command!r}"
+
+    async def fetch() -> list[dict[str, Any]]:
+        with anyio.fail_after(args.timeout):
+            return await fetch_listing(server)
+
+    try:
+        return anyio.run(fetch)
+    except ConfigError:
+        raise
+    except TimeoutError as exc:
+        raise ConfigError(f"{where}: no tools/list answer within {args.timeout:g}s") from exc
+    except Exception as exc:  # any failure to reach or understand the server: one line
+        cause: BaseException = exc
+        while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+            cause = cause.exceptions[0]
+        text = str(cause).splitlines()[0] if str(cause) else ""
+        raise ConfigError(f"{where}: cannot list tools: {type(cause).__name__}: {text}"[:400]) from exc
+
+
 __all__ = [
     "Imported",
+    "add_arguments",
     "check_loopback",
     "close_schema",
     "envelope_schema",
@@ -685,5 +773,6 @@ __all__ = [
     "listing_from_json",
     "projection",
     "read_listing",
+    "run",
     "stdio_server",
 ]
