@@ -223,7 +223,11 @@ class TestBadInput:
     @pytest.mark.parametrize("words", LEAVES, ids=" ".join)
     def test_unknown_option(self, words: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
         """Every command refuses an option it does not know, in one line."""
-        positionals = {("check",): ["r.json"], ("contracts", "diff"): ["a", "b"]}.get(words, [])
+        positionals = {
+            ("check",): ["r.json"],
+            ("contracts", "diff"): ["a", "b"],
+            ("contracts", "import-mcp"): ["--server", "s", "--tools-list", "t.json"],
+        }.get(words, [])
         code, _, err = _run([*words, *positionals, "--no-such-option"], capsys)
         assert code == 2
         assert len(err.splitlines()) == 1
