@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import urllib.request
 from pathlib import Path
@@ -138,7 +139,12 @@ class TestEndToEnd:
         assert 'toolgate_rejections_total{code="DUPLICATE_KEY",stage="parse",tool="review_status"}' in text
         assert 'toolgate_transactions_total{result="committed"}' in text
         assert "toolgate_evaluation_seconds_bucket" in text
-        assert 'toolgate_contract_info{status="active",tool="job_status",version="1"} 1.0' in text
+        assert re.search(
+            r'^toolgate_contract_info\{digest="[0-9a-f]{16}",'
+            r'status="active",tool="job_status",version="1"\} 1\.0$',
+            text,
+            re.MULTILINE,
+        )
         assert ready == 200
 
 

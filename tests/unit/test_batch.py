@@ -111,7 +111,7 @@ class TestShadow:
         )
         decision = batch.decisions[0].verdict
         assert (decision.contract, decision.code) == ("review_status@v1", "SCHEMA_VIOLATION")
-        assert [(d.tool, d.version, d.sampled) for d in batch.disagreements] == [("review_status", 2, True)]
+        assert [(d.tool, d.version, d.sampled) for d in batch.disagreements] == [("review_status", "2", True)]
         events = [json.loads(r.value or b"") for r in batch.records if r.topic == "au"]
         shadow = [e for e in events if e["kind"] == "shadow"]
         assert len(shadow) == 1

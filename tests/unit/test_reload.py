@@ -25,7 +25,8 @@ class TestReload:
         w.request_reload()
         assert w.reload_contracts()
         assert w.gate is fresh
-        assert w.metrics.contract_info.labels("deploy_status", "2", "shadow")._value.get() == 1
+        digest = next(c.digest for c in fresh.contracts if c.key == "deploy_status@v2")
+        assert w.metrics.contract_info.labels("deploy_status", "2", "shadow", digest)._value.get() == 1
 
     def test_bad_set_keeps_running_one(self, caplog: pytest.LogCaptureFixture) -> None:
         """A contract set that fails to load leaves the running gate in place and says why."""

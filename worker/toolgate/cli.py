@@ -434,7 +434,7 @@ def _check(args: argparse.Namespace, config: Config) -> int:
 def _contracts_test(args: argparse.Namespace, config: Config) -> int:
     from toolgate.gate._contracts import ContractSet
     from toolgate.gate._signing import Keyring
-    from toolgate.tools._fixtures import fixtures_keyring, iter_outcomes
+    from toolgate.tools._fixtures import fixtures_keyring, iter_outcomes, without_fixtures
 
     root = config.contracts_dir
     contracts = ContractSet.load(root)
@@ -448,6 +448,12 @@ def _contracts_test(args: argparse.Namespace, config: Config) -> int:
         else:
             failed += 1
             print(f"FAIL {outcome.case.name} ({outcome.case.path}): {outcome.problem}")
+    for contract in without_fixtures(contracts):
+        failed += 1
+        print(
+            f"FAIL {contract.key} ({contract.folder}): no fixtures; add at least one "
+            "fixtures/accept/*.json or fixtures/reject/*.json"
+        )
     print(f"{len(contracts)} contract versions: {passed} passed, {failed} failed")
     return EXIT_PROBLEM if failed else EXIT_OK
 

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from toolgate._config import Topics
 from toolgate._errors import RejectedInput
+from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate, rejection
 from toolgate.gate._outputs import OutRecord, outputs, replay_count, shadow_record
 from toolgate.gate._records import Message, RequestRecord, Verdict, request_key
@@ -39,7 +40,7 @@ class Disagreement:
     """A shadow version that decided differently from the deciding version."""
 
     tool: str
-    version: int
+    version: str  # major[.minor], as the metrics label it: "2", "2.1"
     sampled: bool  # an audit event was written for it
 
 
@@ -175,4 +176,4 @@ def _shadow(
             batch.records.append(
                 shadow_record(message, decided, shadow, audit_topic=topics.audit, decided_at=now)
             )
-        batch.disagreements.append(Disagreement(contract.spec.tool, contract.spec.version, sampled))
+        batch.disagreements.append(Disagreement(contract.spec.tool, version_label(contract.spec), sampled))

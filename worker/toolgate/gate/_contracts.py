@@ -15,6 +15,7 @@ messages are masked so a rejected value never reaches a message.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -145,6 +146,27 @@ class ContractSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 Pointer = tuple[str, ...]
 
 
+def version_label(spec: ContractSpec) -> str:
+    """The version as metrics label it: ``2`` or, for a minor revision, ``2.1``."""
+    return version_name(spec)[1:]
+
+
+def contract_digest(spec: ContractSpec, schema: dict[str, Any]) -> str:
+    """What a version enforces, as 16 hex digits: SHA-256 over its decoded ``contract.yaml``
+    and its schema, canonical JSON (comments, key order and whitespace do not count).
+
+    Workers export it in ``toolgate_contract_info{digest}``; ``toolgate replay --apply``
+    compares it with the local contracts'.
+    """
+    canonical = json.dumps(
+        {"contract": msgspec.to_builtins(spec), "schema": schema},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
 def version_name(spec: ContractSpec) -> str:
     """The folder name of a version: ``v2`` or, for a minor revision, ``v2.1``."""
     return f"v{spec.version}" if spec.minor == 0 else f"v{spec.version}.{spec.minor}"
@@ -224,6 +246,7 @@ class Contract:
 
     __slots__ = (
         "data_projection",
+        "digest",
         "display",
         "folder",
         "key",
@@ -244,6 +267,7 @@ class Contract:
         self.schema_path = folder / spec.schema
         self.schema = schema
         self.key = f"{spec.tool}@{version_name(spec)}"
+        self.digest = contract_digest(spec, schema)
         self.retryable_codes = frozenset(spec.retry.retryable_codes)
         where = str(self.path)
         try:
@@ -300,7 +324,10 @@ def load_contract(folder: Path) -> Contract:
         raise ContractError(str(path), "", f"cannot read: {exc.strerror}") from exc
     except msgspec.ValidationError as exc:
         message, _, at = str(exc).partition(" - at `")
-        raise ContractError(str(path), at.rstrip("`"), message) from exc
+        at = at.rstrip("`")
+        if at == "$.version":
+            message = _version_hint(path, message)
+        raise ContractError(str(path), at, message) from exc
     except msgspec.DecodeError as exc:
         raise ContractError(str(path), "", f"not valid YAML: {exc}") from exc
     _check_spec(spec, path, folder)
@@ -316,6 +343,23 @@ def load_contract(folder: Path) -> Contract:
     if not isinstance(schema, dict):
         raise ContractError(str(schema_file), "", "a schema must be a JSON object")
     return Contract(spec, folder, schema)
+
+
+def _version_hint(path: Path, message: str) -> str:
+    """For ``version: 1.1`` (or ``"1.1"``): how a compatible revision is written instead."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return message
+    written = re.search(r"""^version:\s*["']?(\d+)\.(\d+)["']?\s*(?:#.*)?$""", text, re.MULTILINE)
+    if written is None:
+        return message
+    major, minor = int(written.group(1)), int(written.group(2))
+    return (
+        f"version is the major version, a whole number: a compatible revision is written "
+        f"'version: {major}' and 'minor: {minor}', in folder v{major}.{minor} "
+        f"(not 'version: {written.group(1)}.{written.group(2)}')"
+    )
 
 
 def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:

@@ -105,7 +105,11 @@ class Metrics:
             "toolgate_ready", "1 when partitions are assigned and transactions work.", registry=r
         )
         self.contract_info = Gauge(
-            "toolgate_contract_info", "Loaded contract versions.", ["tool", "version", "status"], registry=r
+            "toolgate_contract_info",
+            "Loaded contract versions: version is major[.minor] (2, 2.1), digest what the version "
+            "enforces (SHA-256 of its contract and schema, 16 hex digits).",
+            ["tool", "version", "status", "digest"],
+            registry=r,
         )
         self.shadow_disagreements = Counter(
             "toolgate_shadow_disagreements",
@@ -121,17 +125,17 @@ class Metrics:
         )
         self._children: dict[tuple[str, ...], tuple[Callable[[], None], ...]] = {}
 
-    def initialise(self, contracts: Sequence[tuple[str, str, str]]) -> None:
+    def initialise(self, contracts: Sequence[tuple[str, str, str, str]]) -> None:
         """Export every series a dashboard or alert watches, at 0, before its first event.
 
         A labelled counter has no series until its first increment, so a rare event
         (an abort, a replay, a shadow disagreement) would leave panels empty and
-        ``increase()`` blind to the first one. ``contracts``: (tool, version, status)
-        of every loaded contract version.
+        ``increase()`` blind to the first one. ``contracts``: (tool, version, status,
+        digest) of every loaded contract version, the version as ``2`` or ``2.1``.
         """
-        tools = sorted({tool for tool, _, _ in contracts} | {"unknown"})
-        for tool, version, status in contracts:
-            self.contract_info.labels(tool, version, status).set(1)
+        tools = sorted({tool for tool, _, _, _ in contracts} | {"unknown"})
+        for tool, version, status, digest in contracts:
+            self.contract_info.labels(tool, version, status, digest).set(1)
             self.shadow_disagreements.labels(tool, version)
         for tool in tools:
             for outcome in OUTCOMES:

@@ -36,6 +36,7 @@ from aiokafka.errors import KafkaError, ProducerFenced
 
 from toolgate._config import Config
 from toolgate.gate._batch import ShadowSampler, decide_batch
+from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message, request_key
 from toolgate.service._kafka import client_settings
@@ -138,7 +139,9 @@ class Worker:
 
     def _export_contracts(self, gate: Gate) -> None:
         self.metrics.contract_info.clear()  # a reload may have retired or removed versions
-        self.metrics.initialise([(c.spec.tool, str(c.spec.version), c.spec.status) for c in gate.contracts])
+        self.metrics.initialise(
+            [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts]
+        )
 
     def request_reload(self) -> None:
         """Reload the contracts between two batches (SIGHUP)."""
@@ -391,7 +394,7 @@ class Worker:
         for request_id, attempt in batch.accepted:
             self.ledger.record(request_id, attempt, now)
         for disagreement in batch.disagreements:
-            self.metrics.shadow_disagreements.labels(disagreement.tool, str(disagreement.version)).inc()
+            self.metrics.shadow_disagreements.labels(disagreement.tool, disagreement.version).inc()
         self.metrics.decided_batch(batch.decisions)
         for decision in batch.decisions:
             verdict = decision.verdict

@@ -1,7 +1,13 @@
 """Contract fixtures: every accept and reject example run through the real gate.
 
 The fixture format is documented in ``contracts/README.md``. A fixture file that
-cannot be read is itself a failure naming the file and the key at fault.
+cannot be read is itself a failure naming the file and the key at fault, and so is
+a contract version with no fixture at all.
+
+A ``retired`` version keeps its fixtures: they record what it accepted and rejected
+while it decided. They are run against that version as it was (as if it still
+decided), so they stay true and never have to be deleted; that the live selection
+refuses a retired version (``UNKNOWN_CONTRACT_VERSION``) is the gate's own test.
 """
 
 from __future__ import annotations
@@ -166,12 +172,12 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any], k
     )
 
 
-def run_case(gate: Gate, case: Case) -> Outcome:
-    """Evaluate one fixture against the real gate."""
+def run_case(gate: Gate, case: Case, *, contract: Contract | None = None) -> Outcome:
+    """Evaluate one fixture against the real gate (``contract``: this version, not the selected one)."""
     ledger = (lambda _rid, _attempt: True) if case.already_accepted else None
     # Active versions are chosen from the headers as in production, so fixtures also
     # exercise version selection; shadow and retired ones are evaluated directly.
-    forced = case.contract if case.contract.spec.status != "active" else None
+    forced = contract or (case.contract if case.contract.spec.status != "active" else None)
     verdict = gate.evaluate(case.message, case.request, case.now, ledger, contract=forced)
     problem = ""
     if case.kind == "accept":
@@ -201,9 +207,33 @@ def fixtures_keyring(root: str | Path) -> Keyring:
     return Keyring.load(path, environ={}) if path.exists() else Keyring()
 
 
+def without_fixtures(contracts: ContractSet) -> list[Contract]:
+    """Contract versions with no accept and no reject fixture (``contracts test`` fails them)."""
+    folders = ("accept", "reject")
+    return [c for c in contracts if not any(any((c.folder / "fixtures" / k).glob("*.json")) for k in folders)]
+
+
+def as_deciding(contract: Contract) -> Contract:
+    """A retired version as it was while it decided (``active``), for its fixtures."""
+    spec = msgspec.structs.replace(contract.spec, status="active")
+    return Contract(spec, contract.folder, contract.schema)
+
+
 def iter_outcomes(contracts: ContractSet, keyring: Keyring) -> Iterator[Outcome]:
-    """Run every fixture of every contract version."""
+    """Run every fixture of every contract version (retired ones as they were: see above)."""
     gate = Gate(contracts, keyring)
+    retired = [c for c in contracts if c.spec.status == "retired"]
+    # Each retired version beside the others, as if it still decided.
+    past = {
+        c.key: Gate(ContractSet([as_deciding(c) if o is c else o for o in contracts]), keyring)
+        for c in retired
+    }
     for contract in contracts:
         for case in load_cases(contract, keyring):
-            yield run_case(gate, case)
+            if contract.key in past:
+                then = past[contract.key]
+                revived = next(c for c in then.contracts if c.key == contract.key)
+                outcome = run_case(then, case, contract=revived)
+                yield Outcome(case, outcome.verdict, outcome.problem)
+            else:
+                yield run_case(gate, case)
