@@ -21,8 +21,11 @@ from toolgate.gate._gate import Gate, rejection
 from toolgate.gate._outputs import OutRecord, outputs, replay_count, shadow_record
 from toolgate.gate._records import Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Ledger
+from toolgate.gate._trace import TraceContext
 
 Lookup = Callable[[str], RequestRecord | None]
+# (message, verdict, start ns, end ns) -> the trace context of the decision's span
+DecisionTracer = Callable[[Message, Verdict, int, int], TraceContext | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +100,12 @@ def decide_batch(
     topics: Topics,
     max_record_bytes: int,
     sampler: ShadowSampler | None = None,
+    tracer: DecisionTracer | None = None,
 ) -> Batch:
     """Decide every message; a second result for an attempt in the same batch is a duplicate.
+
+    ``tracer`` (tracing on: :mod:`toolgate.service._tracing`) makes each decision's span
+    and returns the trace context the output records carry; None costs nothing.
 
     Shadow contract versions matching a message are evaluated beside the deciding one
     (same request, clock and ledger) and never decide; disagreements are reported in
@@ -121,6 +128,9 @@ def decide_batch(
         except Exception:  # the gate guards its stages; this guards the guard
             verdict = internal_error(message, "the gate")
         seconds = time.perf_counter() - started
+        trace = None
+        if tracer is not None:
+            trace = _span(tracer, message, verdict, seconds)
         if has_shadows and verdict.tool is not None:
             _shadow(gate, message, key, request, verdict, now, seen, batch, sampler, topics)
         try:
@@ -132,6 +142,7 @@ def decide_batch(
                 audit_topic=topics.audit,
                 decided_at=now,
                 max_record_bytes=max_record_bytes,
+                trace=trace,
             )
         except Exception:
             verdict = internal_error(message, "building the output records")
@@ -143,12 +154,22 @@ def decide_batch(
                 audit_topic=topics.audit,
                 decided_at=now,
                 max_record_bytes=max_record_bytes,
+                trace=trace,
             )
         if verdict.accepted and verdict.request_id and verdict.attempt is not None:
             accepted.add((verdict.request_id, verdict.attempt))
         batch.records.extend(records)
         batch.decisions.append(Decision(verdict, len(message.value or b""), seconds, replay_count(message)))
     return batch
+
+
+def _span(tracer: DecisionTracer, message: Message, verdict: Verdict, seconds: float) -> TraceContext | None:
+    """The decision's span; a tracer that fails never changes a decision."""
+    end = time.time_ns()
+    try:
+        return tracer(message, verdict, end - int(seconds * 1e9), end)
+    except Exception:
+        return None
 
 
 def _shadow(

@@ -42,6 +42,7 @@ from toolgate.gate._records import Message, request_key
 from toolgate.service._kafka import client_settings
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
+from toolgate.service._tracing import DecisionTracer, tracer_from_env
 
 log = logging.getLogger("toolgate.worker")
 Clock = Callable[[], datetime]
@@ -73,6 +74,8 @@ class WorkerOptions:
     metrics_port: int | None = None  # None: from the configuration; 0: any free port
     max_record_bytes: int = 1024 * 1024
     shadow_audit_per_minute: int = 60  # sampled shadow disagreements per contract version
+    # Decision spans (toolgate.service._tracing); None: from the OTEL_* variables (off by default).
+    tracer: DecisionTracer | None = None
 
 
 @dataclass
@@ -112,6 +115,7 @@ class Worker:
         self.gate_factory = gate_factory
         self.clock = clock
         self.options = options or WorkerOptions()
+        self._tracer = self.options.tracer or tracer_from_env(group=config.group_id)
         self.metrics = metrics or Metrics()
         self.stats = WorkerStats()
         self.requests = RequestTable(self.options.max_requests, on_full=self._store_full)
@@ -344,6 +348,7 @@ class Worker:
             topics=self.config.topics,
             max_record_bytes=self.options.max_record_bytes,
             sampler=self._sampler,
+            tracer=self._tracer,
         )
         started = time.perf_counter()
         try:
