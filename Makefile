@@ -14,7 +14,7 @@ help:
 	@echo "make stop       stop the worker and the broker"
 	@echo "make test       lint, contract fixtures and the whole test suite on a real local broker"
 	@echo "make lint       ruff and mypy --strict"
-	@echo "make tools      promtool and prometheus (Debian's prometheus package) for the ops tests"
+	@echo "make tools      promtool and prometheus (Debian's prometheus package) for the ops tests, kcat"
 	@echo "make rules      alert rules with runbook URLs under RUNBOOK_BASE_URL=... (into RULES_OUT)"
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
 	@echo "make bench-gate the gate benchmark (ops/bench/gate_bench.py)"
@@ -49,6 +49,17 @@ tools:
 	  service prometheus stop || true; \
 	fi; \
 	command -v promtool >/dev/null || { echo "make tools: no promtool after installing prometheus" >&2; exit 1; }
+	@# kcat (Debian's package): a Kafka client that is not Python, for the MCP integration test.
+	@if command -v kcat >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "make tools: kcat is missing and installing it needs root:" >&2; \
+	  echo "  sudo apt-get install -y kcat   (Debian's package), then run make again" >&2; \
+	  exit 1; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y --no-install-recommends kcat \
+	  || { apt-get update && apt-get install -y --no-install-recommends kcat; } || exit 1; \
+	command -v kcat >/dev/null || { echo "make tools: no kcat after installing it" >&2; exit 1; }
 
 broker: jars
 	bash $(KAFKA) start

@@ -24,8 +24,10 @@ case "$1" in
   install)
     [ -e "$SHIM_DIR/.updated" ] || [ -n "$APT_WORKS_FIRST_TIME" ] || exit 100
     [ -n "$APT_BREAKS" ] && exit 100
-    printf '#!/bin/bash\\n' > "$SHIM_DIR/promtool"; printf '#!/bin/bash\\n' > "$SHIM_DIR/prometheus"
-    /bin/chmod +x "$SHIM_DIR/promtool" "$SHIM_DIR/prometheus" ;;
+    for tool in promtool prometheus kcat; do
+      case " $* " in *" kcat "*) [ "$tool" = kcat ] || continue ;; *) [ "$tool" = kcat ] && continue ;; esac
+      printf '#!/bin/bash\\n' > "$SHIM_DIR/$tool"; /bin/chmod +x "$SHIM_DIR/$tool"
+    done ;;
 esac
 """
 
@@ -37,7 +39,7 @@ def _shim(bin_dir: Path, name: str, body: str) -> None:
 
 
 def make_tools(
-    tmp_path: Path, *, uid: int, installed: bool, **env: str
+    tmp_path: Path, *, uid: int, installed: bool, kcat: bool = True, **env: str
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run ``make tools`` with stand-ins; return the result and the recorded calls."""
     bin_dir = tmp_path / "bin"
@@ -49,6 +51,8 @@ def make_tools(
     if installed:
         _shim(bin_dir, "promtool", "")
         _shim(bin_dir, "prometheus", "")
+    if kcat:
+        _shim(bin_dir, "kcat", "")
     assert MAKE is not None
     result = subprocess.run(
         [MAKE, "--no-print-directory", "-s", "-C", str(ROOT), "tools"],
@@ -103,3 +107,26 @@ class TestMakeTools:
         assert calls == []
         assert "needs root" in result.stderr
         assert "apt-get install -y prometheus" in result.stderr
+
+
+KCAT = "noninteractive install -y --no-install-recommends kcat"
+
+
+class TestMakeToolsKcat:
+    """make tools installs Debian's kcat (for the MCP integration test) only when missing."""
+
+    def test_installs_kcat_when_missing(self, tmp_path: Path) -> None:
+        result, calls = make_tools(tmp_path, uid=0, installed=True, kcat=False, APT_WORKS_FIRST_TIME="1")
+        assert result.returncode == 0, result.stderr
+        assert calls == [KCAT]
+
+    def test_updates_the_lists_when_the_kcat_install_fails(self, tmp_path: Path) -> None:
+        result, calls = make_tools(tmp_path, uid=0, installed=True, kcat=False)
+        assert result.returncode == 0, result.stderr
+        assert calls == [KCAT, "noninteractive update", KCAT]
+
+    def test_kcat_not_root_fails_with_a_clear_message(self, tmp_path: Path) -> None:
+        result, calls = make_tools(tmp_path, uid=1000, installed=True, kcat=False)
+        assert result.returncode != 0
+        assert calls == []
+        assert "apt-get install -y kcat" in result.stderr
