@@ -29,6 +29,13 @@ Cases:
   swapped; the closed output-schema check on the agent envelope stays on
   jsonschema-rs.
 
+* ``decide_batch, tracing off`` / ``tracing on``: the worker's batch step (gate,
+  output records with the trace context carried, shadow check) over the same accepted
+  results, each with a ``traceparent`` header; on: one OpenTelemetry span per decision
+  through the SDK's ``BatchSpanProcessor`` to an exporter that discards (what the
+  worker does with ``OTEL_TRACES_EXPORTER`` set, minus the network). Off is the
+  default: no OpenTelemetry import, one ``is None`` test per message.
+
 Targets, printed with met / not met: an accepted 159 B result <= 3x the floor and
 >= 100,000 verdicts/s; a rejection <= 1.5x an acceptance of the same size (159 B
 and 20 KB); an accepted 20 KB result <= 1.3x the floor. ``--profile N`` then runs
@@ -57,7 +64,9 @@ sys.path.insert(0, str(ROOT))
 import jiter  # noqa: E402
 import jsonschema  # noqa: E402
 import msgspec  # noqa: E402
+from toolgate._config import Topics  # noqa: E402
 from toolgate._errors import ContractError  # noqa: E402
+from toolgate.gate._batch import DecisionTracer, decide_batch  # noqa: E402
 from toolgate.gate._contracts import Contract, ContractSet, load_contract  # noqa: E402
 from toolgate.gate._gate import Gate  # noqa: E402
 from toolgate.gate._records import Message, RequestRecord  # noqa: E402
@@ -368,6 +377,54 @@ def gate_loop(gate: Gate, pool: list[tuple[Message, RequestRecord]], now: dateti
     return loop
 
 
+TRACEPARENT = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+TOPICS = Topics(requests="r", intake="toolgate.intake", agent="a", quarantine="q", audit="au")
+
+
+def batch_loop(
+    gate: Gate, pool: list[tuple[Message, RequestRecord]], now: datetime, tracer: DecisionTracer | None
+) -> Loop:
+    traced = [
+        (msgspec.structs.replace(m, headers=[*m.headers, ("traceparent", TRACEPARENT)], origin=f"t/0/{i}"), r)
+        for i, (m, r) in enumerate(pool)
+    ]
+    requests = {r.request_id: r for _, r in traced}
+
+    def loop(loops: int) -> None:
+        messages = [m for m, _ in itertools.islice(itertools.cycle(traced), loops)]
+        for start in range(0, len(messages), POOL):
+            decide_batch(
+                gate,
+                messages[start : start + POOL],
+                requests.get,
+                lambda _r, _a: False,
+                now,
+                topics=TOPICS,
+                max_record_bytes=1024 * 1024,
+                tracer=tracer,
+            )
+
+    return loop
+
+
+def otel_tracer() -> DecisionTracer | None:
+    """Decision spans through the SDK's batch processor to a discarding exporter (None: no SDK)."""
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    except ImportError:
+        return None
+    from toolgate.service._tracing import DecisionSpans
+
+    class Discard(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Discard()))
+    return DecisionSpans(provider, group="toolgate")
+
+
 # --------------------------------------------------------------------------- cases
 
 
@@ -421,6 +478,25 @@ def build_cases(tmp: Path) -> tuple[list[Case], str]:
             ),
             Case(f"gate{label}, python-jsonschema", work.size, gate_loop(py, work.accepted, work.now), floor),
         ]
+    traced_size = small.size
+    cases.append(
+        Case(
+            "decide_batch, tracing off",
+            traced_size,
+            batch_loop(rs_gate, small.accepted, small.now, None),
+            "floor",
+        )
+    )
+    tracer = otel_tracer()
+    if tracer is not None:
+        cases.append(
+            Case(
+                "decide_batch, tracing on",
+                traced_size,
+                batch_loop(rs_gate, small.accepted, small.now, tracer),
+                "floor",
+            )
+        )
     return cases, source
 
 
@@ -460,6 +536,20 @@ def report(cases: list[Case], cpu: int, source: str, seconds: float, repeat: int
         "rejected_over_accepted_20kb": round(ratio("gate 20KB (rejected)", "gate 20KB"), 2),
         "python_jsonschema_over_rs": round(ratio("gate, python-jsonschema", "gate"), 1),
         "python_jsonschema_over_rs_20kb": round(ratio("gate 20KB, python-jsonschema", "gate 20KB"), 1),
+        "tracing_on_over_off": (
+            round(ratio("decide_batch, tracing on", "decide_batch, tracing off"), 2)
+            if "decide_batch, tracing on" in by_name
+            else None
+        ),
+        "tracing_on_extra_us": (
+            round(
+                by_name["decide_batch, tracing on"].median_us
+                - by_name["decide_batch, tracing off"].median_us,
+                2,
+            )
+            if "decide_batch, tracing on" in by_name
+            else None
+        ),
     } | {"targets": targets(by_name)}
 
 
@@ -528,6 +618,14 @@ def print_table(result: dict[str, Any]) -> None:
         f"python-jsonschema gate / jsonschema-rs gate at 20KB = "
         f"{result['python_jsonschema_over_rs_20kb']:.1f}"
     )
+    if result["tracing_on_over_off"] is None:
+        print("tracing on: not measured (opentelemetry-sdk is not installed: pip install 'toolgate[otel]')")
+    else:
+        print(
+            f"decide_batch tracing on / off = {result['tracing_on_over_off']:.2f} "
+            f"(+{result['tracing_on_extra_us']:.2f} us per decision); off is the default and imports "
+            "no OpenTelemetry"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
