@@ -12,8 +12,8 @@ PYTEST_ARGS ?=
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
 	@echo "make stop       stop the worker and the broker"
-	@echo "make test       lint, contract fixtures and the whole test suite on a real local broker"
-	@echo "make lint       ruff and mypy --strict"
+	@echo "make test       lint, contract fixtures, the whole test suite on a real local broker, coverage floors"
+	@echo "make lint       ruff check, ruff format --check, mypy --strict (worker, tests, ops)"
 	@echo "make tools      promtool and prometheus (Debian's prometheus package) for the ops tests, kcat"
 	@echo "make rules      alert rules with runbook URLs under RUNBOOK_BASE_URL=... (into RULES_OUT)"
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
@@ -78,7 +78,7 @@ topics: install broker-up
 lint: install
 	$(BIN)/ruff check worker tests ops
 	$(BIN)/ruff format --check worker tests ops
-	$(BIN)/mypy worker
+	$(BIN)/mypy
 
 contracts: install
 	$(BIN)/toolgate contracts lint
@@ -99,8 +99,12 @@ unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 # Starts the broker only if none is running, and stops it afterwards only if it started it.
+# One pytest run, measured (the processes it starts included), then the coverage table per layer
+# with its floors (ops/coverage_floors.py).
 test: install jars tools lint contracts
-	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest $(PYTEST_ARGS)
+	rm -f .coverage .coverage.*
+	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest --cov --cov-report= $(PYTEST_ARGS)
+	$(BIN)/python ops/coverage_floors.py
 
 run: install broker-up topics
 	bash ops/worker.sh start
@@ -119,4 +123,4 @@ bench-gate: install
 clean:
 	-bash ops/worker.sh stop
 	-bash $(KAFKA) stop
-	rm -rf $(VENV) ops/kafka/.data .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) ops/kafka/.data .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage .coverage.*

@@ -32,7 +32,7 @@ from typing import Any
 
 import jsonschema
 from hypothesis import strategies as st
-from toolgate.gate._contracts import Contract, ContractSet
+from toolgate.gate._contracts import Bind, Contract, ContractSet, OwnedId
 from toolgate.gate._gate import STAGES, Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
 from toolgate.gate._signing import signed_message
@@ -339,10 +339,9 @@ def make_request(contract: Contract, request_id: str, envelope: Any, attempt: in
     bind: dict[str, Any] = {}
     for rule in contract.spec.rules:
         value = lookup(envelope, pointer(rule.pointer))
-        kind = type(rule).__name__
-        if kind == "Bind" and value is not MISSING:
+        if isinstance(rule, Bind) and value is not MISSING:
             bind[rule.request_key] = value
-        elif kind == "OwnedId" and isinstance(value, str):
+        elif isinstance(rule, OwnedId) and isinstance(value, str):
             bind[rule.request_key] = [value] if rule.match == "member" else value[: max(1, len(value) // 2)]
     return RequestRecord(
         request_id=request_id,
@@ -373,8 +372,8 @@ def scenarios(
 ) -> Scenario:
     """A valid envelope for ``contract``, its request, then one mutation of it."""
     if contract.spec.content_type != "application/json":
-        text = tuple(m for m in mutations if m in TEXT_MUTATIONS) or TEXT_MUTATIONS
-        return draw(text_scenarios(gate, contract, text))
+        text_mutations = tuple(m for m in mutations if m in TEXT_MUTATIONS) or TEXT_MUTATIONS
+        return draw(text_scenarios(gate, contract, text_mutations))
     outcome = draw(st.sampled_from(["success", "success", "success", "failure"]))
     envelope = draw(envelopes(contract, outcome))
     request_id = envelope["request_id"]

@@ -19,7 +19,7 @@ same tools over stdio (for ``toolgate contracts import-mcp --command``).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp.types as types
@@ -167,7 +167,8 @@ async def call(case: str, tool: str = "deploy_status") -> tuple[dict[str, Any], 
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=tool, arguments={"case": case})
         )
-        raw = await client.session.send_request(request, TypeAdapter(dict[str, Any]))
+        # A plain dict, not one of the SDK's result models: the wire form as it came.
+        raw = await client.session.send_request(request, cast(Any, TypeAdapter(dict[str, Any])))
         try:
             # What an MCP host does: the high-level call, with the SDK's output validation.
             with anyio.fail_after(10):

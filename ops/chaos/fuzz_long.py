@@ -39,7 +39,10 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import hypothesis
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -91,7 +94,7 @@ class Stats:
         self.last_report = time.monotonic()
 
 
-def build_property(stats: Stats, settings_: Any) -> Any:
+def build_property(stats: Stats, settings_: hypothesis.settings) -> Any:
     """The hypothesis test every engine drives: one input, every property."""
     from hypothesis import given
     from hypothesis import strategies as st

@@ -249,7 +249,10 @@ class ConcurrentReader:
 
     async def _poll(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
         try:
-            return await consumer.getmany(timeout_ms=200, max_records=5000)
+            batches: dict[TopicPartition, list[Any]] = await consumer.getmany(
+                timeout_ms=200, max_records=5000
+            )
+            return batches
         except KafkaError:  # the broker is restarting: the consumer reconnects
             self.errors += 1
             await asyncio.sleep(0.5)
@@ -665,12 +668,17 @@ class ChaosRun:
             self.start_worker()
             for at, action in events:
                 target = int(at * plan.messages)
+
+                def traffic_done(t: int = target) -> bool:
+                    return producer.done() and self._past(t)
+
+                def reached(t: int = target) -> bool:
+                    return self._past(t)
+
                 if action == "crash":
-                    await self.wait_for(
-                        lambda t=target: producer.done() and self._past(t), "the end of the traffic", producer
-                    )
+                    await self.wait_for(traffic_done, "the end of the traffic", producer)
                 else:
-                    await self.wait_for(lambda t=target: self._past(t), f"{action} at {target}", producer)
+                    await self.wait_for(reached, f"{action} at {target}", producer)
                 await asyncio.sleep(self.rng.uniform(0.0, 0.4))  # a random point, not a boundary
                 await self.act(action, producer)
                 await self.wait_recovered(producer)

@@ -93,7 +93,7 @@ class Prometheus:
     def ready(self) -> bool:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
-                return r.status == 200
+                return bool(r.status == 200)
         except OSError:
             return False
 

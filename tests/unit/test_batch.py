@@ -62,10 +62,10 @@ class TestDecideBatch:
         """A message whose evaluation raises is INTERNAL_ERROR, quarantined, and the batch goes on."""
 
         class Exploding(Gate):
-            def evaluate(self, msg: Message, *args: Any, **kwargs: Any) -> Any:
-                if msg.key == b"boom":
+            def evaluate(self, message: Message, *args: Any, **kwargs: Any) -> Any:
+                if message.key == b"boom":
                     raise RuntimeError("boom")
-                return super().evaluate(msg, *args, **kwargs)
+                return super().evaluate(message, *args, **kwargs)
 
         exploding = Exploding(gate.contracts, gate.keyring)
         batch = decide(exploding, [message(key=b"boom"), message()], {REQUEST_ID: review_request()})

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from toolgate import cli
+from toolgate._config import Config
+from toolgate._errors import ConfigError
 
 from tests.unit.builders import CONTRACTS
 
@@ -248,8 +250,8 @@ class TestBadInput:
     ) -> None:
         """An error whose text spans lines (a YAML parser's) still prints as one line."""
 
-        def broken(args: argparse.Namespace, config: cli.Config) -> int:
-            raise cli.ConfigError("contract.yaml: while parsing\n  in line 2\nexpected ']'")
+        def broken(args: argparse.Namespace, config: Config) -> int:
+            raise ConfigError("contract.yaml: while parsing\n  in line 2\nexpected ']'")
 
         monkeypatch.setattr(cli, "_contracts_history", broken)
         monkeypatch.setattr(
@@ -271,7 +273,7 @@ class TestBadInput:
     ) -> None:
         """An unexpected exception is reported in one line with exit 1, not a traceback."""
 
-        def buggy(args: argparse.Namespace, config: cli.Config) -> int:
+        def buggy(args: argparse.Namespace, config: Config) -> int:
             raise KeyError("oops")
 
         monkeypatch.setattr(

@@ -582,7 +582,7 @@ class TestDockerfile:
 
     def test_copies_what_pip_install_needs(self) -> None:
         """The package, its metadata and readme, and the bundled contracts are copied in."""
-        sources = set()
+        sources: set[str] = set()
         for args in _instruction("COPY"):
             parts = [p for p in args.split() if not p.startswith("--")]
             sources.update(p.rstrip("/") for p in parts[:-1])

@@ -127,7 +127,7 @@ class TestOracle:
         """The independent oracle asserts format date-time (python-jsonschema needs rfc3339-validator)."""
         job = next(c for c in TARGETS if c.spec.tool == "job_status")
         oracle = Oracle(job)
-        good = {
+        good: dict[str, Any] = {
             "tool": "job_status",
             "request_id": "req.J7q94MkP",
             "outcome": "success",

@@ -15,7 +15,7 @@ GOOD = mcp_kit.GOOD
 
 
 def _read(value: Any, **kwargs: Any) -> Any:
-    options = {
+    options: dict[str, Any] = {
         "tool": "deployer.deploy_status",
         "request_id": "req.1234567890",
         "error_code": "TOOL_ERROR",

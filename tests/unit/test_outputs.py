@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 import msgspec
 from toolgate.gate._gate import Gate
@@ -10,7 +11,14 @@ from toolgate.gate._outputs import DIAGNOSTIC_HEADERS, outputs, replay_count
 
 from tests.unit.builders import NOW, message, review_request, review_value
 
-TOPICS = {"agent_topic": "a", "quarantine_topic": "q", "audit_topic": "au"}
+
+class _Topics(TypedDict):
+    agent_topic: str
+    quarantine_topic: str
+    audit_topic: str
+
+
+TOPICS: _Topics = {"agent_topic": "a", "quarantine_topic": "q", "audit_topic": "au"}
 
 
 class TestOutputs:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import toolgate.gate._batch as batch_module
 import toolgate.gate._gate as gate_module
+import toolgate.gate._records as records_module
 from toolgate._codes import CODES, STAGES, is_code, is_stage
 from toolgate._config import Topics
 from toolgate._errors import ContractError
@@ -71,7 +72,7 @@ class TestRequestKey:
     def test_read_once_per_message(self, gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
         """decide_batch reads the request id from the Kafka key once per message, shadows included."""
         calls: list[bytes | None] = []
-        real = batch_module.request_key
+        real = records_module.request_key
 
         def counting(key: bytes | None) -> str:
             calls.append(key)

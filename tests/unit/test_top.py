@@ -73,6 +73,10 @@ SECOND = (
 )
 
 
+def _no_sleep(seconds: float) -> None:
+    pytest.fail(f"slept {seconds} s where no wait was due")
+
+
 class TestParse:
     """The Prometheus text exposition becomes samples by name and labels."""
 
@@ -304,7 +308,7 @@ class TestRun:
 
     def test_once_with_interval_scrapes_twice(self, endpoint: str) -> None:
         """--once takes two scrapes --interval apart and prints one screen with rates."""
-        out, waits = io.StringIO(), []
+        out, waits = io.StringIO(), list[float]()
         assert run(endpoint, interval=2.0, once=True, top=10, out=out, sleep=waits.append) == 0
         assert waits == [2.0]
         assert _Metrics.served == 2
@@ -314,7 +318,7 @@ class TestRun:
     def test_once_with_zero_interval_scrapes_once(self, endpoint: str) -> None:
         """--once --interval 0 takes one scrape and prints totals."""
         out = io.StringIO()
-        assert run(endpoint, interval=0, once=True, top=10, out=out, sleep=pytest.fail) == 0
+        assert run(endpoint, interval=0, once=True, top=10, out=out, sleep=_no_sleep) == 0
         assert _Metrics.served == 1
         assert "totals since the worker started" in out.getvalue()
 

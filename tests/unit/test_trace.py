@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import pytest
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import outputs
@@ -16,7 +18,14 @@ from toolgate.gate._trace import (
 
 from tests.unit.builders import NOW, message, review_request, review_value
 
-TOPICS = {"agent_topic": "a", "quarantine_topic": "q", "audit_topic": "au"}
+
+class _Topics(TypedDict):
+    agent_topic: str
+    quarantine_topic: str
+    audit_topic: str
+
+
+TOPICS: _Topics = {"agent_topic": "a", "quarantine_topic": "q", "audit_topic": "au"}
 GOOD = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
@@ -81,8 +90,8 @@ def test_from_headers_drops_repeated_and_malformed() -> None:
     )
 
 
-def _traced(value: object, **headers: str) -> Message:
-    return message(value, **headers)
+def _traced(value: object, *, traceparent: str, tracestate: str | None = None) -> Message:
+    return message(value, traceparent=traceparent, tracestate=tracestate)
 
 
 def test_trace_context_reaches_every_record(gate: Gate) -> None:
