@@ -122,3 +122,59 @@ def test_text_blocks_reach_the_agent_as_bounded_untrusted_text(contracts_dir: Pa
     assert agent["outcome"] == "success"
     assert len(agent["untrusted_text"]["content"]) == 1000
     assert "Deploy is healthy" not in json.dumps(agent["data"])
+
+
+@pytest.mark.parametrize(
+    ("raw", "verdict", "sdk_reads"),
+    [
+        # the SDK's JSON parse keeps the last duplicate: healthy
+        (
+            b'{"content":[],"structuredContent":{"environment":"staging","revision":"a83f19c",'
+            b'"state":"failed","state":"healthy"}}',
+            "parse/DUPLICATE_KEY",
+            {"environment": "staging", "revision": "a83f19c", "state": "healthy"},
+        ),
+        # and takes NaN as a number
+        (
+            b'{"content":[],"structuredContent":{"environment":"staging","revision":"a83f19c",'
+            b'"state":"healthy","score":NaN}}',
+            "parse/MALFORMED_JSON",
+            None,
+        ),
+    ],
+)
+def test_wire_json_the_sdk_parses_and_toolgate_rejects(
+    contracts_dir: Path, tmp_path: Path, raw: bytes, verdict: str, sdk_reads: Any
+) -> None:
+    import mcp.types as types
+
+    parsed = types.CallToolResult.model_validate_json(raw)  # what an SDK client decodes off the wire
+    if sdk_reads is not None:
+        assert parsed.structured_content == sdk_reads
+    request = {
+        "request_id": REQUEST_ID,
+        "tool": TOOL,
+        "issued_at": "2026-05-01T09:14:00Z",
+        "expires_at": "2026-05-01T09:20:00Z",
+    }
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    (tmp_path / "result.json").write_bytes(raw)
+    done = subprocess.run(
+        [
+            TOOLGATE,
+            "check",
+            "--contracts",
+            str(contracts_dir),
+            "--request",
+            str(tmp_path / "request.json"),
+            "--now",
+            NOW,
+            str(tmp_path / "result.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    line = json.loads(done.stdout)
+    assert f"{line['stage']}/{line['code']}" == verdict

@@ -236,3 +236,100 @@ def test_imported_contract_accepts_only_what_the_output_schema_accepts(
 
     check()
     assert accepted > 0  # the property was exercised, not vacuous
+
+
+class _Server:
+    """The test MCP server over streamable HTTP on 127.0.0.1 (a free port), in a thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import uvicorn
+
+        app = mcp_kit.server().streamable_http_app()
+        started = threading.Event()
+
+        class Server(uvicorn.Server):
+            async def startup(self, sockets: Any = None) -> None:
+                await super().startup(sockets)
+                started.set()
+
+        self.server = Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        assert started.wait(30), "the MCP server did not start"
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def test_import_from_a_streamable_http_server_on_the_loopback(tmp_path: Path) -> None:
+    """`toolgate contracts import-mcp --url` against the SDK's streamable HTTP server."""
+    import subprocess
+    import sys
+
+    server = _Server()
+    try:
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "toolgate"),
+                "contracts",
+                "import-mcp",
+                "--server",
+                "deployer",
+                "--url",
+                f"http://127.0.0.1:{server.port}/mcp",
+                "--contracts",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr
+    assert "2 contract versions written" in done.stdout
+    assert ContractSet.load(tmp_path).tools == ["deployer.deploy_status", "deployer.job-runs.list"]
+
+
+def test_import_from_a_stdio_command_then_next_version(tmp_path: Path) -> None:
+    """`--command` starts the server over stdio; a second import writes v2 and prints the diff."""
+    import subprocess
+    import sys
+
+    from tests.ops_catalog import ROOT
+
+    argv = [
+        str(Path(sys.executable).parent / "toolgate"),
+        "contracts",
+        "import-mcp",
+        "--server",
+        "deployer",
+        "--command",
+        f"{sys.executable} -m tests.mcp_kit",
+        "--tool",
+        "deploy_status",
+        "--contracts",
+        str(tmp_path),
+    ]
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
+    assert second.returncode == 0, second.stderr
+    folder = tmp_path / "deployer.deploy_status"
+    assert f"wrote {folder / 'v2'} (shadow)" in second.stdout
+    assert f"toolgate contracts diff {folder / 'v1'} {folder / 'v2'}" in second.stdout
+    bad = subprocess.run(
+        [*argv[:6], "/nonexistent/server", *argv[7:]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert len(bad.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in bad.stderr
