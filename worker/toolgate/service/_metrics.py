@@ -89,6 +89,12 @@ class Metrics:
         self.request_store_evictions = Counter(
             "toolgate_request_store_evictions", "Requests dropped because the store was full.", registry=r
         )
+        self.invalid_request_records = Counter(
+            "toolgate_invalid_request_records",
+            "Records of the requests topic skipped because they are not valid request records "
+            "(contracts/wire/request.schema.json); each is logged with its key, partition and offset.",
+            registry=r,
+        )
         self.request_waits = Counter(
             "toolgate_request_waits",
             "Batches that waited for the request reader to catch up, by result (caught_up, timeout).",

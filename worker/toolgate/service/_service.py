@@ -118,7 +118,11 @@ class Worker:
         self._tracer = self.options.tracer or tracer_from_env(group=config.group_id)
         self.metrics = metrics or Metrics()
         self.stats = WorkerStats()
-        self.requests = RequestTable(self.options.max_requests, on_full=self._store_full)
+        self.requests = RequestTable(
+            self.options.max_requests,
+            on_full=self._store_full,
+            on_invalid=self.metrics.invalid_request_records.inc,
+        )
         self.ledger = AcceptedLedger(self.options.ledger_window)
         self._settings = client_settings(config)
         self._stop = asyncio.Event()

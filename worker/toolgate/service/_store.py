@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -54,10 +55,16 @@ class RequestTable:
         on_full: called once each time the table goes from not full to full.
     """
 
-    def __init__(self, max_requests: int = 1_000_000, on_full: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        max_requests: int = 1_000_000,
+        on_full: Callable[[int], None] | None = None,
+        on_invalid: Callable[[], None] | None = None,
+    ) -> None:
         self.max_requests = max_requests
         self._requests: dict[str, RequestRecord] = {}
         self._on_full = on_full
+        self._on_invalid = on_invalid
         self._full = False
         self.evicted_for_space = 0
         self.invalid_records = 0
@@ -77,13 +84,11 @@ class RequestTable:
             return
         try:
             record = decode_request(value)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            self.invalid_records += 1
-            log.warning("invalid request record skipped", extra={"error": str(exc)[:200]})
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
+            self._invalid(key, "invalid request record skipped", str(exc))
             return
         if key is not None and key != record.request_id.encode():
-            self.invalid_records += 1
-            log.warning("request record key differs from its request_id; skipped")
+            self._invalid(key, "request record key differs from its request_id; skipped", "")
             return
         self._requests.pop(record.request_id, None)  # re-insert at the end: newest
         self._requests[record.request_id] = record
@@ -97,6 +102,24 @@ class RequestTable:
                     self._on_full(self.max_requests)
         elif self._full and len(self._requests) < self.max_requests:
             self._full = False
+
+    def _invalid(self, key: bytes | None, message: str, error: str) -> None:
+        """Count and log a record that is not a valid request (its value is never logged)."""
+        self.invalid_records += 1
+        if self._on_invalid is not None:
+            self._on_invalid()
+        topic, partition, offset = reading.get() or ("", None, None)
+        log.warning(
+            message,
+            extra={
+                "key": None if key is None else key[:256].decode("utf-8", "replace"),
+                "topic": topic,
+                "partition": partition,
+                "offset": offset,
+                "error": error[:200],
+                "schema": "contracts/wire/request.schema.json",
+            },
+        )
 
     def evict_expired(self, now: datetime) -> int:
         """Drop requests whose ``expires_at`` has passed; return how many."""
@@ -163,6 +186,8 @@ class AcceptedLedger:
 
 
 Apply = Callable[[bytes | None, bytes | None], None]
+# (topic, partition, offset) of the record a TopicReader is applying, for the appliers' logs.
+reading: contextvars.ContextVar[tuple[str, int, int] | None] = contextvars.ContextVar("reading", default=None)
 
 
 class TopicReader:
@@ -242,8 +267,10 @@ class TopicReader:
             batches = await consumer.getmany(timeout_ms=200, max_records=self._max_records)
             for records in batches.values():
                 for record in records:
+                    reading.set((record.topic, record.partition, record.offset))
                     self._apply(record.key, record.value)
                     self.applied += 1
+                reading.set(None)
             async with self._progress:
                 for tp in self._positions:
                     self._positions[tp] = await consumer.position(tp)
