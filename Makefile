@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 KAFKA := ops/kafka/kafka.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install jars tools rules broker broker-up broker-stop topics lint contracts test unit run stop bench-gate clean
+.PHONY: help install jars tools rules screenshot broker broker-up broker-stop topics lint contracts test unit run stop bench-gate clean
 
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
@@ -15,6 +15,7 @@ help:
 	@echo "make test       lint, contract fixtures, the whole test suite on a real local broker, coverage floors"
 	@echo "make lint       ruff check, ruff format --check, mypy --strict (worker, tests, ops)"
 	@echo "make tools      promtool and prometheus (Debian's prometheus package) for the ops tests, kcat"
+	@echo "make screenshot Prometheus graphs of a drifting connector -> docs/drift-graphs.png"
 	@echo "make rules      alert rules with runbook URLs under RUNBOOK_BASE_URL=... (into RULES_OUT)"
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
 	@echo "make bench-gate the gate benchmark (ops/bench/gate_bench.py)"
@@ -94,6 +95,23 @@ rules: install
 	@if command -v promtool >/dev/null; then \
 	  promtool check rules $(RULES_OUT)/rules/*.yml && promtool test rules $(RULES_OUT)/tests/*.yml; \
 	else echo "make rules: promtool not found (make tools): rendered, not checked" >&2; fi
+
+# Prometheus's graphs of a drifting connector as docs/drift-graphs.png: a worker on private topics,
+# demo traffic with a drifting deploy adapter, Debian's prometheus and a headless chromium (installed
+# from Debian's packages when missing; not needed by make test). About 5 minutes.
+SCREENSHOT ?= docs/drift-graphs.png
+screenshot: install broker-up tools
+	@if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "make screenshot: chromium is missing and installing it needs root:" >&2; \
+	    echo "  sudo apt-get install -y chromium   (Debian's package), then run make again" >&2; \
+	    exit 1; \
+	  fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y --no-install-recommends chromium \
+	    || { apt-get update && apt-get install -y --no-install-recommends chromium; } || exit 1; \
+	fi
+	$(BIN)/python ops/screenshot/drift.py --out $(SCREENSHOT)
 
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
