@@ -81,7 +81,9 @@ async def test_mcp_results_through_the_live_worker(config: Config, mcp_contracts
     await producer.start()
     try:
         for case in mcp_kit.CASES:
-            wire, _sdk = await mcp_kit.call(case)
+            wire, sdk_problem = await mcp_kit.call(case)
+            # the SDK client's own verdict, beside toolgate's below (EXPECTED names both)
+            assert (sdk_problem is None) == EXPECTED[case][0], (case, sdk_problem)
             request_id = f"req.{tag}.{case}"
             trace_id = uuid.uuid4().hex
             # the "trace" case carries its context in _meta only, not in the headers
