@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         metavar="S",
-        help="seed of the traffic and the schedule (default: random, printed)",
+        help="random seed of the traffic and the schedule (default: random, printed)",
     )
     parser.add_argument(
         "--kills",

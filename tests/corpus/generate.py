@@ -874,7 +874,7 @@ def _cases() -> list[Case]:
             ),
             schema,
             "SCHEMA_VIOLATION",
-            "the seed's deploy state turned into an object with a banner",
+            "a deploy state turned into an object with a banner",
             tool="deploy_status",
         ),
         # --- pattern that would backtrack ----------------------------------------------

@@ -12,7 +12,7 @@ second ``ops/kafka/kafka.sh`` instance (from port 29092 on, data under the test'
 directory) because the run restarts it; the shared broker is not used.
 
 ``TOOLGATE_CHAOS_SEED`` replays a run's traffic and schedule (the figures print the
-seed; ``pytest -s`` shows them and the run's progress). The full-size run is
+random seed; ``pytest -s`` shows them and the run's progress). The full-size run is
 ``ops/chaos/copier.py``.
 """
 

@@ -6,7 +6,7 @@ broker) enforces ACLs on its SASL_PLAINTEXT listener with
 ``allow.everyone.if.no.acl.found=false``. As ``admin`` the test creates the topics and
 applies ``toolgate.tools._acls.acl_plan``; then the real worker runs as ``toolgate`` on sample
 traffic written by ``platform`` (requests) and ``adapter`` (intake), and decides every
-result. The negative proofs show the ACLs mean what DESIGN.md's table says: adapters
+result. The negative proofs show the ACLs mean what the trust table of docs/design.md says: adapters
 and agents cannot write where only toolgate or the platform may, agents cannot read
 intake or join another group, an adapter cannot take toolgate's transactional ids (and
 so fence its producers), and a wrong password does not log in.

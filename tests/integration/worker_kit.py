@@ -213,7 +213,7 @@ def expected_rejections(items: list[Sample]) -> dict[str, tuple[str, str]]:
 def check_exactly_once(
     items: list[Sample], agent: list[Record], quarantine: list[Record], audit: list[Record]
 ) -> dict[str, Any]:
-    """The invariants of DESIGN.md, as counts: one agent envelope and one audit event per
+    """The invariants of docs/design.md (Exactly once), as counts: one agent envelope and one audit event per
     result, a quarantine record for exactly the rejected ones."""
     ids = [s.request_id for s in items]
     decisions = [r for r in audit if is_decision(r)]

@@ -1,4 +1,4 @@
-"""The ACL plan is DESIGN.md's trust table: who may write and read which topic, and nothing more.
+"""The ACL plan is the trust table of docs/design.md: who may write and read which topic, and nothing more.
 
 The broker's enforcement of the same plan is proven in tests/integration/test_sasl.py.
 """
@@ -47,7 +47,7 @@ def plan() -> list[Acl]:
 
 
 class TestTrustTable:
-    """Writers and readers of each topic, as DESIGN.md's table lists them."""
+    """Writers and readers of each topic, as the trust table lists them."""
 
     def test_writers(self, plan: list[Acl]) -> None:
         """Requests: the platform; intake: adapters (and operators replaying); agent,

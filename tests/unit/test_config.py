@@ -11,7 +11,7 @@ from toolgate._errors import ConfigError
 
 class TestConfig:
     def test_defaults(self) -> None:
-        """With nothing set, the local broker and the DESIGN.md topic names apply."""
+        """With nothing set, the local broker and the default topic names apply."""
         config = load_config(environ={})
         assert config.bootstrap == "127.0.0.1:19092"
         assert config.topics.intake == "toolgate.intake"

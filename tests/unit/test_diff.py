@@ -32,7 +32,7 @@ def closed(required: list[str] | None = None, **properties: Any) -> dict[str, An
 
 
 def envelope(data: dict[str, Any]) -> dict[str, Any]:
-    """A seed-shaped envelope: success and failure branches, titled."""
+    """A result envelope: success and failure branches, titled."""
     return {
         "oneOf": [
             {
@@ -72,7 +72,7 @@ def changed(old: dict[str, Any], edit: Any) -> list[tuple[str, str, bool, bool]]
 
 class TestSeedExamples:
     def test_state_string_to_object_is_a_breaking_type_change(self) -> None:
-        """The seed's deploy_status: state turned from a string into an object breaks."""
+        """deploy_status: state turned from a string into an object breaks."""
         old = envelope(DEPLOY)
         new = envelope(copy.deepcopy(DEPLOY))
         new["oneOf"][0]["properties"]["data"]["properties"]["state"] = closed(
@@ -83,7 +83,7 @@ class TestSeedExamples:
         assert "Success result" in change.message
 
     def test_new_optional_property_on_a_closed_object_is_reported(self) -> None:
-        """The seed's maintenance flag: not breaking, but a widening contract change."""
+        """deploy_status's maintenance flag: not breaking, but a widening contract change."""
         old = envelope(DEPLOY)
 
         def add(new: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Schema lint: every rule of the seed fails on a bad schema and passes on a good one."""
+"""Schema lint: every schema rule (docs/design.md, Contracts) fails on a bad schema, passes a good one."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ class TestBundledContracts:
         findings = lint_contracts(ContractSet.load(Path(__file__).parents[2] / "contracts"))
         assert findings == [], "\n".join(f"{f.file}: {f.pointer}: {f.rule}: {f.message}" for f in findings)
 
-    def test_seed_envelope_is_clean(self) -> None:
-        """The seed's review_status envelope, oneOf and $defs included, has no finding."""
+    def test_review_envelope_is_clean(self) -> None:
+        """The review_status envelope, oneOf and $defs included, has no finding."""
         assert lint_schema(json.loads(REVIEW_SCHEMA.read_text())) == []
 
     def test_findings_name_the_file(self) -> None:
@@ -88,8 +88,8 @@ class TestAllOf:
         "properties": {"source": {"enum": ["directory", "review_service"]}},
     }
 
-    def test_seed_composition_passes(self) -> None:
-        """The seed's allOf with unevaluatedProperties: false is closed."""
+    def test_all_of_composition_passes(self) -> None:
+        """An allOf with unevaluatedProperties: false is closed."""
         assert found({"allOf": [self.BASE, self.EXTRA], "unevaluatedProperties": False}) == []
 
     def test_open_composition_is_reported_at_the_composition(self) -> None:

@@ -79,7 +79,7 @@ class TestOutputs:
         assert replay_count(message(tg_replay_count="x")) == 0
 
     def test_audit_is_json_with_fixed_fields(self, gate: Gate) -> None:
-        """The audit event decodes as JSON with the DESIGN.md fields."""
+        """The audit event decodes as JSON with the fields of docs/design.md (Messages)."""
         msg = message()
         audit = outputs(msg, gate.evaluate(msg, review_request(), NOW), decided_at=NOW, **TOPICS)[-1]
         event = msgspec.json.decode(audit.value or b"")

@@ -32,7 +32,7 @@ class TestSampleTraffic:
         assert len(set(ids)) == len(ids)
 
     def test_same_seed_same_mix(self) -> None:
-        """The mix is reproducible from its seed."""
+        """The mix is reproducible from its random seed."""
 
         def kinds(seed: int) -> list[str]:
             return [s.kind for s in TrafficGenerator(fixtures_keyring(CONTRACTS), seed=seed).mix(60, NOW)]

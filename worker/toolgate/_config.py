@@ -21,7 +21,7 @@ LOCAL_BOOTSTRAP = "127.0.0.1:19092"
 
 
 class Topics(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Topic names (DESIGN.md, trust boundaries)."""
+    """Topic names (docs/design.md, Topics and trust boundaries)."""
 
     requests: str = "toolgate.requests"
     intake: str = "toolgate.intake"

@@ -47,7 +47,7 @@ class TopicReport:
 
 
 def topic_plan(config: Config) -> list[NewTopic]:
-    """The five topics of DESIGN.md with their partition counts and configs."""
+    """The five topics (docs/design.md, Topics and trust boundaries) with partition counts and configs."""
     t, p, rf = config.topics, config.partitions, config.replication_factor
     # Requests are keyed by request id and ended by tombstones: compaction keeps
     # the latest record per outstanding request and drops finished ones.

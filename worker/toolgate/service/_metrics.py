@@ -3,7 +3,7 @@
 Names follow Prometheus conventions: ``toolgate_`` prefix, ``_total`` counters,
 ``_seconds`` and ``_bytes`` units. Label values are bounded: ``tool`` is a
 contract's tool name or ``unknown`` (never an attacker's header), ``stage`` and
-``code`` come from DESIGN.md's fixed lists.
+``code`` come from the fixed lists of docs/design.md (Stages and codes).
 
 ``toolgate_evaluation_seconds{stage}`` is the per-stage latency: the time the
 gate took on results whose evaluation ended at that stage (``project`` for

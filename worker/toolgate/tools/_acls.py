@@ -1,4 +1,4 @@
-"""The Kafka ACLs of DESIGN.md's trust boundaries, and applying them to a cluster.
+"""The Kafka ACLs of the trust boundaries (docs/design.md), and applying them to a cluster.
 
 One principal per party of the trust table:
 

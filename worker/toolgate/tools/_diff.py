@@ -1,6 +1,6 @@
 """Schema and contract diff: name every change between two versions, breaking or not.
 
-The seed asks for breaking changes to be managed explicitly: a new required field, a
+Breaking changes are managed explicitly (docs/design.md, Contracts): a new required field, a
 narrowed enum or a changed type needs a new schema version and an adapter release plan,
 and even a new optional field on a closed, agent-facing object is a contract change.
 Each :class:`Change` therefore answers two questions:

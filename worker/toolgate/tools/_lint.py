@@ -1,4 +1,4 @@
-"""Schema lint: hold every contract schema to the seed's rules before it ships.
+"""Schema lint: hold every contract schema to the schema rules before it ships.
 
 A schema that validates is not yet a contract. An open object lets an upstream add a
 field the agent then reads; an unbounded string can carry a page of instructions; a
@@ -669,7 +669,7 @@ def _bounds_itself(node: dict[str, Any], kind: Kind) -> bool:
 
 
 def lint_schema(schema: dict[str, Any], *, formats_asserted: bool = True, file: str = "") -> list[Finding]:
-    """Hold one schema to the seed's rules.
+    """Hold one schema to the schema rules (docs/design.md, Contracts).
 
     Args:
         schema: The schema document (Draft 2020-12; ``definitions`` and array ``items``
