@@ -81,7 +81,7 @@ class TestCitations:
     def test_cited_sections_exist(self) -> None:
         """Every `docs/design.md, <Section>` citation names a section of the document."""
         sections = _sections()
-        cited = set()
+        cited: set[str] = set()
         for line in _grep(r"docs/design\.md, [A-Z]"):
             cited.update(m.group(1) for m in re.finditer(r"docs/design\.md, ([A-Z][a-z]+(?: [a-z]+)*)", line))
         assert cited
