@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import anyio
+import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from toolgate._errors import RejectedInput
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
 from toolgate.gate._mcp import read_result, same_json
+from toolgate.gate._records import Message, RequestRecord
 from toolgate.gate._trace import TraceContext
+from toolgate.tools._mcp_import import fetch_listing, import_listing
 
 from tests import mcp_kit
 
@@ -124,3 +135,92 @@ def test_json_equality_is_strict_about_types() -> None:
 def test_text_that_is_not_json_is_plain_text() -> None:
     value = {"content": [{"type": "text", "text": "{not json"}], "structuredContent": GOOD}
     assert _read(value).text == "{not json"
+
+
+# --- property: whatever an MCP server answers, the agent sees only projected structured data ---
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-9, 9) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+_state = st.sampled_from(["healthy", "failed", "maintenance"])
+_structured = st.fixed_dictionaries(
+    {
+        "environment": st.sampled_from(["staging", "production"]),
+        "revision": st.just("a83f19c"),
+        "state": _state,
+    },
+    optional={"note": st.text(max_size=40), "approve_production": st.booleans()},
+)
+_block = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=60)}),
+    st.builds(lambda v: {"type": "text", "text": json.dumps(v)}, _structured),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["image", "audio", "video"]), "data": st.text(max_size=4)}
+    ),
+    _json,
+)
+_result = st.fixed_dictionaries(
+    {"content": st.lists(_block, max_size=3)},  # a missing content is test_malformed_envelopes'
+    optional={
+        "structuredContent": _structured | _json,
+        "isError": st.booleans() | st.booleans() | _json,
+        "_meta": st.dictionaries(st.text(max_size=6), _json, max_size=2),
+        "resultType": st.sampled_from(["complete", "complete", "input_required", "task"]),
+        "approved": _json,
+    },
+)
+
+
+@pytest.fixture(scope="module")
+def mcp_gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, RequestRecord, datetime]:
+    root = tmp_path_factory.mktemp("contracts")
+    tools = anyio.run(fetch_listing, mcp_kit.server())
+    import_listing(Path(root), mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
+    now = datetime.fromisoformat("2026-05-01T09:15:00+00:00")
+    request = RequestRecord(
+        request_id="req.1234567890",
+        tool="deployer.deploy_status",
+        issued_at=datetime.fromisoformat("2026-05-01T09:14:00+00:00"),
+        expires_at=datetime.fromisoformat("2026-05-01T09:20:00+00:00"),
+    )
+    return Gate(ContractSet.load(root)), request, now
+
+
+def test_agent_sees_only_projected_structured_content(mcp_gate: tuple[Gate, RequestRecord, datetime]) -> None:
+    gate, request, now = mcp_gate
+    projected = {"environment", "revision", "state", "note"}
+    seen = {"success": 0, "failure": 0}
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(_result)
+    def check(value: dict[str, Any]) -> None:
+        message = Message(
+            key=b"req.1234567890",
+            value=msgspec.json.encode(value),
+            headers=[("tg-tool", b"deployer.deploy_status"), ("tg-request-id", b"req.1234567890")],
+        )
+        verdict = gate.evaluate(message, request, now)
+        agent = json.loads(verdict.agent)
+        if not verdict.accepted:
+            assert agent["error"] == {"code": "INVALID_RESPONSE", "retryable": False}
+            return
+        assert value.get("resultType", "complete") == "complete"
+        assert set(value) <= {"content", "structuredContent", "isError", "_meta", "resultType"}
+        seen[agent["outcome"]] += 1
+        if agent["outcome"] == "success":
+            assert set(agent["data"]) <= projected
+            assert agent["data"] == {k: v for k, v in value["structuredContent"].items() if k in projected}
+            assert "approve_production" not in json.dumps(agent)
+            assert len(agent.get("untrusted_text", {}).get("content", "")) <= 1000
+        else:
+            assert value["isError"] is True
+            assert agent["error"]["code"] == "TOOL_ERROR"
+
+    check()
+    assert seen["success"] > 0  # the property held on accepted results, not only on rejections
+    assert seen["failure"] > 0
