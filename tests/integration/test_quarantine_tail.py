@@ -47,6 +47,15 @@ class TestQuarantineTail:
         assert expected
         assert [line["offset"] for line in lines] == expected
 
+    def test_no_match_says_so(self, live: LiveWorker) -> None:
+        """A filter that matches nothing prints no JSON line and says so on stderr, with the
+        warning that no contract names the tool."""
+        code, lines, err = tail(live, "--tool", "no_such_tool")
+        assert code == 0, err
+        assert lines == []
+        assert "warning: --tool 'no_such_tool' is not a tool" in err
+        assert "no records matched" in err
+
     def test_filter_by_tool(self, live: LiveWorker) -> None:
         """--tool keeps the tool's records, rejected before or after its contract was found."""
         expected = [

@@ -166,6 +166,25 @@ class TestReplay:
         assert len(quarantine) == len(commented)
         assert {r.headers["tg-replay-count"] for r in quarantine} == {"1"}
 
+    async def test_no_match_says_so(self, config: Config) -> None:
+        """A selection that matches nothing says so instead of stopping silently."""
+        await publish_reviews(config, 2, comment_every=1)
+        await decide_all(config, gate_for(CONTRACTS), 2)
+        out = io.StringIO()
+        selection = Selection(tools=frozenset({"no_such_tool"}))
+        code = await run_replay(
+            config,
+            gate_for(CONTRACTS),
+            selection,
+            apply_it=False,
+            max_replays=3,
+            now=datetime.now(UTC),
+            out=out,
+        )
+        assert code == 0
+        assert "selected 0 of 2 quarantine records" in out.getvalue()
+        assert "no records matched: nothing to replay" in out.getvalue()
+
     async def test_loop_guard(self, config: Config) -> None:
         """A record replayed max_replays times already is refused."""
         await publish_reviews(config, 6, comment_every=1)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from toolgate import cli
+from toolgate._codes import CODES, STAGES
 from toolgate._config import Config
 from toolgate._errors import ConfigError
 
@@ -298,6 +299,7 @@ BROKER_COMMANDS = [
     ["acls", "list"],
     ["quarantine", "tail"],
     ["quarantine", "summary"],
+    ["acls", "apply", "--adapter", "User:connector-7"],
     ["replay"],
     ["replay", "--apply"],
     ["demo", "--count", "2", "--wait", "5"],
@@ -368,6 +370,114 @@ class TestBrokerDown:
         done = _toolgate(["topics", "ensure", "--bootstrap", f"127.0.0.1:{other}"], port)
         assert done.returncode == 2
         assert f"127.0.0.1:{other}" in done.stderr
+
+
+class TestReadmeCommands:
+    """README's command table lists every command with an example the parser accepts."""
+
+    def _rows(self) -> list[tuple[str, list[str]]]:
+        text = (ROOT / "README.md").read_text(encoding="utf-8").split("## Commands", 1)[1]
+        match = re.search(r"\| command \| what it does \| example \|\n\|---\|---\|---\|\n((?:\|.*\n)+)", text)
+        assert match, "no command table"
+        table = "header\n" + match.group(1)
+        rows = []
+        for row in table.strip().splitlines()[1:]:
+            command, examples = row.split(" | ")[0], row.split(" | ")[-1]
+            rows.append((command.strip("| `"), re.findall(r"`([^`]+)`", examples)))
+        return rows
+
+    def test_every_command_has_a_row_with_an_example(self) -> None:
+        """Each runnable command is named by a row's example."""
+        examples = [e for _, found in self._rows() for e in found]
+        for words in LEAVES:
+            assert any(e.split("toolgate ", 1)[1].startswith(" ".join(words)) for e in examples), words
+
+    def test_examples_parse(self) -> None:
+        """Every example of the table is a command line the parser accepts."""
+        rows = self._rows()
+        assert rows
+        for _, found in rows:
+            assert found
+            for example in found:
+                cli.build_parser().parse_args(shlex.split(example.split("toolgate ", 1)[1]))
+
+
+class TestTopDown:
+    """toolgate top, the one command that reads HTTP: a closed port is one line too."""
+
+    def test_closed_port(self) -> None:
+        """Exit 2 and one line naming the URL."""
+        port = _closed_port()
+        done = _toolgate(["top", "--once", "--url", f"http://127.0.0.1:{port}/metrics"], port)
+        assert done.returncode == 2
+        (line,) = done.stderr.splitlines()
+        assert f"http://127.0.0.1:{port}/metrics" in line
+
+
+FILTERED = [["replay"], ["quarantine", "tail"], ["quarantine", "summary"]]
+
+
+class TestFilters:
+    """replay and quarantine refuse a code or stage that does not exist, listing the valid ones."""
+
+    @pytest.mark.parametrize("words", FILTERED, ids=" ".join)
+    def test_unknown_code(self, words: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+        """Exit 2 and one line holding every valid code."""
+        code, _, err = _run([*words, "--code", "SCHEMA_VIOLATON"], capsys)
+        assert code == 2
+        (line,) = err.splitlines()
+        assert "'SCHEMA_VIOLATON' is not a rejection code" in line
+        assert [c for c in CODES if c not in line] == []
+
+    @pytest.mark.parametrize("words", FILTERED, ids=" ".join)
+    def test_unknown_stage(self, words: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+        """Exit 2 and one line holding every stage."""
+        code, _, err = _run([*words, "--stage", "semantics"], capsys)
+        assert code == 2
+        (line,) = err.splitlines()
+        assert "'semantics' is not a stage" in line
+        assert [s for s in STAGES if s not in line] == []
+
+    @pytest.mark.parametrize("words", FILTERED, ids=" ".join)
+    def test_any_case_is_read(self, words: list[str]) -> None:
+        """A code or stage typed in another case is the same filter."""
+        args = cli.build_parser().parse_args([*words, "--code", "bad_signature", "--stage", "Semantic"])
+        codes = args.code if isinstance(args.code, list) else [args.code]
+        stages = args.stage if isinstance(args.stage, list) else [args.stage]
+        assert (codes, stages) == (["BAD_SIGNATURE"], ["semantic"])
+
+    @pytest.mark.parametrize("words", FILTERED, ids=" ".join)
+    def test_unknown_tool_warns_and_goes_on(
+        self, words: list[str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """An unknown --tool is a warning naming the known tools; the command still runs (here it
+        then finds no broker)."""
+        port = _closed_port()
+        code, _, err = _run(
+            [
+                *words,
+                "--tool",
+                "review_statu",
+                "--bootstrap",
+                f"127.0.0.1:{port}",
+                "--contracts",
+                str(CONTRACTS),
+            ],
+            capsys,
+        )
+        warning, failure = err.splitlines()
+        assert warning.startswith("toolgate: warning: --tool 'review_statu' is not a tool")
+        assert "review_status" in warning
+        assert "cannot reach the Kafka broker" in failure
+        assert code == 2
+
+    def test_known_tool_does_not_warn(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """A tool that a contract names passes without a warning."""
+        port = _closed_port()
+        _, _, err = _run(
+            ["quarantine", "tail", "--tool", "review_status", "--bootstrap", f"127.0.0.1:{port}"], capsys
+        )
+        assert "warning" not in err
 
 
 class TestRunConfigurationLog:

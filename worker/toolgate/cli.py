@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 
+from toolgate._codes import CODES, STAGES, Code, Stage
 from toolgate._config import Config, load_config
 from toolgate._errors import BrokerError, ConfigError
 from toolgate._version import __version__
@@ -103,6 +104,22 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _code(text: str) -> Code:
+    """A rejection code, any case; an unknown one is refused with the list of valid codes."""
+    for code in CODES:
+        if code == text.upper():
+            return code
+    raise argparse.ArgumentTypeError(f"{text!r} is not a rejection code; valid codes: {', '.join(CODES)}")
+
+
+def _stage(text: str) -> Stage:
+    """A stage of the gate, any case; an unknown one is refused with the list of stages."""
+    for stage in STAGES:
+        if stage == text.lower():
+            return stage
+    raise argparse.ArgumentTypeError(f"{text!r} is not a stage; valid stages: {', '.join(STAGES)}")
+
+
 # --- shared option groups (argparse parents), each declared once ---------------------------
 
 
@@ -132,7 +149,22 @@ def _shared_options() -> dict[str, _Parser]:
     )
     now = group()
     now.add_argument("--now", metavar="ISO", help="the clock, RFC 3339 with an offset (default: now)")
-    return {"config": config, "contracts": contracts, "keyring": keyring, "bootstrap": bootstrap, "now": now}
+    filters = group()
+    filters.add_argument(
+        "--tool",
+        metavar="TOOL",
+        help="only this tool (the contract's, else the tg-tool header; as toolgate replay --tool)",
+    )
+    filters.add_argument("--code", metavar="CODE", type=_code, help="only this code, e.g. SCHEMA_VIOLATION")
+    filters.add_argument("--stage", metavar="STAGE", type=_stage, help="only this stage, e.g. semantic")
+    return {
+        "config": config,
+        "contracts": contracts,
+        "keyring": keyring,
+        "bootstrap": bootstrap,
+        "now": now,
+        "filters": filters,
+    }
 
 
 # --- the command table ---------------------------------------------------------------------
@@ -246,8 +278,16 @@ def _replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", metavar="ISO", help="rejected at or after this time")
     p.add_argument("--until", metavar="ISO", help="rejected before this time")
     p.add_argument("--tool", action="append", default=[], help="tool (repeatable)")
-    p.add_argument("--stage", action="append", default=[], help="rejection stage (repeatable)")
-    p.add_argument("--code", action="append", default=[], help="rejection code (repeatable)")
+    p.add_argument(
+        "--stage", action="append", default=[], type=_stage, help="rejection stage, e.g. schema (repeatable)"
+    )
+    p.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        type=_code,
+        help="rejection code, e.g. SCHEMA_VIOLATION (repeatable; docs/design.md, Stages and codes)",
+    )
     p.add_argument(
         "--adapter-version", action="append", default=[], metavar="V", help="tg-adapter-version (repeatable)"
     )
@@ -315,9 +355,6 @@ def _top_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _quarantine_summary_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tool", metavar="TOOL", help="only this tool (as quarantine tail --tool)")
-    p.add_argument("--code", metavar="CODE", help="only this code, e.g. SCHEMA_VIOLATION")
-    p.add_argument("--stage", metavar="STAGE", help="only this stage, e.g. schema")
     p.add_argument(
         "--max-scan",
         type=_positive_int,
@@ -331,13 +368,6 @@ def _quarantine_tail_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-n", "--lines", type=_positive_int, default=10, metavar="N", help="records to print (default 10)"
     )
-    p.add_argument(
-        "--tool",
-        metavar="TOOL",
-        help="only this tool (the contract's, else the tg-tool header; as toolgate replay --tool)",
-    )
-    p.add_argument("--code", metavar="CODE", help="only this code, e.g. SCHEMA_VIOLATION")
-    p.add_argument("--stage", metavar="STAGE", help="only this stage, e.g. semantic")
     p.add_argument(
         "--max-scan",
         type=_positive_int,
@@ -378,6 +408,25 @@ def _parse_time(flag: str, text: str | None) -> datetime | None:
     if value.tzinfo is None:
         raise ConfigError(f"{flag} {text!r}: needs a UTC offset, e.g. Z")
     return value
+
+
+def _tools_of(contracts_dir: str) -> list[str]:
+    """Tool names of a contracts folder, from its layout alone (nothing is loaded)."""
+    return sorted({p.parent.parent.name for p in Path(contracts_dir).glob("*/v*/contract.yaml")})
+
+
+def _warn_unknown_tools(tools: Sequence[str], known: Sequence[str], config: Config) -> None:
+    """A --tool that no contract names still filters (a header an adapter made up may be worth
+    finding), but it is more often a typo: say so on stderr."""
+    if not known:
+        return
+    for tool in tools:
+        if tool not in known:
+            print(
+                f"toolgate: warning: --tool {tool!r} is not a tool of {config.contracts_dir} "
+                f"(tools: {', '.join(known)}); filtering on it anyway",
+                file=sys.stderr,
+            )
 
 
 def _check(args: argparse.Namespace, config: Config) -> int:
@@ -588,18 +637,26 @@ def _top(args: argparse.Namespace, config: Config) -> int:
 def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
     from toolgate.tools._quarantine import Filters, tail
 
+    _warn_unknown_tools([args.tool] if args.tool else [], _tools_of(config.contracts_dir), config)
     filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
     lines = asyncio.run(
         tail(config, count=args.lines, filters=filters, max_scan=args.max_scan, with_value=args.value)
     )
     for line in lines:
         print(json.dumps(line, ensure_ascii=True, sort_keys=False))
+    if not lines:  # stdout stays JSON lines only; say so where a person looks
+        print(
+            f"toolgate: no records matched in the last {args.max_scan} of each partition of "
+            f"{config.topics.quarantine}",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
 def _quarantine_summary(args: argparse.Namespace, config: Config) -> int:
     from toolgate.tools._quarantine import Filters, format_summary, summary
 
+    _warn_unknown_tools([args.tool] if args.tool else [], _tools_of(config.contracts_dir), config)
     filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
     rows, read = asyncio.run(summary(config, filters=filters, max_scan=args.max_scan))
     print("\n".join(format_summary(rows, read, config.topics.quarantine)))
@@ -631,6 +688,7 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
     )
     now = _parse_time("--now", args.now) or datetime.now(UTC)
     gate = _load_gate(config, _keyring_file(args, config))
+    _warn_unknown_tools(args.tool, gate.contracts.tools, config)
     return asyncio.run(
         run_replay(config, gate, selection, apply_it=args.apply, max_replays=args.max_replays, now=now)
     )
@@ -956,7 +1014,7 @@ COMMANDS: tuple[Command, ...] = (
             "toolgate quarantine tail --stage schema --value -n 1   with the raw bytes as text",
         ),
         _quarantine_tail,
-        ("bootstrap",),
+        ("bootstrap", "filters", "contracts"),
         _quarantine_tail_arguments,
     ),
     Command(
@@ -972,7 +1030,7 @@ COMMANDS: tuple[Command, ...] = (
             "toolgate quarantine summary --tool deploy_status --code SCHEMA_VIOLATION",
         ),
         _quarantine_summary,
-        ("bootstrap",),
+        ("bootstrap", "filters", "contracts"),
         _quarantine_summary_arguments,
     ),
 )

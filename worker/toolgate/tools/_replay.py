@@ -401,6 +401,7 @@ async def run_replay(
     records, read = await read_quarantine(config, selection)
     print_selection(records, read, out)
     if not records:
+        print("no records matched: nothing to replay", file=out)
         return 0
     if not apply_it:
         requests, ledger = await load_state(config, now - timedelta(hours=ledger_window_hours))
