@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from prometheus_client import generate_latest
 from toolgate._config import Config
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
 from toolgate.service._service import Worker, WorkerOptions
-from toolgate.tools._replay import Selection, read_quarantine, run_replay
+from toolgate.tools._replay import Selection, apply, read_quarantine, run_replay
 
 from tests.integration.worker_kit import (
     CONTRACTS,
@@ -150,7 +151,9 @@ class TestReplay:
         assert set(delivered) == set(has_comment)
         assert set(delivered.values()) == {1}
 
-        # Replaying the same quarantine again delivers nothing new: duplicates are refused.
+        # Replaying the same quarantine again: apply skips what an earlier replay got accepted,
+        # and says so; nothing is sent.
+        again = io.StringIO()
         await run_replay(
             config,
             fixed,
@@ -158,13 +161,37 @@ class TestReplay:
             apply_it=True,
             max_replays=3,
             now=datetime.now(UTC),
-            out=io.StringIO(),
+            out=again,
         )
-        await decide_all(config, fixed, len(commented))
+        assert f"skipped {len(commented)} records: an earlier replay of the same result was accepted" in (
+            again.getvalue()
+        )
+        assert f"replayed 0 records to {config.topics.intake}" in again.getvalue()
+        assert len(await read_all(config, config.topics.intake)) == 60 + len(commented)
+
+        # Sent anyway (below the skip), duplicates are refused: nothing new reaches the agent,
+        # and they count as replays, not as live DUPLICATE_RESULT rejections.
+        selected, _ = await read_quarantine(config, Selection(codes=frozenset({"SCHEMA_VIOLATION"})))
+        forced = [r for r in selected if (r.key or b"").decode() in commented]
+        assert len(forced) == len(commented)
+        await apply(config, forced, 3)
+        worker = await decide_all(config, fixed, len(commented))
         assert successes(await read_all(config, config.topics.agent)) == delivered
         quarantine, _ = await read_quarantine(config, Selection(codes=frozenset({"DUPLICATE_RESULT"})))
         assert len(quarantine) == len(commented)
         assert {r.headers["tg-replay-count"] for r in quarantine} == {"1"}
+        metrics = generate_latest(worker.metrics.registry).decode()
+        assert (
+            "toolgate_replayed_rejections_total"
+            '{code="DUPLICATE_RESULT",stage="semantic",tool="review_status"} '
+            f"{float(len(commented))}"
+        ) in metrics
+        assert 'toolgate_rejections_total{code="DUPLICATE_RESULT"' not in metrics
+        audit = [json.loads(r.value or b"") for r in await read_all(config, config.topics.audit)]
+        replays = [e for e in audit if e.get("replay")]
+        assert len(replays) == 2 * len(commented)  # the accepted replays and the refused ones
+        assert all(e["replay_of"].startswith(f"{config.topics.quarantine}/") for e in replays)
+        assert all(e["replay"] == 0 for e in audit if e not in replays)
 
     async def test_no_match_says_so(self, config: Config) -> None:
         """A selection that matches nothing says so instead of stopping silently."""

@@ -73,6 +73,9 @@ class AuditEvent(msgspec.Struct, frozen=True, kw_only=True):
     ``kind`` is ``decision`` for the one event every intake message gets, and
     ``shadow`` for a sampled disagreement of a shadow contract version, which then
     carries the shadow verdict in ``shadow`` (readers counting decisions skip it).
+    A decision on a result replayed from the quarantine (``toolgate replay --apply``)
+    carries its ``tg-replay-count`` in ``replay`` (0: live traffic) and the quarantine
+    record it came from in ``replay_of`` (``tg-replay-origin``).
     """
 
     request_id: str | None
@@ -92,6 +95,8 @@ class AuditEvent(msgspec.Struct, frozen=True, kw_only=True):
     worker_version: str = __version__
     kind: str = "decision"
     shadow: dict[str, str | None] | None = None
+    replay: int = 0
+    replay_of: str | None = None
 
 
 _encode_audit = msgspec.json.Encoder().encode
@@ -134,6 +139,18 @@ def shadow_record(
     return OutRecord(audit_topic, message.key, _encode_audit(event), [])
 
 
+def replay_origin(message: Message) -> str | None:
+    """The quarantine record a replayed message came from (``tg-replay-origin``), if plain text."""
+    for name, value in message.headers:
+        if name == "tg-replay-origin":
+            try:
+                text = (value or b"").decode("ascii")
+            except UnicodeDecodeError:
+                return None
+            return text if text.isprintable() and len(text) <= 300 else None
+    return None
+
+
 def replay_count(message: Message) -> int:
     """How many times this message has been replayed from the quarantine (0 if never)."""
     for name, value in message.headers:
@@ -170,6 +187,9 @@ def outputs(
             quarantine_record(message, verdict, quarantine_topic, decided_at, max_record_bytes, trace)
         )
     event = audit_event(verdict, message.origin, decided_at)
+    replays = replay_count(message)
+    if replays:
+        event = msgspec.structs.replace(event, replay=replays, replay_of=replay_origin(message))
     records.append(OutRecord(audit_topic, message.key, _encode_audit(event), list(trace_headers)))
     return records
 

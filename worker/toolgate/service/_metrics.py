@@ -53,13 +53,15 @@ class Metrics:
         r = self.registry
         self.results = Counter(
             "toolgate_results",
-            "Results decided, by tool and outcome (success, failure = a valid upstream failure, rejected).",
+            "Live results decided, by tool and outcome (success, failure = a valid upstream failure, "
+            "rejected); replays count in toolgate_replayed_results_total.",
             ["tool", "outcome"],
             registry=r,
         )
         self.rejections = Counter(
             "toolgate_rejections",
-            "Rejected results by tool, stage and code.",
+            "Live results rejected, by tool, stage and code; replays count in "
+            "toolgate_replayed_rejections_total.",
             ["tool", "stage", "code"],
             registry=r,
         )
@@ -125,8 +127,16 @@ class Metrics:
         )
         self.replayed = Counter(
             "toolgate_replayed_results",
-            "Decided results that came from a quarantine replay, by outcome.",
+            "Decided results that came from a quarantine replay, by outcome (not counted in "
+            "toolgate_results_total).",
             ["tool", "outcome"],
+            registry=r,
+        )
+        self.replayed_rejections = Counter(
+            "toolgate_replayed_rejections",
+            "Replayed results rejected again, by tool, stage and code (not counted in "
+            "toolgate_rejections_total).",
+            ["tool", "stage", "code"],
             registry=r,
         )
         self._children: dict[tuple[str, ...], tuple[Callable[[], None], ...]] = {}
@@ -147,6 +157,8 @@ class Metrics:
             for outcome in OUTCOMES:
                 self.results.labels(tool, outcome)
                 self.replayed.labels(tool, outcome)
+            # What a replay of an already answered result becomes.
+            self.replayed_rejections.labels(tool, "semantic", "DUPLICATE_RESULT")
         for result in TRANSACTION_RESULTS:
             self.transactions.labels(result)
         for result in WAIT_RESULTS:
@@ -158,11 +170,16 @@ class Metrics:
         for decision in decisions:
             v = decision.verdict
             tool = v.tool or "unknown"
-            counts[(tool, v.result, v.stage, v.code or "")] += 1
             self.evaluation.labels(v.stage or "project").observe(decision.seconds)
             self.result_bytes.labels(tool).observe(decision.size)
             if decision.replays:
+                # A replay is counted apart: an operator's replay of answered results must not
+                # look like an attack or a drift to the alerts that read the live series.
                 self.replayed.labels(tool, v.result).inc()
+                if v.result == "rejected":
+                    self.replayed_rejections.labels(tool, v.stage or "", v.code or "").inc()
+                continue
+            counts[(tool, v.result, v.stage, v.code or "")] += 1
         for (tool, outcome, stage, code), n in counts.items():
             self.results.labels(tool, outcome).inc(n)
             if outcome == "rejected":

@@ -12,8 +12,11 @@
    with ``tg-replay-count`` incremented and ``tg-replay-origin`` naming the
    quarantine record; the worker decides again (same checks, same audit). A result
    already accepted for that request attempt becomes ``DUPLICATE_RESULT``, so
-   replaying twice never delivers twice. A record replayed ``max_replays`` times
-   already is refused (the loop guard).
+   replaying twice never delivers twice; records whose earlier replay was accepted
+   (an audit event of the same request and bytes, marked as a replay, not rejected)
+   are skipped, and the count is printed. A record replayed ``max_replays`` times
+   already is refused (the loop guard). The worker marks replayed decisions in their
+   audit event and counts them apart from live traffic.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TextIO
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from toolgate._config import Config, Topics
@@ -342,6 +346,57 @@ def _count(report: DryRunReport, record: Quarantined, verdict: Verdict) -> None:
     report.rows[(record.tool, record.code, "same code" if same else "other code", verdict.code or "")] += 1
 
 
+class _ReplayView(msgspec.Struct, frozen=True):
+    """The audit fields that say whether a replay was accepted (other fields ignored)."""
+
+    request_id: str | None
+    outcome: str
+    raw_sha256: str
+    kind: str = "decision"
+    replay: int = 0
+
+
+_replay_decoder = msgspec.json.Decoder(_ReplayView)
+
+
+class ReplayedAccepted:
+    """(request id, raw SHA-256) of results a replay got accepted, from the audit topic."""
+
+    def __init__(self) -> None:
+        self.accepted: set[tuple[str, str]] = set()
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one audit event."""
+        if value is None:
+            return
+        try:
+            event = _replay_decoder.decode(value)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return
+        if event.kind == "decision" and event.replay and event.outcome != "rejected" and event.request_id:
+            self.accepted.add((event.request_id, event.raw_sha256))
+
+    def __contains__(self, record: object) -> bool:
+        if not isinstance(record, Quarantined):
+            return False
+        request_id = (record.key or b"").decode("utf-8", "replace")
+        return (request_id, record.headers.get("tg-raw-sha256", "")) in self.accepted
+
+
+async def replayed_accepted(config: Config, since: datetime) -> ReplayedAccepted:
+    """Which results an earlier replay got accepted (audit events since ``since``)."""
+    found = ReplayedAccepted()
+    reader = TopicReader(
+        config.topics.audit, found.apply, client_settings(config), start_ms=int(since.timestamp() * 1000)
+    )
+    try:
+        await reader.start()
+        await reader.catch_up(120)
+    finally:
+        await reader.stop()
+    return found
+
+
 def replay_headers(record: Quarantined, quarantine_topic: str) -> list[tuple[str, bytes]]:
     """The original headers plus the incremented replay count and where it came from."""
     headers = list(record.original().headers)
@@ -408,6 +463,15 @@ async def run_replay(
         dry_run(records, gate, requests, ledger, now, max_replays).print(out)
         print("dry run: nothing was written (use --apply to replay)", file=out)
         return 0
+    done = await replayed_accepted(config, now - timedelta(hours=ledger_window_hours))
+    skipped = [r for r in records if r in done]
+    if skipped:
+        print(
+            f"skipped {len(skipped)} records: an earlier replay of the same result was accepted "
+            "(the audit topic shows it delivered; replaying it again could only be a DUPLICATE_RESULT)",
+            file=out,
+        )
+        records = [r for r in records if r not in done]
     sent, refused = await apply(config, records, max_replays)
     print(
         f"replayed {sent} records to {config.topics.intake}; {refused} refused by the loop guard "
