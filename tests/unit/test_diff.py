@@ -70,7 +70,7 @@ def changed(old: dict[str, Any], edit: Any) -> list[tuple[str, str, bool, bool]]
     return summary(diff_schemas(old, new))
 
 
-class TestSeedExamples:
+class TestDeployStatusChanges:
     def test_state_string_to_object_is_a_breaking_type_change(self) -> None:
         """deploy_status: state turned from a string into an object breaks."""
         old = envelope(DEPLOY)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Final, Literal, TypeGuard, get_args
 
 Stage = Literal["limits", "parse", "contract", "schema", "correlate", "semantic", "project"]
-"""The gate's stages, in the order they run (README, "How a result is decided")."""
+"""The gate's stages, in the order they run (docs/design.md, Stages and codes)."""
 
 Code = Literal[
     # limits

@@ -1,6 +1,7 @@
 """The gate: (raw bytes, headers, request record, clock) to a verdict. Pure: no Kafka.
 
-Stages run in this order, one :class:`Gate` method each (named as the stage, see
+Stages run in this order (docs/design.md, Stages and codes; the hazards each stage answers
+are in its Hazards section), one :class:`Gate` method each (named as the stage, see
 :data:`toolgate._codes.Stage`), and the first failure decides:
 
 1. ``limits``    byte size of the value (before parsing), header count and sizes;

@@ -50,7 +50,7 @@ class TrafficGenerator:
 
     Args:
         keyring: keys to sign job_status and deploy_status results with.
-        seed: makes the mix and the ids reproducible.
+        seed: the random seed; makes the mix and the ids reproducible.
         run_id: a tag in every request id so runs never collide on a shared topic.
     """
 
