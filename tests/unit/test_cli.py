@@ -187,6 +187,23 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["contracts", "diff", missing, missing], "missing"),
         (["contracts", "diff", str(not_json), str(not_json)], "not valid JSON"),
         (["contracts", "diff", str(array), str(array)], "JSON object"),
+        (
+            ["contracts", "import-mcp", "--server", "s", "--tools-list", missing, "--contracts", str(tmp)],
+            "missing",
+        ),
+        (
+            [
+                "contracts",
+                "import-mcp",
+                "--server",
+                "s",
+                "--tools-list",
+                str(not_json),
+                "--contracts",
+                str(tmp),
+            ],
+            "JSON",
+        ),
         (["contracts", "diff", f"{broken}/broken_tool/v1", f"{good}/job_status/v1"], "contract.yaml"),
         (["demo", "--keyring", missing], "missing"),
         (["replay", "--since", "soon"], "--since"),
