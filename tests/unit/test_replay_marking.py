@@ -91,3 +91,19 @@ class TestSkipAccepted:
         assert _quarantined(b"req.1", "bb") not in done  # other bytes
         assert _quarantined(b"req.2", "aa") not in done  # its replay was rejected
         assert _quarantined(b"req.3", "aa") not in done  # accepted live, not by a replay
+
+
+class TestContractDifferences:
+    def test_each_kind_of_difference_is_one_line(self) -> None:
+        """Other digest, other status, only local, only on the worker: one line each; equal: none."""
+        from toolgate.tools._replay import contract_differences
+
+        local = {("a", "1", "active", "d1"), ("a", "1.1", "shadow", "d2"), ("b", "1", "active", "d3")}
+        remote = {("a", "1", "active", "XX"), ("a", "1.1", "active", "d2"), ("c", "2", "active", "d4")}
+        assert contract_differences(local, remote) == [
+            "a v1: local active, digest d1; worker active, digest XX",
+            "a v1.1: local shadow, digest d2; worker active, digest d2",
+            "b v1: only in the local contracts (active, digest d3)",
+            "c v2: only on the worker (active, digest d4)",
+        ]
+        assert contract_differences(local, set(local)) == []

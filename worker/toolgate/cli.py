@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -303,6 +304,21 @@ def _replay_arguments(p: argparse.ArgumentParser) -> None:
         default=3,
         metavar="N",
         help="refuse records already replayed N times (default 3)",
+    )
+    p.add_argument(
+        "--workers",
+        nargs="+",
+        metavar="URL",
+        help="--apply: the live workers' metrics URLs whose contracts must equal the local ones "
+        "(default: TOOLGATE_WORKERS, comma-separated, else the local worker at TOOLGATE_METRICS_PORT)",
+    )
+    p.add_argument("--force", action="store_true", help="--apply even when the workers run other contracts")
+    p.add_argument(
+        "--wait",
+        type=float,
+        metavar="S",
+        help="--apply: wait up to S seconds for the worker's decisions and print them (exit 1 if any "
+        "is missing)",
     )
 
 
@@ -689,8 +705,26 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
     now = _parse_time("--now", args.now) or datetime.now(UTC)
     gate = _load_gate(config, _keyring_file(args, config))
     _warn_unknown_tools(args.tool, gate.contracts.tools, config)
+    workers = None
+    if args.apply:
+        from toolgate.tools._top import default_url
+
+        listed = [u for u in os.environ.get("TOOLGATE_WORKERS", "").replace(",", " ").split() if u]
+        workers = args.workers or listed or [default_url(config.metrics_host, config.metrics_port)]
+    if args.wait is not None and not 0 < args.wait <= 3600:
+        raise ConfigError("--wait must be above 0 and at most 3600 seconds")
     return asyncio.run(
-        run_replay(config, gate, selection, apply_it=args.apply, max_replays=args.max_replays, now=now)
+        run_replay(
+            config,
+            gate,
+            selection,
+            apply_it=args.apply,
+            max_replays=args.max_replays,
+            now=now,
+            workers=workers,
+            force=args.force,
+            wait_seconds=args.wait,
+        )
     )
 
 
@@ -887,10 +921,14 @@ COMMANDS: tuple[Command, ...] = (
         "--dry-run (the default) re-evaluates each with today's contracts, its request\n"
         "record and the real clock, and writes nothing. --apply re-publishes the\n"
         "original bytes and headers to intake (tg-replay-count + 1); the worker decides\n"
-        "again, and a result already accepted for its request attempt is a duplicate.",
+        "again, and a result already accepted for its request attempt is a duplicate.\n"
+        "--apply first compares the local contracts with the ones the live workers report\n"
+        "(toolgate_contract_info digests) and refuses, with the difference, when they\n"
+        "differ (--force overrides); it skips records whose earlier replay was accepted.\n"
+        "--wait S follows the replayed records to their decisions and prints the table.",
         (
             "toolgate replay --tool deploy_status --code SCHEMA_VIOLATION",
-            "toolgate replay --tool deploy_status --code SCHEMA_VIOLATION --apply",
+            "toolgate replay --tool deploy_status --code SCHEMA_VIOLATION --apply --wait 60",
             "toolgate replay --since 2026-05-01T09:00:00Z --origin 2:1000-1999",
         ),
         _replay,

@@ -21,7 +21,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -34,12 +37,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
 from toolgate.gate._batch import decide_batch
+from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import DIAGNOSTIC_HEADERS
 from toolgate.gate._records import Message, Verdict
 from toolgate.gate._rules import Ledger
 from toolgate.service._kafka import client_settings
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
+from toolgate.tools._top import scrape
 
 REPLAY_ORIGIN = "tg-replay-origin"
 _MAX_RECORD_BYTES = 1024 * 1024
@@ -405,8 +410,14 @@ def replay_headers(record: Quarantined, quarantine_topic: str) -> list[tuple[str
     return headers
 
 
-async def apply(config: Config, records: list[Quarantined], max_replays: int) -> tuple[int, int]:
-    """Re-publish to intake; return (sent, refused by the loop guard)."""
+async def apply(
+    config: Config, records: list[Quarantined], max_replays: int, *, sent_to: list[str] | None = None
+) -> tuple[int, int]:
+    """Re-publish to intake; return (sent, refused by the loop guard).
+
+    ``sent_to`` receives, per record sent and in order, where it landed (``intake/P/O``:
+    the ``origin`` of the worker's audit event about it).
+    """
     eligible = [r for r in records if r.replays < max_replays]
     producer = AIOKafkaProducer(**client_settings(config), acks="all", enable_idempotence=True, linger_ms=5)
     try:
@@ -416,15 +427,22 @@ async def apply(config: Config, records: list[Quarantined], max_replays: int) ->
         raise
     progress = Progress("replaying", len(eligible))
     try:
+        futures = []
         for record in eligible:
-            await producer.send(
-                config.topics.intake,
-                record.value,
-                key=record.key,
-                headers=replay_headers(record, config.topics.quarantine),
+            futures.append(
+                await producer.send(
+                    config.topics.intake,
+                    record.value,
+                    key=record.key,
+                    headers=replay_headers(record, config.topics.quarantine),
+                )
             )
             progress.advance()
         await producer.flush()
+        if sent_to is not None:
+            for future in futures:
+                meta = await future
+                sent_to.append(f"{meta.topic}/{meta.partition}/{meta.offset}")
     finally:
         progress.close()
         await producer.stop()
@@ -439,6 +457,166 @@ def print_selection(records: list[Quarantined], read: int, out: TextIO) -> None:
         print(f"  {tool:<16} {code:<24} {count:>6}", file=out)
 
 
+ContractRow = tuple[str, str, str, str]  # tool, version (1, 1.1), status, digest
+
+
+def local_contracts(gate: Gate) -> set[ContractRow]:
+    """What the local contracts folder holds, as workers report it in toolgate_contract_info."""
+    return {(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts}
+
+
+def worker_contracts(url: str) -> set[ContractRow]:
+    """The contract versions a live worker reports on its metrics endpoint.
+
+    Raises:
+        ConfigError: the endpoint cannot be read, or reports no toolgate_contract_info.
+    """
+    snapshot = scrape(url)
+    rows = {
+        (
+            labels.get("tool", ""),
+            labels.get("version", ""),
+            labels.get("status", ""),
+            labels.get("digest", ""),
+        )
+        for labels, value in snapshot.series("toolgate_contract_info")
+        if value
+    }
+    if not rows:
+        raise ConfigError(f"replay: {url} reports no toolgate_contract_info (is it a toolgate worker?)")
+    return rows
+
+
+def contract_differences(local: set[ContractRow], remote: set[ContractRow]) -> list[str]:
+    """One line per contract version that differs between the local folder and a worker."""
+    by_local = {(t, v): (s, d) for t, v, s, d in local}
+    by_remote = {(t, v): (s, d) for t, v, s, d in remote}
+    lines = []
+    for tool, version in sorted(by_local.keys() | by_remote.keys()):
+        mine, theirs = by_local.get((tool, version)), by_remote.get((tool, version))
+        name = f"{tool} v{version}"
+        if theirs is None:
+            lines.append(f"{name}: only in the local contracts ({mine[0]}, digest {mine[1]})")  # type: ignore[index]
+        elif mine is None:
+            lines.append(f"{name}: only on the worker ({theirs[0]}, digest {theirs[1]})")
+        elif mine != theirs:
+            lines.append(f"{name}: local {mine[0]}, digest {mine[1]}; worker {theirs[0]}, digest {theirs[1]}")
+    return lines
+
+
+def check_workers(gate: Gate, urls: list[str], *, force: bool, out: TextIO) -> bool:
+    """Compare the local contracts with each live worker's; True when replaying may go on.
+
+    Every difference is printed; with ``force`` they are printed as a warning and the
+    replay goes on. A worker that cannot be read refuses the replay unless ``force``.
+    """
+    local = local_contracts(gate)
+    differ = False
+    for url in urls:
+        try:
+            remote = worker_contracts(url)
+        except ConfigError as exc:
+            differ = True
+            print(f"cannot compare with the worker at {url}: {exc}", file=out)
+            continue
+        lines = contract_differences(local, remote)
+        if lines:
+            differ = True
+            print(f"the worker at {url} runs other contracts than the local folder:", file=out)
+            for line in lines:
+                print(f"  {line}", file=out)
+        else:
+            print(
+                f"the worker at {url} runs the local contracts ({len(local)} versions, digests equal)",
+                file=out,
+            )
+    if differ and not force:
+        print(
+            "replay refused: the dry run used the local contracts, the workers would decide with theirs. "
+            "Deploy the contracts (and reload: SIGHUP) or point --contracts at what they run; "
+            "--force replays anyway.",
+            file=out,
+        )
+        return False
+    if differ:
+        print("--force: replaying although the contracts differ", file=out)
+    return True
+
+
+@dataclass
+class Followed:
+    """What the worker decided on the replayed records, from the audit topic."""
+
+    decided: dict[str, dict[str, object]] = field(default_factory=dict)  # replay_of -> audit event
+    missing: int = 0
+
+    def print(self, records: list[Quarantined], topic: str, out: TextIO) -> None:
+        """The table: tool, code it was rejected with, what it is now, count."""
+        rows: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        for record in records:
+            event = self.decided.get(origin_name(topic, record))
+            if event is None:
+                rows[(record.tool, record.code, "not decided yet", "-")] += 1
+            else:
+                outcome = str(event.get("outcome"))
+                rows[(record.tool, record.code, outcome, str(event.get("code") or "-"))] += 1
+        print(f"{'tool':<16} {'was':<24} {'now':<16} {'code now':<24} count", file=out)
+        for (tool, was, now, code), count in sorted(rows.items()):
+            print(f"{tool:<16} {was:<24} {now:<16} {code:<24} {count:>5}", file=out)
+        accepted = sum(1 for e in self.decided.values() if e.get("outcome") != "rejected")
+        print(
+            f"\ndecided: {len(self.decided)} of {len(records)}   accepted now: {accepted}   "
+            f"rejected again: {len(self.decided) - accepted}   not decided yet: {self.missing}",
+            file=out,
+        )
+
+
+def origin_name(topic: str, record: Quarantined) -> str:
+    """How a replay names its quarantine record (tg-replay-origin, audit replay_of)."""
+    return f"{topic}/{record.partition}/{record.offset}"
+
+
+async def follow(
+    config: Config, records: list[Quarantined], sent_to: list[str], since_ms: int, wait_seconds: float
+) -> Followed:
+    """Wait (bounded) for the worker's decision on each replayed record, from the audit topic.
+
+    ``sent_to[i]`` is where ``records[i]`` was re-published: the audit event of that intake
+    record (its ``origin``) is the decision on this replay, not on an earlier one.
+    """
+    quarantined = {
+        sent: origin_name(config.topics.quarantine, r) for r, sent in zip(records, sent_to, strict=True)
+    }
+    wanted = set(quarantined.values())
+    found = Followed()
+    done = asyncio.Event()
+
+    def apply_event(key: bytes | None, value: bytes | None) -> None:
+        if value is None:
+            return
+        try:
+            event = json.loads(value)
+        except ValueError:
+            return
+        if not isinstance(event, dict) or event.get("kind", "decision") != "decision":
+            return
+        of = quarantined.get(str(event.get("origin")))
+        if of is not None:
+            found.decided[of] = event
+            if len(found.decided) == len(wanted):
+                done.set()
+
+    reader = TopicReader(config.topics.audit, apply_event, client_settings(config), start_ms=since_ms)
+    try:
+        await reader.start()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), wait_seconds)
+    finally:
+        await reader.stop()
+    found.missing = len(wanted) - len(found.decided)
+    return found
+
+
 async def run_replay(
     config: Config,
     gate: Gate,
@@ -449,6 +627,9 @@ async def run_replay(
     now: datetime,
     ledger_window_hours: float = 24.0,
     out: TextIO = sys.stdout,
+    workers: list[str] | None = None,
+    force: bool = False,
+    wait_seconds: float | None = None,
 ) -> int:
     """The whole command: select, print, then dry-run or apply. Returns the exit code."""
     from datetime import timedelta
@@ -463,6 +644,8 @@ async def run_replay(
         dry_run(records, gate, requests, ledger, now, max_replays).print(out)
         print("dry run: nothing was written (use --apply to replay)", file=out)
         return 0
+    if workers is not None and not check_workers(gate, workers, force=force, out=out):
+        return 1
     done = await replayed_accepted(config, now - timedelta(hours=ledger_window_hours))
     skipped = [r for r in records if r in done]
     if skipped:
@@ -472,11 +655,19 @@ async def run_replay(
             file=out,
         )
         records = [r for r in records if r not in done]
-    sent, refused = await apply(config, records, max_replays)
+    started_ms = int(time.time() * 1000) - 1000
+    sent_to: list[str] = []
+    sent, refused = await apply(config, records, max_replays, sent_to=sent_to)
     print(
         f"replayed {sent} records to {config.topics.intake}; {refused} refused by the loop guard "
         f"(replayed {max_replays} times already). The worker decides them again: watch "
         f"toolgate_replayed_results_total and the audit topic.",
         file=out,
     )
+    if wait_seconds is not None and sent:
+        replayed = [r for r in records if r.replays < max_replays]
+        followed = await follow(config, replayed, sent_to, started_ms, wait_seconds)
+        print(f"\nwhat the worker decided (waited up to {wait_seconds:g} s):", file=out)
+        followed.print(replayed, config.topics.quarantine, out)
+        return 1 if followed.missing else 0
     return 0
