@@ -118,11 +118,11 @@ unit: install
 
 # Starts the broker only if none is running, and stops it afterwards only if it started it.
 # One pytest run, measured (the processes it starts included), then the coverage table per layer
-# with its floors (ops/coverage_floors.py).
+# with its floors (ops/coverage_floors.py); a run narrowed by PYTEST_ARGS prints the table only.
 test: install jars tools lint contracts
 	rm -f .coverage .coverage.*
 	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest --cov --cov-report= $(PYTEST_ARGS)
-	$(BIN)/python ops/coverage_floors.py
+	$(BIN)/python ops/coverage_floors.py $(if $(strip $(PYTEST_ARGS)),--report-only)
 
 run: install broker-up topics
 	bash ops/worker.sh start

@@ -79,6 +79,7 @@ class TestCoverageFloors:
         assert rows["cli+shared"].missed < rows["cli+shared"].statements  # _errors.py ran
         assert rows["total"].statements == sum(rows[name].statements for name in floors.LAYERS)
         assert floors.main(["--data-file", str(data_file)]) == 1
+        assert floors.main(["--data-file", str(data_file), "--report-only"]) == 0
 
     def test_no_data(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """Without a data file the script says so and exits 2."""
@@ -103,7 +104,20 @@ class TestMakeTest:
         runs = [i for i, line in enumerate(recipe) if "bin/pytest" in line]
         assert len(runs) == 1
         assert "--cov" in recipe[runs[0]]
-        assert any("ops/coverage_floors.py" in line for line in recipe[runs[0] + 1 :])
+        floors_line = next(line for line in recipe[runs[0] + 1 :] if "ops/coverage_floors.py" in line)
+        assert "--report-only" not in floors_line  # the whole suite: the floors hold or make fails
+
+    def test_a_narrowed_run_reports_only(self) -> None:
+        """With PYTEST_ARGS narrowing the run, the table is printed without failing on the floors."""
+        recipe = subprocess.run(
+            ["make", "-n", "-W", "pyproject.toml", "test", "PYTEST_ARGS=tests/unit/test_logs.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        assert "ops/coverage_floors.py --report-only" in recipe
 
     def test_lint_checks_tests_and_ops_too(self) -> None:
         """mypy's configured files cover the package, the tests and the ops scripts."""
