@@ -8,10 +8,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from toolgate._config import Topics
 from toolgate.gate._batch import ShadowSampler, decide_batch
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
+from toolgate.gate._outputs import outputs
 from toolgate.gate._records import Message, RequestRecord
 
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, message, review_request, review_value
@@ -40,8 +42,11 @@ def decide(
 class TestDecideBatch:
     def test_records_per_decision(self, gate: Gate) -> None:
         """Accepted results write agent and audit; rejected ones agent, quarantine and audit."""
+        # the rejected one answers another request: an answered attempt gets no second envelope
         batch = decide(
-            gate, [message(), message(review_value(admin_override=True))], {REQUEST_ID: review_request()}
+            gate,
+            [message(), message(review_value(admin_override=True), key=b"req.other")],
+            {REQUEST_ID: review_request()},
         )
         assert [r.topic for r in batch.records] == ["a", "au", "a", "q", "au"]
         assert batch.accepted == {(REQUEST_ID, 1)}
@@ -133,3 +138,43 @@ class TestShadow:
         assert taken == [True, True, False, False]
         assert sampler.take("t@v2", NOW + timedelta(seconds=61))
         assert sampler.take("other@v2", NOW)
+
+
+class TestOneAnswerPerAttempt:
+    """A rejected result for an attempt that already has its answer writes no agent envelope."""
+
+    def test_duplicate_in_batch_gets_no_envelope(self, gate: Gate) -> None:
+        """Success then the same success: agent once; the duplicate to quarantine and audit only."""
+        batch = decide(gate, [message(), message()], {REQUEST_ID: review_request()})
+        assert [r.topic for r in batch.records] == ["a", "au", "q", "au"]
+        second = json.loads(batch.records[-1].value or b"")
+        assert (second["code"], second["envelope"]) == ("DUPLICATE_RESULT", False)
+
+    def test_answered_in_an_earlier_transaction(self, gate: Gate) -> None:
+        """The ledger says answered: a malformed resend is quarantined without an envelope."""
+        batch = decide(gate, [message(raw=b"{oops")], {REQUEST_ID: review_request()}, {(REQUEST_ID, 1)})
+        assert [r.topic for r in batch.records] == ["q", "au"]
+
+    def test_rejection_before_the_answer_keeps_its_envelope(self, gate: Gate) -> None:
+        """Rejected first, then accepted: both envelopes, in that order."""
+        batch = decide(
+            gate, [message(review_value(admin_override=True)), message()], {REQUEST_ID: review_request()}
+        )
+        assert [r.topic for r in batch.records] == ["a", "q", "au", "a", "au"]
+
+    def test_another_attempt_is_not_answered(self, gate: Gate) -> None:
+        """Attempt 1 answered, the request now at attempt 2: a rejection for it reaches the agent."""
+        batch = decide(
+            gate,
+            [message(raw=b"{oops")],
+            {REQUEST_ID: review_request(attempt=2)},
+            {(REQUEST_ID, 1)},
+        )
+        assert [r.topic for r in batch.records] == ["a", "q", "au"]
+
+    def test_an_accepted_verdict_always_has_its_envelope(self, gate: Gate) -> None:
+        """outputs() refuses to drop the envelope of an accepted result."""
+        verdict = gate.evaluate(message(), review_request(), NOW)
+        with pytest.raises(ValueError, match="always has its agent envelope"):
+            outputs(message(), verdict, agent_topic="a", quarantine_topic="q", audit_topic="au",
+                    decided_at=NOW, answered=True)  # fmt: skip

@@ -143,6 +143,7 @@ def decide_batch(
                 decided_at=now,
                 max_record_bytes=max_record_bytes,
                 trace=trace,
+                answered=answered(verdict, key, request, seen),
             )
         except Exception:
             verdict = internal_error(message, "building the output records")
@@ -161,6 +162,21 @@ def decide_batch(
         batch.records.extend(records)
         batch.decisions.append(Decision(verdict, len(message.value or b""), seconds, replay_count(message)))
     return batch
+
+
+def answered(verdict: Verdict, key: str, request: RequestRecord | None, seen: Ledger) -> bool:
+    """A rejected result for an issued request whose attempt already has its accepted answer.
+
+    Such a result gets no agent envelope (docs/design.md, One answer per attempt): the agent
+    already holds the answer to that attempt, and an ``INVALID_RESPONSE`` after it would
+    contradict it. The attempt is the one the gate read (``tg-attempt``, else the request's
+    current one); a result before the correlate stage is judged by the request's current
+    attempt, the one the agent is waiting on.
+    """
+    if verdict.accepted or request is None or key != request.request_id:
+        return False
+    attempt = verdict.attempt if verdict.attempt is not None else request.attempt
+    return seen(request.request_id, attempt)
 
 
 def _span(tracer: DecisionTracer, message: Message, verdict: Verdict, seconds: float) -> TraceContext | None:

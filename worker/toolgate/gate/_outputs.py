@@ -97,6 +97,7 @@ class AuditEvent(msgspec.Struct, frozen=True, kw_only=True):
     shadow: dict[str, str | None] | None = None
     replay: int = 0
     replay_of: str | None = None
+    envelope: bool = True  # False: the attempt already had its answer; no agent envelope was written
 
 
 _encode_audit = msgspec.json.Encoder().encode
@@ -172,16 +173,23 @@ def outputs(
     decided_at: datetime,
     max_record_bytes: int = 1024 * 1024,
     trace: TraceContext | None = None,
+    answered: bool = False,
 ) -> list[OutRecord]:
-    """The records one decision produces: agent always, quarantine when rejected, audit always.
+    """The records one decision produces: the agent envelope, the quarantine record when
+    rejected, the audit event always.
 
+    ``answered``: the rejected result is for a request attempt that already has its
+    accepted answer (docs/design.md, One answer per attempt): no agent envelope is
+    written, only the quarantine record and the audit event (``envelope: false``).
     ``trace`` is the decision span's context when tracing is on; otherwise the intake
     record's own (its headers first, then an MCP result's ``_meta``) is carried.
     """
+    if answered and verdict.accepted:
+        raise ValueError("an accepted verdict always has its agent envelope")
     if trace is None:
         trace = message_trace(message, verdict)
     trace_headers = trace.headers() if trace is not None else []
-    records = [OutRecord(agent_topic, message.key, verdict.agent, list(trace_headers))]
+    records = [] if answered else [OutRecord(agent_topic, message.key, verdict.agent, list(trace_headers))]
     if not verdict.accepted:
         records.append(
             quarantine_record(message, verdict, quarantine_topic, decided_at, max_record_bytes, trace)
@@ -190,6 +198,8 @@ def outputs(
     replays = replay_count(message)
     if replays:
         event = msgspec.structs.replace(event, replay=replays, replay_of=replay_origin(message))
+    if answered:
+        event = msgspec.structs.replace(event, envelope=False)
     records.append(OutRecord(audit_topic, message.key, _encode_audit(event), list(trace_headers)))
     return records
 
