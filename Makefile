@@ -98,7 +98,7 @@ rules: install
 
 # Prometheus's graphs of a drifting connector as docs/drift-graphs.png: a worker on private topics,
 # demo traffic with a drifting deploy adapter, Debian's prometheus and a headless chromium (installed
-# from Debian's packages when missing; not needed by make test). About 5 minutes.
+# from Debian's packages when missing; not needed by make test). 240 s of traffic by default.
 SCREENSHOT ?= docs/drift-graphs.png
 screenshot: install broker-up tools
 	@if ! command -v chromium >/dev/null; then \
