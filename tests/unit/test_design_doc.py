@@ -51,6 +51,15 @@ class TestDesignDocument:
         """Each part of the design has its section."""
         assert section in _sections()
 
+    def test_contents_lists_every_section(self) -> None:
+        """The contents list links every top-level section, in order, with working anchors."""
+        text = DESIGN.read_text(encoding="utf-8")
+        sections = [s for s in re.findall(r"^## (.+)$", text, re.M) if s != "Contents"]
+        links = re.findall(r"^\d+\. \[(.+?)\]\(#(.+?)\)$", text, re.M)
+        assert [title for title, _ in links] == sections
+        anchors = [re.sub(r"[^a-z0-9 -]", "", s.lower()).replace(" ", "-") for s in sections]
+        assert [anchor for _, anchor in links] == anchors
+
     def test_every_code_is_documented(self) -> None:
         """Every rejection code the gate can give appears in the design's code table."""
         from toolgate._codes import CODES, STAGES
