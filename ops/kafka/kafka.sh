@@ -31,6 +31,14 @@
 #                                 i.e. the PLAINTEXT and controller listeners, and User:admin)
 #   TOOLGATE_KAFKA_SCRAM_USERS    name:password,... SCRAM users added when the storage is formatted
 #                                 (first start of a data dir), e.g. admin:pw,toolgate:pw
+#   TOOLGATE_KAFKA_SSL_PORT       also an SSL listener that requires a client certificate (mutual
+#                                 TLS; CN=NAME is the principal User:NAME), ACLs enforced as above
+#   TOOLGATE_KAFKA_SASL_SSL_PORT  also a SASL_SSL listener (SCRAM-SHA-256/512 over TLS), ACLs enforced
+#   TOOLGATE_KAFKA_TLS_OTHER_HOST_PORT  an SSL listener presenting a certificate for another host
+#   TOOLGATE_KAFKA_TLS_EXPIRED_PORT     an SSL listener presenting an expired certificate (these two
+#                                 only show clients' certificate checks failing)
+#   TOOLGATE_KAFKA_TLS_DIR        the TLS material of those listeners (default: tls/ in the data dir),
+#                                 made by secure/make-certs.sh local DIR when missing
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -56,6 +64,13 @@ CONTROLLER_PORT="${TOOLGATE_KAFKA_CONTROLLER_PORT:-19093}"
 LOCAL_BOOTSTRAP="$HOST:$PORT"
 SASL_PORT="${TOOLGATE_KAFKA_SASL_PORT:-}"
 SCRAM_USERS="${TOOLGATE_KAFKA_SCRAM_USERS:-}"
+SSL_PORT="${TOOLGATE_KAFKA_SSL_PORT:-}"
+SASL_SSL_PORT="${TOOLGATE_KAFKA_SASL_SSL_PORT:-}"
+OTHER_HOST_PORT="${TOOLGATE_KAFKA_TLS_OTHER_HOST_PORT:-}"
+EXPIRED_PORT="${TOOLGATE_KAFKA_TLS_EXPIRED_PORT:-}"
+TLS_DIR="${TOOLGATE_KAFKA_TLS_DIR:-$DATA/tls}"
+[[ "$TLS_DIR" == /* ]] || TLS_DIR="$PWD/$TLS_DIR"
+MAKE_CERTS="$HERE/secure/make-certs.sh"
 
 START_TIMEOUT="${TOOLGATE_KAFKA_START_TIMEOUT:-90}"
 STOP_TIMEOUT="${TOOLGATE_KAFKA_STOP_TIMEOUT:-30}"
@@ -67,18 +82,27 @@ die() { say "error: $*"; exit 1; }
 
 [[ "$PORT" =~ ^[0-9]+$ && "$CONTROLLER_PORT" =~ ^[0-9]+$ && "$PORT" != "$CONTROLLER_PORT" ]] ||
   die "TOOLGATE_KAFKA_PORT ($PORT) and TOOLGATE_KAFKA_CONTROLLER_PORT ($CONTROLLER_PORT) must be two different port numbers"
-if [[ -n "$SASL_PORT" ]]; then
-  [[ "$SASL_PORT" =~ ^[0-9]+$ && "$SASL_PORT" != "$PORT" && "$SASL_PORT" != "$CONTROLLER_PORT" ]] ||
-    die "TOOLGATE_KAFKA_SASL_PORT ($SASL_PORT) must be a port number other than $PORT and $CONTROLLER_PORT"
-fi
+# Every optional listener: a port number that no other listener of the instance uses.
+EXTRA_PORTS=()
+for knob in SASL_PORT SSL_PORT SASL_SSL_PORT TLS_OTHER_HOST_PORT TLS_EXPIRED_PORT; do
+  var="TOOLGATE_KAFKA_$knob"
+  value="${!var:-}"
+  [[ -n "$value" ]] || continue
+  [[ "$value" =~ ^[0-9]+$ && " $PORT $CONTROLLER_PORT ${EXTRA_PORTS[*]-} " != *" $value "* ]] ||
+    die "$var ($value) must be a port number that no other listener of this instance uses"
+  EXTRA_PORTS+=("$value")
+done
+TLS=""
+[[ -z "$SSL_PORT$SASL_SSL_PORT$OTHER_HOST_PORT$EXPIRED_PORT" ]] || TLS=1
 if [[ -n "$SCRAM_USERS" ]]; then
-  [[ -n "$SASL_PORT" ]] || die "TOOLGATE_KAFKA_SCRAM_USERS needs TOOLGATE_KAFKA_SASL_PORT (the listener they log in on)"
+  [[ -n "$SASL_PORT$SASL_SSL_PORT" ]] ||
+    die "TOOLGATE_KAFKA_SCRAM_USERS needs TOOLGATE_KAFKA_SASL_PORT or TOOLGATE_KAFKA_SASL_SSL_PORT (the listener they log in on)"
   [[ "$SCRAM_USERS" =~ ^[A-Za-z0-9._-]+:[A-Za-z0-9._~@%+/-]+(,[A-Za-z0-9._-]+:[A-Za-z0-9._~@%+/-]+)*$ ]] ||
     die "TOOLGATE_KAFKA_SCRAM_USERS must be name:password[,name:password...] (names [A-Za-z0-9._-], passwords [A-Za-z0-9._~@%+/-])"
 fi
 
 usage() {
-  sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -238,26 +262,69 @@ write_conf() {
     -e "s#^advertised\.listeners=.*#advertised.listeners=PLAINTEXT://$HOST:$PORT#" \
     -e "s#^controller\.quorum\.voters=.*#controller.quorum.voters=1@$HOST:$CONTROLLER_PORT#" \
     "$TEMPLATE" >"$CONF"
-  [[ -z "$SASL_PORT" ]] || add_sasl_conf
+  [[ -z "$SASL_PORT$SASL_SSL_PORT$SSL_PORT" ]] || add_sasl_conf
+  [[ -z "$TLS" ]] || add_tls_conf
+}
+
+# add_listener NAME PROTOCOL PORT: one more listener on $HOST, advertised as it is.
+add_listener() {
+  sed -i -e "s#^listeners=.*#&,$1://$HOST:$3#" \
+    -e "s#^advertised\.listeners=.*#&,$1://$HOST:$3#" \
+    -e "s#^listener\.security\.protocol\.map=.*#&,$1:$2#" "$CONF"
 }
 
 # The SASL_PLAINTEXT listener of TOOLGATE_KAFKA_SASL_PORT: SCRAM logins, ACLs enforced.
 add_sasl_conf() {
-  sed -i -e "s#^listeners=.*#&,SASL_PLAINTEXT://$HOST:$SASL_PORT#" \
-    -e "s#^advertised\.listeners=.*#&,SASL_PLAINTEXT://$HOST:$SASL_PORT#" \
-    -e "s#^listener\.security\.protocol\.map=.*#&,SASL_PLAINTEXT:SASL_PLAINTEXT#" "$CONF"
+  [[ -z "$SASL_PORT" ]] || add_listener SASL_PLAINTEXT SASL_PLAINTEXT "$SASL_PORT"
   cat >>"$CONF" <<'EOF'
 
-# TOOLGATE_KAFKA_SASL_PORT: a SASL_PLAINTEXT listener with SCRAM logins and ACLs enforced.
+# TOOLGATE_KAFKA_SASL_PORT, _SASL_SSL_PORT, _SSL_PORT: SCRAM logins (client certificates on the
+# SSL listener) and ACLs enforced.
 # PLAINTEXT and CONTROLLER authenticate nobody (User:ANONYMOUS): the broker's own requests
 # and kafka.sh's probe use them, so ANONYMOUS is a super user (a local instance only);
 # so is admin, who creates the topics and the ACLs.
 sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:ANONYMOUS;User:admin
 allow.everyone.if.no.acl.found=false
+EOF
+}
+
+# The TLS listeners: certificates from $TLS_DIR (made there on first use); the CA's PEM file is
+# the truststore for client certificates.
+add_tls_conf() {
+  bash "$MAKE_CERTS" local "$TLS_DIR" || die "making the TLS material in $TLS_DIR failed"
+  local pass
+  pass="$(cat "$TLS_DIR/keystore.pass")"
+  [[ -z "$SSL_PORT" ]] || add_listener SSL SSL "$SSL_PORT"
+  [[ -z "$SASL_SSL_PORT" ]] || add_listener SASL_SSL SASL_SSL "$SASL_SSL_PORT"
+  [[ -z "$OTHER_HOST_PORT" ]] || add_listener OTHERHOST SSL "$OTHER_HOST_PORT"
+  [[ -z "$EXPIRED_PORT" ]] || add_listener EXPIRED SSL "$EXPIRED_PORT"
+  cat >>"$CONF" <<EOF
+
+# TLS (secure/make-certs.sh local $TLS_DIR): the broker's certificate names localhost and
+# 127.0.0.1. The SSL listener requires a client certificate of the same CA, whose CN is the
+# principal (CN=toolgate is User:toolgate). OTHERHOST and EXPIRED present broken certificates.
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$TLS_DIR/broker.p12
+ssl.keystore.password=$pass
+ssl.key.password=$pass
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_DIR/ca.pem
+ssl.principal.mapping.rules=RULE:^CN=([A-Za-z0-9._-]+)\$/\$1/,DEFAULT
+listener.name.ssl.ssl.client.auth=required
+listener.name.otherhost.ssl.keystore.type=PKCS12
+listener.name.otherhost.ssl.keystore.location=$TLS_DIR/broker-other-host.p12
+listener.name.otherhost.ssl.keystore.password=$pass
+listener.name.otherhost.ssl.key.password=$pass
+listener.name.expired.ssl.keystore.type=PKCS12
+listener.name.expired.ssl.keystore.location=$TLS_DIR/broker-expired.p12
+listener.name.expired.ssl.keystore.password=$pass
+listener.name.expired.ssl.key.password=$pass
 EOF
 }
 
@@ -366,7 +433,7 @@ cmd_start() {
     return 0
   fi
   local p owner
-  for p in "$PORT" "$CONTROLLER_PORT" ${SASL_PORT:+"$SASL_PORT"}; do
+  for p in "$PORT" "$CONTROLLER_PORT" ${EXTRA_PORTS[@]+"${EXTRA_PORTS[@]}"}; do
     if port_open "$p"; then
       owner="$(port_owner "$p")"
       die "port $HOST:$p is taken by another process${owner:+ ($owner)}, not by this broker; stop it or point TOOLGATE_BOOTSTRAP at that cluster"
@@ -385,7 +452,7 @@ cmd_start() {
   pid=$!
   echo "$pid" >"$PIDFILE"
   wait_ready "$pid" "$t0"
-  say "Kafka $(kafka_version) ready on $LOCAL_BOOTSTRAP${SASL_PORT:+ and SASL_PLAINTEXT (SCRAM) on $HOST:$SASL_PORT} (pid $pid, $((SECONDS - t0))s)"
+  say "Kafka $(kafka_version) ready on $LOCAL_BOOTSTRAP${SASL_PORT:+, SASL_PLAINTEXT (SCRAM) on $HOST:$SASL_PORT}${SSL_PORT:+, SSL (client certificates) on $HOST:$SSL_PORT}${SASL_SSL_PORT:+, SASL_SSL (SCRAM) on $HOST:$SASL_SSL_PORT} (pid $pid, $((SECONDS - t0))s)"
 }
 
 kafka_version() {

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from toolgate._errors import ConfigError
+from toolgate._secrets import check_private, read_secret
 
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
 
@@ -45,12 +46,19 @@ class Partitions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
 
 
 class Security(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Passed through to aiokafka (``security_protocol``, ``sasl_*``, TLS files)."""
+    """Passed through to aiokafka (``security_protocol``, ``sasl_*``, TLS files).
 
-    protocol: str = "PLAINTEXT"
+    ``sasl_password_file`` names a file holding the password (a mounted secret); ``load_config``
+    reads it into ``sasl_password``. TLS verifies the broker's certificate and host name against
+    ``ssl_cafile`` (else the system's CAs); ``ssl_certfile``/``ssl_keyfile`` are the client
+    certificate for mutual TLS.
+    """
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = None
+    sasl_password_file: str | None = None
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
@@ -137,6 +145,21 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: dict[str, s
     env_data = _from_env(env)
     try:
         # Environment values are strings; strict=False lets "3" become 3 for int fields.
-        return msgspec.convert(_merge(data, env_data), Config, strict=False)
+        config = msgspec.convert(_merge(data, env_data), Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"TOOLGATE_* environment: {exc}") from exc
+    return _with_secrets(config)
+
+
+def _with_secrets(config: Config) -> Config:
+    """Read ``security.sasl_password_file`` into ``sasl_password``; warn about shared key files."""
+    sec = config.security
+    if sec.ssl_keyfile:
+        check_private(sec.ssl_keyfile, "TOOLGATE_SECURITY_SSL_KEYFILE")
+    if sec.sasl_password_file is None:
+        return config
+    what = "TOOLGATE_SECURITY_SASL_PASSWORD_FILE"
+    if sec.sasl_password is not None:
+        raise ConfigError(f"{what} and TOOLGATE_SECURITY_SASL_PASSWORD are both set: keep one")
+    password = read_secret(sec.sasl_password_file, what)
+    return msgspec.structs.replace(config, security=msgspec.structs.replace(sec, sasl_password=password))

@@ -402,6 +402,16 @@ def _quarantine_tail_arguments(p: argparse.ArgumentParser) -> None:
 # --- handlers ------------------------------------------------------------------------------
 
 
+def _check_broker(config: Config) -> None:
+    """Connect once, bounded in time, before a command talks to Kafka: a TLS, protocol or login
+    mistake is one line naming the address and the setting (a TransportError, a ConfigError), a
+    broker that cannot be reached a BrokerError."""
+    from toolgate.service._kafka import client_settings
+    from toolgate.service._transport import check_connection
+
+    asyncio.run(check_connection(config, client_settings(config)))
+
+
 def _keyring_file(args: argparse.Namespace, config: Config) -> str | None:
     return getattr(args, "keyring", None) or config.keyring
 
@@ -621,6 +631,8 @@ def _run(args: argparse.Namespace, config: Config) -> int:
                 "log_level": args.log_level,
             },
             "contracts": [c.key for c in gate.contracts],
+            # Where each adapter key came from: a file's name, an environment variable's name.
+            "keys": gate.keyring.sources(),
         },
     )
     stats = asyncio.run(Worker(config, gate, options=options, gate_factory=load_gate).run())
@@ -635,6 +647,7 @@ def _demo(args: argparse.Namespace, config: Config) -> int:
     from toolgate.tools._demo import main_demo
 
     keyring = Keyring.load(args.keyring or Path(config.contracts_dir) / "fixtures-keyring.toml")
+    _check_broker(config)
     return main_demo(config, keyring, args.count, args.wait, args.seed)
 
 
@@ -655,6 +668,7 @@ def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
 
     _warn_unknown_tools([args.tool] if args.tool else [], _tools_of(config.contracts_dir), config)
     filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
+    _check_broker(config)
     lines = asyncio.run(
         tail(config, count=args.lines, filters=filters, max_scan=args.max_scan, with_value=args.value)
     )
@@ -674,6 +688,7 @@ def _quarantine_summary(args: argparse.Namespace, config: Config) -> int:
 
     _warn_unknown_tools([args.tool] if args.tool else [], _tools_of(config.contracts_dir), config)
     filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
+    _check_broker(config)
     rows, read = asyncio.run(summary(config, filters=filters, max_scan=args.max_scan))
     print("\n".join(format_summary(rows, read, config.topics.quarantine)))
     return EXIT_OK
@@ -713,6 +728,7 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
         workers = args.workers or listed or [default_url(config.metrics_host, config.metrics_port)]
     if args.wait is not None and not 0 < args.wait <= 3600:
         raise ConfigError("--wait must be above 0 and at most 3600 seconds")
+    _check_broker(config)
     return asyncio.run(
         run_replay(
             config,
@@ -731,6 +747,7 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
 def _topics_ensure(args: argparse.Namespace, config: Config) -> int:
     from toolgate.service._kafka import ensure_topics
 
+    _check_broker(config)
     report = asyncio.run(ensure_topics(config))
     for name in report.created:
         print(f"created  {name}")
@@ -774,7 +791,9 @@ def _acls_plan(args: argparse.Namespace, config: Config) -> int:
 def _acls_apply(args: argparse.Namespace, config: Config) -> int:
     from toolgate.tools._acls import apply_acls
 
-    count = asyncio.run(apply_acls(config, _acl_plan(args, config)))
+    plan = _acl_plan(args, config)
+    _check_broker(config)
+    count = asyncio.run(apply_acls(config, plan))
     print(f"{config.bootstrap}: {count} ACLs applied (existing ones unchanged)")
     return EXIT_OK
 
@@ -782,6 +801,7 @@ def _acls_apply(args: argparse.Namespace, config: Config) -> int:
 def _acls_list(args: argparse.Namespace, config: Config) -> int:
     from toolgate.tools._acls import describe_acls
 
+    _check_broker(config)
     _print_acls(asyncio.run(describe_acls(config)))
     return EXIT_OK
 

@@ -10,12 +10,18 @@ Keys live in a keyring TOML file (``TOOLGATE_KEYRING``), never in contracts::
     [keys.review-adapter-2026]
     algorithm = "hmac-sha256"
     adapter = "review-adapter"      # the tg-adapter this key belongs to
-    secret = "base64..."            # or secret_env = "NAME_OF_ENV_VAR"
+    secret = "base64..."            # or secret_env = "NAME_OF_ENV_VAR",
+                                    # or secret_file = "review-adapter.key" (below)
 
     [keys.deploy-adapter-2026]
     algorithm = "ed25519"
     adapter = "deploy-adapter"
     public_key = "base64 of the 32-byte raw public key"
+
+``secret_file`` (and ``private_key_file`` for ``private_key``) names a file holding the base64
+text, as container platforms mount secrets; a relative path is relative to the keyring file's
+folder. The file's name is what is logged (``Key.source``), never its content; a file that group
+or others may read gets a warning.
 
 A signature only verifies when the message's ``tg-adapter`` header names the
 key's adapter: a key vouches for one adapter, not for whoever holds a result.
@@ -40,6 +46,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from toolgate._errors import ConfigError
+from toolgate._secrets import read_secret
 
 
 class KeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -49,8 +56,10 @@ class KeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     adapter: str
     secret: str | None = None
     secret_env: str | None = None
+    secret_file: str | None = None
     public_key: str | None = None
     private_key: str | None = None  # only for signing sample traffic and fixtures
+    private_key_file: str | None = None
 
 
 class KeyringFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -62,30 +71,51 @@ class KeyringFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class Key:
     """A usable key: verifies (and, where the secret is known, signs)."""
 
-    __slots__ = ("_private", "_public", "_secret", "adapter", "algorithm", "key_id")
+    __slots__ = ("_private", "_public", "_secret", "adapter", "algorithm", "key_id", "source")
 
-    def __init__(self, key_id: str, spec: KeySpec, environ: dict[str, str], where: str) -> None:
+    def __init__(
+        self, key_id: str, spec: KeySpec, environ: dict[str, str], where: str, folder: Path | None = None
+    ) -> None:
         self.key_id = key_id
         self.algorithm = spec.algorithm
         self.adapter = spec.adapter
         self._secret: bytes | None = None
         self._public: Ed25519PublicKey | None = None
         self._private: Ed25519PrivateKey | None = None
+        # Where the secret came from, safe to log: "inline", "env NAME", "file PATH", "public key".
+        self.source = "public key"
         path = f"$.keys.{key_id}"
         if spec.algorithm == "hmac-sha256":
             text = spec.secret
+            self.source = "inline"
             if spec.secret_env is not None:
                 text = environ.get(spec.secret_env)
                 if text is None:
                     raise ConfigError(f"{where}: {path}.secret_env names {spec.secret_env}, which is not set")
+                self.source = f"env {spec.secret_env}"
+            if spec.secret_file is not None:
+                if spec.secret is not None or spec.secret_env is not None:
+                    raise ConfigError(f"{where}: {path}: give one of secret, secret_env and secret_file")
+                file = _relative(spec.secret_file, folder)
+                text = read_secret(file, f"{where}: {path}.secret_file").strip()
+                self.source = f"file {file}"
             if text is None:
-                raise ConfigError(f"{where}: {path} needs secret or secret_env")
+                raise ConfigError(f"{where}: {path} needs secret, secret_env or secret_file")
             self._secret = _b64(text, where, f"{path}.secret")
             if len(self._secret) < 16:
                 raise ConfigError(f"{where}: {path}.secret is shorter than 16 bytes")
         else:
-            if spec.private_key is not None:
-                raw = _b64(spec.private_key, where, f"{path}.private_key")
+            private = spec.private_key
+            if private is not None:
+                self.source = "inline"
+            if spec.private_key_file is not None:
+                if private is not None:
+                    raise ConfigError(f"{where}: {path}: give private_key or private_key_file, not both")
+                file = _relative(spec.private_key_file, folder)
+                private = read_secret(file, f"{where}: {path}.private_key_file").strip()
+                self.source = f"file {file}"
+            if private is not None:
+                raw = _b64(private, where, f"{path}.private_key")
                 self._private = Ed25519PrivateKey.from_private_bytes(raw)
                 self._public = self._private.public_key()
             if spec.public_key is not None:
@@ -116,6 +146,12 @@ class Key:
         if self._private is None:
             raise ConfigError(f"key {self.key_id} has no private key to sign with")
         return self._private.sign(message)
+
+
+def _relative(name: str, folder: Path | None) -> Path:
+    """A key file's path: relative names are relative to the keyring file's folder."""
+    path = Path(name)
+    return path if path.is_absolute() or folder is None else folder / path
 
 
 def _b64(text: str, where: str, path: str) -> bytes:
@@ -168,4 +204,9 @@ class Keyring:
             raise ConfigError(f"{where}: not valid TOML: {exc}") from exc
         except msgspec.ValidationError as exc:
             raise ConfigError(f"{where}: {exc}") from exc
-        return cls({kid: Key(kid, spec, env, where) for kid, spec in parsed.keys.items()})
+        folder = Path(path).parent
+        return cls({kid: Key(kid, spec, env, where, folder) for kid, spec in parsed.keys.items()})
+
+    def sources(self) -> str:
+        """``key_id=source`` per key, for the start-up log (file names, never secrets)."""
+        return ",".join(f"{kid}={key.source}" for kid, key in sorted(self.keys.items()))

@@ -6,7 +6,6 @@ Everything that talks to a broker goes through here so security settings
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +14,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError
+from toolgate.service._transport import tls_context
 
 
 def client_settings(config: Config) -> dict[str, Any]:
@@ -30,10 +30,7 @@ def client_settings(config: Config) -> dict[str, Any]:
         settings["sasl_plain_username"] = sec.sasl_username
         settings["sasl_plain_password"] = sec.sasl_password
     if sec.protocol in ("SSL", "SASL_SSL"):
-        context = ssl.create_default_context(cafile=sec.ssl_cafile)
-        if sec.ssl_certfile:
-            context.load_cert_chain(sec.ssl_certfile, sec.ssl_keyfile)
-        settings["ssl_context"] = context
+        settings["ssl_context"] = tls_context(sec)
     return settings
 
 

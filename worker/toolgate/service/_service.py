@@ -43,6 +43,7 @@ from toolgate.service._kafka import client_settings
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
+from toolgate.service._transport import check_connection
 
 log = logging.getLogger("toolgate.worker")
 Clock = Callable[[], datetime]
@@ -76,6 +77,8 @@ class WorkerOptions:
     shadow_audit_per_minute: int = 60  # sampled shadow disagreements per contract version
     # Decision spans (toolgate.service._tracing); None: from the OTEL_* variables (off by default).
     tracer: DecisionTracer | None = None
+    # Connect once before starting (bounded): TLS, protocol and login mistakes fail in one line.
+    check_connection: bool = True
 
 
 @dataclass
@@ -211,6 +214,8 @@ class Worker:
         )
         await self._health.start()
         try:
+            if self.options.check_connection:
+                await check_connection(self.config, self._settings)
             await self._start_readers()
             await self._consume()
         finally:
