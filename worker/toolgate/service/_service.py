@@ -43,7 +43,7 @@ from toolgate.service._kafka import client_settings
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
-from toolgate.service._transport import check_connection
+from toolgate.service._transport import CONNECT_TIMEOUT_S, check_connection
 
 log = logging.getLogger("toolgate.worker")
 Clock = Callable[[], datetime]
@@ -77,8 +77,9 @@ class WorkerOptions:
     shadow_audit_per_minute: int = 60  # sampled shadow disagreements per contract version
     # Decision spans (toolgate.service._tracing); None: from the OTEL_* variables (off by default).
     tracer: DecisionTracer | None = None
-    # Connect once before starting (bounded): TLS, protocol and login mistakes fail in one line.
-    check_connection: bool = True
+    # Connect once before starting, within this bound: TLS, protocol and login mistakes and a
+    # silent port end the run with one line (None: skip the check).
+    connect_check_s: float | None = CONNECT_TIMEOUT_S
 
 
 @dataclass
@@ -214,8 +215,8 @@ class Worker:
         )
         await self._health.start()
         try:
-            if self.options.check_connection:
-                await check_connection(self.config, self._settings)
+            if self.options.connect_check_s is not None:
+                await check_connection(self.config, self._settings, within_s=self.options.connect_check_s)
             await self._start_readers()
             await self._consume()
         finally:

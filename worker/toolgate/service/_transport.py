@@ -149,7 +149,7 @@ async def _explain(
     if isinstance(exc, UnsupportedSaslMechanismError):
         return TransportError(f"{where}: {exc} (TOOLGATE_SECURITY_SASL_MECHANISM)")
     if isinstance(exc, ConnectionRefusedError) or (
-        isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError | ConnectionResetError)
+        isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError | ConnectionResetError | TimeoutError)
     ):
         reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or type(exc).__name__)
         unreachable = BrokerError(f"{where}: cannot connect: {reason}", retriable=True)
