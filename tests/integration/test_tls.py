@@ -359,7 +359,7 @@ class TestEveryCommandOverTls:
         assert proc.returncode == 0, log.read_text()[-3000:]
         started = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
         configuration = next(line for line in started if line["event"] == "configuration")
-        security = json.loads(configuration["security"])
+        security = configuration["config"]["security"]
         assert security["protocol"] == transport
         if transport == "SASL_SSL":
             assert security["sasl_password_file"] == worker.security.sasl_password_file
@@ -515,7 +515,7 @@ class TestFailures:
         events = [json.loads(text) for text in done.stderr.splitlines()]
         errors = [e for e in events if e["level"] == "error"]
         assert errors == [events[-1]]
-        assert (errors[0]["event"], errors[0]["error"]) == ("worker cannot run", line)
+        assert errors[0]["event"] == line
         assert not any(e["event"] == "partitions assigned" for e in events)
 
     @pytest.mark.parametrize(
