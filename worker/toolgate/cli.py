@@ -467,16 +467,27 @@ def _check(args: argparse.Namespace, config: Config) -> int:
             raise ConfigError(f"{args.request}: cannot read: {exc.strerror}") from exc
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise ConfigError(f"{args.request}: not a valid request record: {exc}") from exc
-    headers: dict[str, str] = {}
-    if request is not None:
-        headers = {"tg-tool": request.tool, "tg-request-id": request.request_id}
+    # Pairs, as Kafka carries them: a repeated --header sends every value, so the offline
+    # check sees a duplicated header exactly as the worker does (HEADER_MISMATCH).
+    given: list[tuple[str, bytes]] = []
     for item in args.header:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise ConfigError(f"--header {item!r}: expected K=V, e.g. tg-tool=review_status")
-        headers[name] = value
+        given.append((name, _utf8(value, f"--header {name}")))
+    headers: list[tuple[str, bytes]] = []
+    if request is not None:
+        # Defaults from the request record, unless given (in any case, as the gate reads them).
+        named = {name.lower() for name, _ in given}
+        for name, text in (("tg-tool", request.tool), ("tg-request-id", request.request_id)):
+            if name not in named:
+                headers.append((name, text.encode()))
+    headers += given
     now = _parse_time("--now", args.now) or datetime.now(UTC)
-    key = args.key if args.key is not None else headers.get("tg-request-id")
+    if args.key is not None:
+        key: bytes | None = _utf8(args.key, "--key")
+    else:
+        key = next((v for n, v in headers if n.lower() == "tg-request-id"), None)
     raws = []
     for name in args.files:  # read them all first: a missing file is a usage error, not half a run
         try:
@@ -485,12 +496,7 @@ def _check(args: argparse.Namespace, config: Config) -> int:
             raise ConfigError(f"{name}: cannot read: {exc.strerror}") from exc
     rejected = 0
     for name, raw in raws:
-        message = Message(
-            key=None if key is None else key.encode(),
-            value=raw,
-            headers=[(k, v.encode()) for k, v in headers.items()],
-            origin=name,
-        )
+        message = Message(key=key, value=raw, headers=headers, origin=name)
         verdict = gate.evaluate(message, request, now)
         line: dict[str, Any] = {
             "file": name,
@@ -504,6 +510,14 @@ def _check(args: argparse.Namespace, config: Config) -> int:
         print(json.dumps(line, ensure_ascii=False))
         rejected += not verdict.accepted
     return EXIT_PROBLEM if rejected else EXIT_OK
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """A command-line value as UTF-8 (arguments that are not UTF-8 arrive surrogate-escaped)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{what}: the value is not UTF-8") from None
 
 
 def _contracts_test(args: argparse.Namespace, config: Config) -> int:

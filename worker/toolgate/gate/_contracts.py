@@ -135,6 +135,9 @@ class ContractSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     content_type: Literal["application/json", "text/plain"] = JSON_CONTENT_TYPE
     text_pattern: str | None = None
     adapter_versions: tuple[str, ...] = ("*",)
+    # A message without tg-adapter-version is decided only by a version that opts in
+    # here: otherwise dropping the header would skip version selection.
+    unversioned_adapters: bool = False
     rules: tuple[Rule, ...] = ()
     signature: Signature | None = None
     display_text: tuple[DisplayText, ...] = ()
@@ -419,7 +422,9 @@ class ContractSet:
     Version selection: a message's ``tg-adapter-version`` is matched against each
     version's ``adapter_versions`` glob patterns; the highest non-shadow version that
     matches is the one that decides (a ``retired`` one rejects). ``shadow`` versions
-    are evaluated beside it and never decide.
+    are evaluated beside it and never decide. A message without the header is served
+    only by versions with ``unversioned_adapters: true`` (shadows alike): none, and
+    it is ``UNKNOWN_CONTRACT_VERSION``.
     """
 
     def __init__(self, contracts: list[Contract]) -> None:
@@ -478,14 +483,11 @@ class ContractSet:
 
     def _select(self, tool: str, adapter_version: str | None) -> Contract | None:
         for contract in self._by_tool.get(tool, ()):
-            if contract.spec.status == "shadow":
+            if contract.spec.status == "shadow" or not _serves(contract, adapter_version):
                 continue
-            if adapter_version is None or any(
-                fnmatch.fnmatchcase(adapter_version, pattern) for pattern in contract.spec.adapter_versions
-            ):
-                if adapter_version is None and contract.spec.status == "retired":
-                    continue
-                return contract
+            if adapter_version is None and contract.spec.status == "retired":
+                continue
+            return contract
         return None
 
     def shadows(self, tool: str, adapter_version: str | None) -> list[Contract]:
@@ -493,9 +495,13 @@ class ContractSet:
         return [
             c
             for c in self._by_tool.get(tool, ())
-            if c.spec.status == "shadow"
-            and (
-                adapter_version is None
-                or any(fnmatch.fnmatchcase(adapter_version, p) for p in c.spec.adapter_versions)
-            )
+            if c.spec.status == "shadow" and _serves(c, adapter_version)
         ]
+
+
+def _serves(contract: Contract, adapter_version: str | None) -> bool:
+    """Whether ``contract`` serves this ``tg-adapter-version``: one of its globs matches, or
+    the header is missing and the version opts in to unversioned adapters."""
+    if adapter_version is None:
+        return contract.spec.unversioned_adapters
+    return any(fnmatch.fnmatchcase(adapter_version, pattern) for pattern in contract.spec.adapter_versions)

@@ -65,8 +65,9 @@ _DETAIL_LIMIT = 300
 _CONTENT_TYPES = (JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE)
 _encode = msgspec.json.encode
 _sha256 = hashlib.sha256
-# (name, value) -> text of tg-* header pairs that passed every check; see _read_headers.
-_checked_headers: dict[tuple[str, bytes], str] = {}
+# (name, value) -> (lower-case name, text) of tg-* header pairs that passed every check;
+# see _read_headers.
+_checked_headers: dict[tuple[str, bytes], tuple[str, str]] = {}
 _CHECKED_HEADERS_MAX = 1024
 
 
@@ -474,19 +475,25 @@ def _read_headers(message: Message, headers: dict[str, str]) -> str:
         # Most header values repeat from message to message (tool, adapter, version,
         # source): a pair checked before skips the checks below.
         try:
-            text = checked.get((name, value))
+            known = checked.get((name, value))
         except TypeError:  # an unhashable value (not bytes): the checks below decide
-            text = None
-        if text is None:
+            known = None
+        if known is None:
             if value is None:
                 value = b""
             if len(value) > MAX_HEADER_BYTES or len(name) > MAX_HEADER_BYTES:
                 raise RejectedInput(
                     "limits", "PAYLOAD_TOO_LARGE", f"a header exceeds {MAX_HEADER_BYTES} bytes"
                 )
-            if not name.startswith("tg-"):
+            # Header names are matched without regard to case: TG-Tool is tg-tool, so
+            # a case variant beside the canonical name is a duplicate, never ignored.
+            if name[:3].lower() != "tg-":
                 continue
-            if name in headers:
+            if not name.isascii():
+                problem = "a tg-* header name is not ASCII"
+                continue
+            canonical = name.lower()
+            if canonical in headers:
                 problem = "a tg-* header appears more than once"
                 continue
             try:
@@ -501,11 +508,13 @@ def _read_headers(message: Message, headers: dict[str, str]) -> str:
             if type(value) is bytes:
                 if len(checked) >= _CHECKED_HEADERS_MAX:  # attacker-chosen values: stay bounded
                     checked.clear()
-                checked[name, value] = text
-        elif name in headers:
-            problem = "a tg-* header appears more than once"
-            continue
-        headers[name] = text
+                checked[name, value] = (canonical, text)
+        else:
+            canonical, text = known
+            if canonical in headers:
+                problem = "a tg-* header appears more than once"
+                continue
+        headers[canonical] = text
     return problem
 
 

@@ -155,7 +155,7 @@ def replay_origin(message: Message) -> str | None:
 def replay_count(message: Message) -> int:
     """How many times this message has been replayed from the quarantine (0 if never)."""
     for name, value in message.headers:
-        if name == "tg-replay-count":
+        if name.lower() == "tg-replay-count":
             try:
                 return max(0, int(value or b"0"))
             except ValueError:
@@ -251,7 +251,7 @@ def quarantine_record(
     headers = [
         (name, value)
         for name, value in message.headers
-        if name not in _DROPPED_ORIGINALS and not name.startswith(CONNECT_PREFIX)
+        if name.lower() not in _DROPPED_ORIGINALS and not name.lower().startswith(CONNECT_PREFIX)
     ]
     headers += [
         ("tg-error-stage", (verdict.stage or "").encode()),

@@ -64,6 +64,7 @@ Classification (contracts, :func:`diff_contracts`, on top of the schema's)::
     retryable-code-removed       yes       -
     status-changed               to retired: breaking; from retired: widens; else neither
     adapter-versions-changed     a glob removed: breaking; added: widens
+    unversioned-adapters-changed opted in: widens; opted out: breaking
     tool-changed                 yes       -
     content-type-changed, text-pattern-changed   yes  yes
 
@@ -849,6 +850,15 @@ def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
             breaking=bool(removed_globs),
             widens=bool(added_globs),
             message=f"adapter versions served: removed {removed_globs}, added {added_globs}",
+        )
+    if old.unversioned_adapters != new.unversioned_adapters:
+        yield Change(
+            pointer="$.unversioned_adapters",
+            kind="unversioned-adapters-changed",
+            breaking=not new.unversioned_adapters,
+            widens=new.unversioned_adapters,
+            message="messages without tg-adapter-version are "
+            + ("now served" if new.unversioned_adapters else "no longer served"),
         )
     for field in ("max_bytes", "max_depth"):
         before, after = getattr(old.limits, field), getattr(new.limits, field)

@@ -146,7 +146,11 @@ class Quarantined:
 
     def original(self) -> Message:
         """The message as the adapter sent it: the diagnostics headers removed."""
-        headers = [(n, v) for n, v in self.raw_headers if n not in DIAGNOSTIC_HEADERS and n != REPLAY_ORIGIN]
+        headers = [
+            (n, v)
+            for n, v in self.raw_headers
+            if n.lower() not in DIAGNOSTIC_HEADERS and n.lower() != REPLAY_ORIGIN
+        ]
         return Message(
             key=self.key,
             value=self.value,
