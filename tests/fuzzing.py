@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from toolgate.gate._contracts import Bind, Contract, ContractSet, OwnedId
 from toolgate.gate._gate import STAGES, Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
-from toolgate.gate._signing import signed_message
+from toolgate.gate._signing import signed_message_v2
 from toolgate.tools._fixtures import fixtures_keyring
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -310,7 +310,13 @@ def adapter_name(gate: Gate, contract: Contract) -> str:
 
 
 def make_message(
-    gate: Gate, contract: Contract, raw: bytes, request_id: str, *, attempt: int | None = None
+    gate: Gate,
+    contract: Contract,
+    raw: bytes,
+    request_id: str,
+    *,
+    attempt: int | None = None,
+    signed_attempt: int = 1,
 ) -> Message:
     """The intake message: realistic headers, signed over ``raw`` where the contract asks."""
     headers = [
@@ -327,7 +333,9 @@ def make_message(
     if contract.spec.signature is not None:
         key = gate.keyring.get(contract.spec.signature.key_id)
         if key is not None:
-            signature = base64.b64encode(key.sign(signed_message(request_id, raw))).decode()
+            signature = base64.b64encode(
+                key.sign(signed_message_v2(request_id, signed_attempt, raw))
+            ).decode()
             headers.append(("tg-signature", signature))
     return Message(
         key=request_id.encode(), value=raw, origin="fuzz/0/0", headers=[(k, v.encode()) for k, v in headers]
@@ -346,7 +354,7 @@ def make_request(contract: Contract, request_id: str, envelope: Any, attempt: in
     return RequestRecord(
         request_id=request_id,
         tool=contract.spec.tool,
-        issued_at=NOW - timedelta(minutes=1),
+        issued_at=NOW - timedelta(minutes=15),  # before every drawn timestamp (freshness)
         expires_at=NOW + timedelta(minutes=5),
         bind=bind,
         attempt=attempt,
@@ -462,7 +470,9 @@ def _finish(
     valid: bool = False,
 ) -> Scenario:
     attempt = draw(st.sampled_from([None, request.attempt]))
-    message = make_message(gate, contract, raw, request.request_id, attempt=attempt)
+    message = make_message(
+        gate, contract, raw, request.request_id, attempt=attempt, signed_attempt=request.attempt
+    )
     if len(raw) > contract.spec.limits.max_bytes:
         expect, valid = ("limits", "PAYLOAD_TOO_LARGE"), False
     return Scenario(contract, raw, message, request, mutation, paths, expect, valid)
@@ -678,7 +688,7 @@ def arbitrary_message(gate: Gate, contract: Contract, raw: bytes) -> Scenario:
     request = RequestRecord(
         request_id=request_id,
         tool=contract.spec.tool,
-        issued_at=NOW - timedelta(minutes=1),
+        issued_at=NOW - timedelta(minutes=15),  # before every drawn timestamp (freshness)
         expires_at=NOW + timedelta(minutes=5),
         bind={},
         attempt=1,

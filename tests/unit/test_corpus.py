@@ -12,11 +12,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import STAGES, Gate
 from toolgate.gate._records import Message, RequestRecord
-from toolgate.gate._signing import signed_message
+from toolgate.gate._signing import signed_message_for
 from toolgate.tools._fixtures import fixtures_keyring
 
 from tests.unit.builders import CONTRACTS
@@ -40,13 +41,22 @@ PARSE_CODES = {
 
 
 def corpus_contracts() -> ContractSet:
-    """The bundled contracts plus the corpus-only ones (tests/corpus/contracts)."""
-    return ContractSet([*ContractSet.load(CONTRACTS), *ContractSet.load(CORPUS / "contracts")])
+    """The bundled contracts plus the corpus-only ones (tests/corpus/contracts) and the
+    hardening probes (tests/corpus/probes)."""
+    return ContractSet(
+        [
+            *ContractSet.load(CONTRACTS),
+            *ContractSet.load(CORPUS / "contracts"),
+            *ContractSet.load(CORPUS / "probes"),
+        ]
+    )
 
 
 def corpus_message(gate: Gate, case: dict[str, Any], raw: bytes) -> Message:
     """The intake message of a case: its tool's default headers, the case's, a signature
-    where the tool's contract asks for one."""
+    where the tool's contract asks for one (scheme v2 over the attempt the gate binds,
+    unless the case's ``sign`` names another attempt or scheme), then the case's
+    ``extra_headers`` pairs as they are (duplicates and case variants)."""
     tool = case["tool"]
     headers: dict[str, str | None] = {"tg-tool": tool, "tg-request-id": REQUEST_ID}
     headers.update(MANIFEST["tools"][tool]["headers"])
@@ -55,27 +65,44 @@ def corpus_message(gate: Gate, case: dict[str, Any], raw: bytes) -> Message:
     if contract is not None and contract.spec.signature is not None:
         key = gate.keyring.get(contract.spec.signature.key_id)
         assert key is not None
-        headers["tg-signature"] = base64.b64encode(key.sign(signed_message(REQUEST_ID, raw))).decode()
-    return Message(
-        key=REQUEST_ID.encode(),
-        value=raw,
-        origin="corpus/0/0",
-        headers=[(k, v.encode()) for k, v in headers.items() if v is not None],
-    )
+        sign = case.get("sign", {})
+        attempt = int(headers.get("tg-attempt") or corpus_request(case).attempt)
+        signed = signed_message_for(
+            sign.get("scheme", "v2"), REQUEST_ID, int(sign.get("attempt", attempt)), raw
+        )
+        headers["tg-signature"] = base64.b64encode(key.sign(signed)).decode()
+    pairs = [(k, v.encode()) for k, v in headers.items() if v is not None]
+    pairs += [(k, v.encode()) for k, v in case.get("extra_headers", [])]
+    return Message(key=REQUEST_ID.encode(), value=raw, origin="corpus/0/0", headers=pairs)
 
 
 def corpus_request(case: dict[str, Any]) -> RequestRecord:
-    """The outstanding request the case answers, so correlation passes where it is reached."""
+    """The outstanding request the case answers, so correlation passes where it is reached
+    (``request`` in the case changes its attempt or when it was issued)."""
     tool = case["tool"]
+    changes = case.get("request", {})
     return RequestRecord(
         request_id=REQUEST_ID,
         tool=tool,
-        issued_at=NOW - timedelta(minutes=1),
+        issued_at=datetime.fromisoformat(changes["issued_at"])
+        if "issued_at" in changes
+        else NOW - timedelta(minutes=1),
         expires_at=NOW + timedelta(minutes=5),
         bind=MANIFEST["tools"][tool]["bind"],
-        attempt=1,
+        attempt=changes.get("attempt", 1),
         max_attempts=3,
     )
+
+
+def typed(value: Any) -> Any:
+    """``value`` with every number tagged by its type: 1 and 1.0 differ."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (type(value).__name__, value)
+    return value
 
 
 def load_generator() -> ModuleType:
@@ -113,11 +140,15 @@ class TestCorpusCases:
             expected = case.get("agent")
             if expected is not None:
                 assert agent["data"] == expected["data"]
+                assert typed(agent["data"]) == typed(expected["data"])
                 assert agent.get("untrusted_text") == expected.get("untrusted_text")
         else:
             assert not verdict.accepted
             tool = case["tool"] if case["tool"] in corpus_gate.contracts.tools else None
             assert agent == {"tool": tool, "request_id": REQUEST_ID, "outcome": "failure", "error": INVALID}
+        secret = case.get("never_in_diagnostics")
+        if secret is not None:
+            assert secret not in json.dumps(msgspec.to_builtins(verdict.diagnostics))
 
 
 class TestManifest:

@@ -73,6 +73,8 @@ def _check(contracts: Path, tmp: Path, value: dict[str, Any]) -> dict[str, Any]:
             str(tmp / "request.json"),
             "--now",
             NOW,
+            "--header",
+            "tg-adapter-version=1.0.0",
             str(tmp / "result.json"),
         ],
         capture_output=True,

@@ -18,13 +18,14 @@ import fnmatch
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 import jsonschema_rs
 import msgspec
 import msgspec.yaml
+import re2
 
 from toolgate._errors import ContractError
 
@@ -44,6 +45,7 @@ MCP_SERVER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 MCP_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 MAX_QUALIFIED_NAME = 128
 _ERROR_CODE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+_RE2_MAX_MEM = 8 << 20  # memory for one compiled text pattern (RE2's default)
 
 
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -71,6 +73,9 @@ class Freshness(
     pointer: str
     max_age_seconds: float
     max_future_skew_seconds: float = 0.0
+    # How far before the request's issued_at the timestamp may be (clock skew between
+    # the adapter and the platform); earlier, the result was made before it was asked for.
+    issued_skew_seconds: float = 0.0
 
 
 class OwnedId(
@@ -87,11 +92,17 @@ class OwnedId(
 Rule = Bind | Freshness | OwnedId
 
 
+SignatureScheme = Literal["v2", "v1"]
+
+
 class Signature(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The adapter signs ``request_id + "\\n" + raw bytes``; the key is named by id."""
+    """The adapter signs the request id, attempt and digest of the raw bytes (scheme v2,
+    see :mod:`toolgate.gate._signing`); the key is named by id. ``schemes`` lists the
+    schemes verified, in order: the old ``v1`` (no attempt) only where a contract says so."""
 
     algorithm: Literal["hmac-sha256", "ed25519"]
     key_id: str
+    schemes: tuple[SignatureScheme, ...] = ("v2",)
 
 
 class DisplayText(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -114,6 +125,17 @@ class McpResultSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 def qualified_name(server: str, tool: str) -> str:
     """The contract name of an MCP tool: ``<server>.<tool>``."""
     return f"{server}.{tool}"
+
+
+class FreeText(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A projected string allowed to carry free text in ``data``, and why (for reviewers).
+
+    ``toolgate contracts lint`` flags every string projected into ``data`` that has no
+    ``pattern``, ``enum``, ``const`` or ``format``: free text belongs in ``display_text``.
+    """
+
+    pointer: str
+    reason: str
 
 
 class Retry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -141,6 +163,7 @@ class ContractSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     rules: tuple[Rule, ...] = ()
     signature: Signature | None = None
     display_text: tuple[DisplayText, ...] = ()
+    free_text: tuple[FreeText, ...] = ()
     retry: Retry = msgspec.field(default_factory=Retry)
     description: str = ""
     mcp: McpResultSpec | None = None
@@ -250,8 +273,11 @@ class Contract:
     __slots__ = (
         "data_projection",
         "digest",
+        "declared_names",
         "display",
         "folder",
+        "integer_fields",
+        "integer_items",
         "key",
         "path",
         "retryable_codes",
@@ -271,20 +297,23 @@ class Contract:
         self.schema = schema
         self.key = f"{spec.tool}@{version_name(spec)}"
         self.digest = contract_digest(spec, schema)
+        self.declared_names = declared_names(schema)
         self.retryable_codes = frozenset(spec.retry.retryable_codes)
         where = str(self.path)
         try:
             self.validator = compile_schema(schema)
         except (ValueError, jsonschema_rs.ValidationError) as exc:
-            raise ContractError(str(self.schema_path), "", f"schema does not compile: {exc}") from exc
-        self.text_regex: re.Pattern[str] | None = None
+            # One line: where in the schema and why (a pattern the linear-time engine
+            # cannot run, such as a look-around or a back-reference, fails here).
+            at = getattr(exc, "instance_path", None)
+            path = "".join(f"/{p}" for p in at) if at else ""
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ContractError(str(self.schema_path), path, f"schema does not compile: {first}") from exc
+        self.text_regex: TextPattern | None = None
         if spec.content_type == TEXT_CONTENT_TYPE:
             if spec.text_pattern is None:
                 raise ContractError(where, "$.text_pattern", "text/plain contracts need text_pattern")
-            try:
-                self.text_regex = re.compile(spec.text_pattern)
-            except re.error as exc:
-                raise ContractError(where, "$.text_pattern", f"bad regular expression: {exc}") from exc
+            self.text_regex = compile_text_pattern(spec.text_pattern, where, "$.text_pattern")
             if not self.text_regex.groupindex:
                 raise ContractError(where, "$.text_pattern", "the pattern needs named groups")
         elif spec.text_pattern is not None:
@@ -292,16 +321,145 @@ class Contract:
         self.data_projection = tuple(
             (p, _data_pointer(where, f"$.projection[{i}]", p)) for i, p in enumerate(spec.projection)
         )
+        # Projected fields the schema types as integers: a JSON number like 1.0, 1e0 or
+        # -0.0 passes "type": "integer" and is emitted as the integer it equals.
+        self.integer_fields = frozenset(
+            tokens for _, tokens in self.data_projection if _integer_typed(schema, tokens, items=False)
+        )
+        self.integer_items = frozenset(
+            tokens for _, tokens in self.data_projection if _integer_typed(schema, tokens, items=True)
+        )
+        _no_overlaps(where, self.data_projection)
         self.display = tuple(
             (d.max_length, _data_pointer(where, f"$.display_text[{i}].pointer", d.pointer))
             for i, d in enumerate(spec.display_text)
         )
+        names: dict[str, int] = {}
+        for i, (_, tokens) in enumerate(self.display):
+            if tokens[-1] in names:
+                raise ContractError(
+                    where,
+                    f"$.display_text[{i}].pointer",
+                    f"untrusted_text.{tokens[-1]} is already $.display_text[{names[tokens[-1]]}]",
+                )
+            names[tokens[-1]] = i
         for i, rule in enumerate(spec.rules):
             _data_pointer(where, f"$.rules[{i}].pointer", rule.pointer)
         self.rules = spec.rules
 
     def __repr__(self) -> str:
         return f"<Contract {self.key} {self.spec.status}>"
+
+
+def declared_names(schema: Any) -> frozenset[str]:
+    """Every member name the schema declares anywhere (``properties``, ``required``,
+    ``dependentRequired``, ``dependentSchemas``): the names diagnostics may show."""
+    names: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        for keyword in ("properties", "dependentRequired", "dependentSchemas"):
+            members = node.get(keyword)
+            if isinstance(members, dict):
+                names.update(k for k in members if isinstance(k, str))
+        required = node.get("required")
+        if isinstance(required, list):
+            names.update(r for r in required if isinstance(r, str))
+        stack.extend(node.values())
+    return frozenset(names)
+
+
+_IN_PLACE = ("allOf", "anyOf", "oneOf", "then", "else")
+
+
+def _in_place(root: Any, node: Any) -> list[dict[str, Any]]:
+    """``node`` and the subschemas applied to the same instance (local ``$ref``, allOf,
+    anyOf, oneOf, then, else), each once."""
+    found: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        found.append(node)
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            try:
+                target = resolve(root, parse_pointer(ref[1:]))
+            except ValueError:
+                target = MISSING
+            if target is not MISSING:
+                stack.append(target)
+        for keyword in _IN_PLACE:
+            branch = node.get(keyword)
+            stack.extend(branch if isinstance(branch, list) else [branch])
+    return found
+
+
+def _integer_typed(schema: Any, tokens: Pointer, *, items: bool) -> bool:
+    """Whether some subschema at ``tokens`` (or its array items) says ``type: integer``
+    and none there allows other numbers."""
+    level = _in_place(schema, schema)
+    for token in tokens:
+        below: list[dict[str, Any]] = []
+        for node in level:
+            members = node.get("properties")
+            if isinstance(members, dict) and token in members:
+                below += _in_place(schema, members[token])
+        level = below
+    if items:
+        level = [
+            n
+            for node in level
+            if isinstance(node.get("items"), dict)
+            for n in _in_place(schema, node["items"])
+        ]
+    types: set[str] = set()
+    for node in level:
+        kind = node.get("type")
+        if isinstance(kind, str):
+            types.add(kind)
+        elif isinstance(kind, list):
+            types.update(k for k in kind if isinstance(k, str))
+    return "integer" in types and "number" not in types
+
+
+class TextPattern(Protocol):
+    """A compiled text pattern (RE2): what the gate's text extraction uses of it."""
+
+    @property
+    def groupindex(self) -> Mapping[str, int]: ...
+
+    def fullmatch(self, text: str) -> Any: ...
+
+
+def compile_text_pattern(pattern: str, where: str, path: str) -> TextPattern:
+    """Compile a text contract's pattern with RE2: linear time in the input, no backtracking.
+
+    RE2 has no look-around and no back-references; a pattern that needs them is refused
+    here, naming the file and field, rather than run on a backtracking engine.
+
+    Raises:
+        ContractError: the pattern does not compile with RE2.
+    """
+    options = re2.Options()
+    options.log_errors = False  # the error is reported once, as a ContractError
+    options.max_mem = _RE2_MAX_MEM
+    try:
+        compiled: TextPattern = re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = (
+            exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        )
+        raise ContractError(where, path, f"not a linear-time (RE2) regular expression: {reason}") from None
+    return compiled
 
 
 def _data_pointer(where: str, path: str, pointer: str) -> Pointer:
@@ -312,6 +470,19 @@ def _data_pointer(where: str, path: str, pointer: str) -> Pointer:
     if len(tokens) < 2 or tokens[0] != "data":
         raise ContractError(where, path, f"pointer {pointer!r} must point inside /data")
     return tokens
+
+
+def _no_overlaps(where: str, projection: tuple[tuple[str, Pointer], ...]) -> None:
+    """Each projected field is one leaf of the agent's object: no pointer may repeat
+    another or lie inside it (``/data/a`` and ``/data/a/b`` cannot both be leaves)."""
+    for i, (pointer, tokens) in enumerate(projection):
+        for j, (other, earlier) in enumerate(projection[:i]):
+            short = min(len(tokens), len(earlier))
+            if tokens[:short] == earlier[:short]:
+                relation = "repeats" if tokens == earlier else "overlaps"
+                raise ContractError(
+                    where, f"$.projection[{i}]", f"{pointer} {relation} {other} ($.projection[{j}])"
+                )
 
 
 def load_contract(folder: Path) -> Contract:
@@ -391,9 +562,22 @@ def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
             raise ContractError(
                 where, f"$.display_text[{i}].pointer", "display text must not also be projected into data"
             )
+    for i, free in enumerate(spec.free_text):
+        if free.pointer not in spec.projection:
+            raise ContractError(where, f"$.free_text[{i}].pointer", "names no projected field")
+        if len(free.reason.strip()) < 10:
+            raise ContractError(
+                where, f"$.free_text[{i}].reason", "give the reason free text is needed in data"
+            )
     for i, rule in enumerate(spec.rules):
-        if isinstance(rule, Freshness) and (rule.max_age_seconds <= 0 or rule.max_future_skew_seconds < 0):
+        if isinstance(rule, Freshness) and (
+            rule.max_age_seconds <= 0 or rule.max_future_skew_seconds < 0 or rule.issued_skew_seconds < 0
+        ):
             raise ContractError(where, f"$.rules[{i}]", "freshness windows must be positive")
+    if spec.signature is not None and (
+        not spec.signature.schemes or len(set(spec.signature.schemes)) != len(spec.signature.schemes)
+    ):
+        raise ContractError(where, "$.signature.schemes", "list each scheme once, at least one")
 
 
 def _check_mcp(spec: ContractSpec, mcp: McpResultSpec, where: str) -> None:

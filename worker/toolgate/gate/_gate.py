@@ -61,6 +61,7 @@ MAX_KEY_BYTES = 256
 INVALID_RESPONSE = "INVALID_RESPONSE"
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 _UNSELECTED: Any = object()
+MASKED_NAME = "<name>"  # stands for a member name the schema does not declare
 _DETAIL_LIMIT = 300
 _CONTENT_TYPES = (JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE)
 _encode = msgspec.json.encode
@@ -239,7 +240,7 @@ class Gate:
         """``schema``: the contract's Draft 2020-12 schema."""
         known.stage = "schema"
         if not plan.validator.is_valid(envelope):
-            raise _schema_rejection(plan.validator, envelope)
+            raise _schema_rejection(plan.validator, envelope, plan.declared_names)
 
     def correlate(
         self, known: _Known, plan: _Plan, envelope: Any, request: RequestRecord | None, now: datetime
@@ -382,6 +383,7 @@ class _Plan:
 
     __slots__ = (
         "content_type",
+        "declared_names",
         "key",
         "limits",
         "max_bytes",
@@ -406,6 +408,7 @@ class _Plan:
         self.mcp = spec.mcp
         self.validator = contract.validator
         self.retryable_codes = contract.retryable_codes
+        self.declared_names = contract.declared_names
 
 
 def rejection(
@@ -531,7 +534,7 @@ def _attempt(text: str, request: RequestRecord) -> int:
     return attempt
 
 
-def _schema_rejection(validator: Any, envelope: Any) -> RejectedInput:
+def _schema_rejection(validator: Any, envelope: Any, declared: frozenset[str]) -> RejectedInput:
     """The most useful violation, masked: the branch of a ``oneOf`` the envelope meant."""
     # validate() stops at the first error; iter_errors() would build every error first,
     # which for a large invalid array costs time per element, not per message.
@@ -558,7 +561,7 @@ def _schema_rejection(validator: Any, envelope: Any) -> RejectedInput:
         "schema",
         "SCHEMA_VIOLATION",
         message,
-        instance_path=_json_pointer(error.instance_path),
+        instance_path=_instance_pointer(error.instance_path, declared),
         schema_path=_json_pointer(error.schema_path),
         keyword=keyword,
     )
@@ -566,6 +569,12 @@ def _schema_rejection(validator: Any, envelope: Any) -> RejectedInput:
 
 def _misses_outcome(errors: Sequence[jsonschema_rs.ValidationError]) -> bool:
     return any(list(e.instance_path) == ["outcome"] for e in errors)
+
+
+def _instance_pointer(path: Sequence[str | int], declared: frozenset[str]) -> str:
+    """The instance path, each member name the schema does not declare masked: a name
+    matched by patternProperties or refused as additional is chosen by the sender."""
+    return _json_pointer([p if type(p) is int or p in declared else MASKED_NAME for p in path])
 
 
 def _json_pointer(path: Sequence[str | int]) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import jiter
 
 from toolgate._errors import RejectedInput
+from toolgate.gate._contracts import TextPattern
 
 # One translation gives the shape every cheap check reads: "[" for an opening
 # bracket or brace, "0" for a digit, "e" for an exponent marker, "+" for a sign,
@@ -135,7 +136,7 @@ def _check_depth(root: Any, max_depth: int, brackets: int) -> None:
         seen += len(level)
 
 
-def extract_text(raw: bytes, pattern: re.Pattern[str]) -> dict[str, str]:
+def extract_text(raw: bytes, pattern: TextPattern) -> dict[str, str]:
     """Full-match ``raw`` (UTF-8 text) against a text contract's one pattern.
 
     The whole output must match: a banner, a warning or a second line is a

@@ -90,7 +90,17 @@ def output_schema(contract: Contract) -> dict[str, Any]:
 class Projector:
     """Builds and checks the agent envelope of one contract."""
 
-    __slots__ = ("contract", "display", "fields", "flat", "is_valid", "tool", "validator")
+    __slots__ = (
+        "contract",
+        "display",
+        "fields",
+        "flat",
+        "integer_fields",
+        "integer_items",
+        "is_valid",
+        "tool",
+        "validator",
+    )
 
     def __init__(self, contract: Contract) -> None:
         self.contract = contract
@@ -99,6 +109,8 @@ class Projector:
         # The common case, every pointer one level under /data: copy by name.
         self.flat = tuple(t[1] for t in self.fields) if all(len(t) == 2 for t in self.fields) else None
         self.display = contract.display
+        self.integer_fields = contract.integer_fields
+        self.integer_items = contract.integer_items
         self.validator = compile_schema(output_schema(contract))
         self.is_valid = self.validator.is_valid
 
@@ -118,6 +130,8 @@ class Projector:
                     data[name] = list(value) if isinstance(value, list) else value
         else:
             self._copy_nested(envelope, data)
+        if self.integer_fields or self.integer_items:
+            self._integers(data)
         out: dict[str, Any] = {
             "tool": self.tool,
             "request_id": request_id,
@@ -148,10 +162,33 @@ class Projector:
                 node = node.setdefault(token, {})
             node[tokens[-1]] = list(value) if isinstance(value, list) else value
 
+    def _integers(self, data: dict[str, Any]) -> None:
+        """Integer-typed fields hold ints: 1.0, 1e0 and -0.0 become 1, 1 and 0."""
+        for tokens, items in [(t, False) for t in self.integer_fields] + [
+            (t, True) for t in self.integer_items
+        ]:
+            node: Any = data
+            for token in tokens[1:-1]:
+                node = node.get(token) if isinstance(node, dict) else None
+            if not isinstance(node, dict) or tokens[-1] not in node:
+                continue
+            value = node[tokens[-1]]
+            if items and isinstance(value, list):
+                node[tokens[-1]] = [_integer(v) for v in value]
+            elif not items:
+                node[tokens[-1]] = _integer(value)
+
     def check(self, out: dict[str, Any]) -> None:
         """Refuse to emit anything the closed output schema does not allow."""
         if not self.is_valid(out):
             raise _unsafe()
+
+
+def _integer(value: Any) -> Any:
+    # The schema said integer, so a float here has no fraction: int() is exact.
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
 
 
 def _unsafe() -> RejectedInput:

@@ -21,9 +21,18 @@ import msgspec
 
 from toolgate._codes import Code
 from toolgate._errors import RejectedInput
-from toolgate.gate._contracts import MISSING, Bind, Contract, Freshness, OwnedId, parse_pointer, resolve
+from toolgate.gate._contracts import (
+    MISSING,
+    Bind,
+    Contract,
+    Freshness,
+    OwnedId,
+    SignatureScheme,
+    parse_pointer,
+    resolve,
+)
 from toolgate.gate._records import RequestRecord
-from toolgate.gate._signing import Keyring, decode_signature, signed_message
+from toolgate.gate._signing import Keyring, decode_signature, signed_message_for
 
 Ledger: TypeAlias = Callable[[str, int], bool]
 """``ledger(request_id, attempt)`` is True when a result was already accepted for it."""
@@ -122,13 +131,14 @@ def parse_timestamp(value: Any) -> datetime | None:
 class FreshnessRule:
     """The timestamp at ``pointer`` is neither older than ``max_age`` nor too far ahead."""
 
-    __slots__ = ("max_age", "max_future", "pointer", "tokens")
+    __slots__ = ("issued_skew", "max_age", "max_future", "pointer", "tokens")
 
     def __init__(self, spec: Freshness) -> None:
         self.pointer = spec.pointer
         self.tokens = parse_pointer(spec.pointer)
         self.max_age = timedelta(seconds=spec.max_age_seconds)
         self.max_future = timedelta(seconds=spec.max_future_skew_seconds)
+        self.issued_skew = timedelta(seconds=spec.issued_skew_seconds)
 
     def __call__(self, evidence: Evidence) -> None:
         if not evidence.is_success:
@@ -145,6 +155,12 @@ class FreshnessRule:
         if evidence.now - stamp > self.max_age:
             raise _reject(
                 "STALE_RESULT", f"timestamp is older than {self.max_age.total_seconds():g}s", self.pointer
+            )
+        if stamp < evidence.request.issued_at - self.issued_skew:
+            raise _reject(
+                "STALE_RESULT",
+                f"timestamp is more than {self.issued_skew.total_seconds():g}s before the request was issued",
+                self.pointer,
             )
 
 
@@ -179,12 +195,15 @@ class OwnedIdRule:
 class SignatureRule:
     """``tg-signature`` is the named key's signature, and the key is ``tg-adapter``'s."""
 
-    __slots__ = ("algorithm", "key_id", "keyring")
+    __slots__ = ("algorithm", "key_id", "keyring", "schemes")
 
-    def __init__(self, key_id: str, algorithm: str, keyring: Keyring) -> None:
+    def __init__(
+        self, key_id: str, algorithm: str, keyring: Keyring, schemes: tuple[SignatureScheme, ...] = ("v2",)
+    ) -> None:
         self.key_id = key_id
         self.algorithm = algorithm
         self.keyring = keyring
+        self.schemes = schemes
 
     def __call__(self, evidence: Evidence) -> None:
         key = self.keyring.get(self.key_id)
@@ -199,8 +218,12 @@ class SignatureRule:
             signature = decode_signature(header.encode("ascii"))
         except (ValueError, UnicodeEncodeError):
             raise _reject("BAD_SIGNATURE", "tg-signature is not base64") from None
-        if not key.verify(signed_message(evidence.request_id, evidence.raw), signature):
-            raise _reject("BAD_SIGNATURE", "signature does not verify")
+        for scheme in self.schemes:
+            if key.verify(
+                signed_message_for(scheme, evidence.request_id, evidence.attempt, evidence.raw), signature
+            ):
+                return
+        raise _reject("BAD_SIGNATURE", "signature does not verify")
 
 
 def duplicate_rule(evidence: Evidence) -> None:
@@ -215,9 +238,8 @@ def build_rules(contract: Contract, keyring: Keyring) -> tuple[SemanticRule, ...
     rules += [BindRule(r) for r in contract.rules if isinstance(r, Bind)]
     rules += [FreshnessRule(r) for r in contract.rules if isinstance(r, Freshness)]
     rules += [OwnedIdRule(r) for r in contract.rules if isinstance(r, OwnedId)]
-    if contract.spec.signature is not None:
-        rules.append(
-            SignatureRule(contract.spec.signature.key_id, contract.spec.signature.algorithm, keyring)
-        )
+    signature = contract.spec.signature
+    if signature is not None:
+        rules.append(SignatureRule(signature.key_id, signature.algorithm, keyring, signature.schemes))
     rules.append(duplicate_rule)
     return tuple(rules)

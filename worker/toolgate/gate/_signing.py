@@ -1,9 +1,18 @@
-"""Adapter signatures: HMAC-SHA256 and Ed25519 over the request id and the raw bytes.
+"""Adapter signatures: HMAC-SHA256 and Ed25519 over what the gate binds a result to.
 
-The signed message is ``request_id (UTF-8) + b"\\n" + raw value bytes``: binding the
-request id stops a valid signature on one result being replayed for another
-request. The ``tg-signature`` header carries the signature in base64 (standard
-or URL-safe alphabet, padding optional).
+Scheme ``v2`` (the default) signs the request id, the attempt and the SHA-256 of the
+raw value bytes, each on its own line after a version line::
+
+    toolgate-sig-v2\n<request_id>\n<attempt, decimal>\n<sha256 of the raw bytes, lower-case hex>
+
+so a signed result answers one attempt of one request: re-sent for another request,
+or for another attempt (``tg-attempt`` removed or rewritten), it no longer verifies.
+The attempt is the one the gate binds: ``tg-attempt`` when present, else the
+request's current attempt. Scheme ``v1`` (``request_id + "\\n" + raw bytes``, no
+attempt) is verified only for contracts that list it in ``signature.schemes``.
+``ops/signing/`` holds the reference signer and published test vectors.
+The ``tg-signature`` header carries the signature in base64 (standard or URL-safe
+alphabet, padding optional).
 
 Keys live in a keyring TOML file (``TOOLGATE_KEYRING``), never in contracts::
 
@@ -171,9 +180,27 @@ def decode_signature(value: bytes) -> bytes:
         raise ValueError("not base64") from exc
 
 
+SCHEME_V2 = b"toolgate-sig-v2"
+
+
 def signed_message(request_id: str, raw: bytes) -> bytes:
-    """What an adapter signs for one result."""
+    """What an adapter signs for one result under the old scheme ``v1`` (no attempt)."""
     return request_id.encode("utf-8") + b"\n" + raw
+
+
+def signed_message_v2(request_id: str, attempt: int, raw: bytes) -> bytes:
+    """What an adapter signs for one result under scheme ``v2``: see the module docstring."""
+    digest = hashlib.sha256(raw).hexdigest()
+    return b"\n".join(
+        (SCHEME_V2, request_id.encode("utf-8"), str(attempt).encode("ascii"), digest.encode("ascii"))
+    )
+
+
+def signed_message_for(scheme: str, request_id: str, attempt: int, raw: bytes) -> bytes:
+    """The signed message of ``scheme`` (``v2`` or ``v1``)."""
+    if scheme == "v1":
+        return signed_message(request_id, raw)
+    return signed_message_v2(request_id, attempt, raw)
 
 
 class Keyring:

@@ -27,7 +27,7 @@ from toolgate._errors import ContractError
 from toolgate.gate._contracts import Contract, ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
-from toolgate.gate._signing import Keyring, signed_message
+from toolgate.gate._signing import Keyring, signed_message_for
 
 FIXTURES_KEYRING = "fixtures-keyring.toml"
 _KEYS = {
@@ -134,13 +134,24 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any], k
             request = msgspec.convert(merged["request"], RequestRecord, strict=False)
         except msgspec.ValidationError as exc:
             raise ContractError(where, "$.request", str(exc)) from exc
-    if merged.get("sign"):
+    sign = merged.get("sign")
+    if sign:
         spec = contract.spec.signature
         key = keyring.get(spec.key_id) if spec else None
         if key is None:
             raise ContractError(where, "$.sign", "no signature key for this contract in the keyring")
-        signature = key.sign(signed_message(str(headers.get("tg-request-id", "")), raw))
-        headers["tg-signature"] = base64.b64encode(signature).decode("ascii")
+        # The attempt the gate binds: tg-attempt when given, else the request's current one.
+        attempt = request.attempt if request is not None else 1
+        if str(headers.get("tg-attempt", "")).isdigit():
+            attempt = int(headers["tg-attempt"])
+        scheme = "v2"
+        if isinstance(sign, dict):  # {"attempt": n, "scheme": "v1"}: sign something else on purpose
+            attempt = int(sign.get("attempt", attempt))
+            scheme = str(sign.get("scheme", scheme))
+            if scheme not in ("v1", "v2"):
+                raise ContractError(where, "$.sign.scheme", "v1 or v2")
+        signed = signed_message_for(scheme, str(headers.get("tg-request-id", "")), attempt, raw)
+        headers["tg-signature"] = base64.b64encode(key.sign(signed)).decode("ascii")
     try:
         now = datetime.fromisoformat(str(merged["now"]))
     except (KeyError, ValueError) as exc:

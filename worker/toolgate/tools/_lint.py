@@ -24,6 +24,9 @@ Rules (``Finding.rule``)::
     unresolved-ref        a local $ref that points nowhere
     pointer-not-in-schema (contracts only) a projection, display_text or rule pointer that
                           the success branch of the schema does not declare
+    free-text-in-data     (contracts only) a string projected into data with no pattern, enum,
+                          const or format: free text belongs in display_text (untrusted_text),
+                          unless the contract's free_text names the field with a reason
 
 How subschemas are judged:
 
@@ -700,7 +703,70 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
     for contract in contracts:
         findings.extend(lint_schema(contract.schema, file=str(contract.schema_path)))
         findings.extend(_check_pointers(contract))
+        findings.extend(_check_free_text(contract))
     return findings
+
+
+_CONSTRAINING = ("pattern", "enum", "const", "format")
+
+
+def _check_free_text(contract: Contract) -> Iterator[Finding]:
+    """Projected strings (and string items) must be constrained, or excepted with a reason."""
+    doc = SchemaDocument(contract.schema)
+    excepted = {free.pointer for free in contract.spec.free_text}
+    for i, pointer in enumerate(contract.spec.projection):
+        if pointer in excepted:
+            continue
+        level = _nodes_at(doc, parse_pointer(pointer))
+        if not level:
+            continue  # pointer-not-in-schema says so
+        items = [
+            pair
+            for _, node in level
+            if isinstance(node.get("items"), dict)
+            for pair in doc.in_place(_join("", "items"), node["items"])
+        ]
+        if _free_text(level) or (items and "array" in _kinds(level) and _free_text(items)):
+            yield Finding(
+                file=str(contract.path),
+                pointer=f"$.projection[{i}]",
+                rule="free-text-in-data",
+                message=f"{pointer} projects a string with no pattern, enum, const or format into data: "
+                "bound it, move it to display_text, or list it under free_text with a reason",
+            )
+
+
+def _kinds(level: list[tuple[str, Any]]) -> set[str]:
+    kinds: set[str] = set()
+    for _, node in level:
+        kind = node.get("type")
+        if isinstance(kind, str):
+            kinds.add(kind)
+        elif isinstance(kind, list):
+            kinds.update(k for k in kind if isinstance(k, str))
+        elif not any(k in node for k in ("const", "enum", "$ref", "allOf", "anyOf", "oneOf")):
+            kinds.add("string")  # untyped: admits strings
+    return kinds
+
+
+def _free_text(level: list[tuple[str, Any]]) -> bool:
+    """The subschemas at one place admit strings and none of them constrains their text."""
+    if "string" not in _kinds(level):
+        return False
+    return not any(keyword in node for _, node in level for keyword in _CONSTRAINING)
+
+
+def _nodes_at(doc: SchemaDocument, tokens: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """Every subschema (outside failure branches) applied to the value at ``tokens``."""
+    level = [(p, n) for p, n in doc.in_place("", doc.root) if not _is_failure_branch(n)]
+    for token in tokens:
+        found: list[tuple[str, Any]] = []
+        for pointer, node in level:
+            properties = node.get("properties")
+            if isinstance(properties, dict) and token in properties:
+                found.append((_join(pointer, "properties", token), properties[token]))
+        level = [pair for p, n in found for pair in doc.in_place(p, n)]
+    return level
 
 
 def _contract_pointers(contract: Contract) -> Iterator[tuple[str, str]]:

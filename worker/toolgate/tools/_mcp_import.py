@@ -580,6 +580,10 @@ def import_tool(
     folder.mkdir(parents=True)
     (folder / "schema.json").write_text(json.dumps(schema, indent=2) + "\n")
     (folder / "contract.yaml").write_text(_contract_yaml(spec, server, name))
+    free = _free_text_pointers(folder)
+    if free:  # an outputSchema rarely bounds text: say so in the contract, for the reviewer
+        spec["free_text"] = [{"pointer": pointer, "reason": FREE_TEXT_REASON} for pointer in free]
+        (folder / "contract.yaml").write_text(_contract_yaml(spec, server, name))
     for relative, content in _fixtures(qualified, schema, output_schema).items():
         path = folder / "fixtures" / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -588,6 +592,24 @@ def import_tool(
     if not (folder / "fixtures" / "accept" / "example.json").exists():
         imported.notes.append("no example could be generated: add an accept fixture by hand")
     return imported
+
+
+FREE_TEXT_REASON = (
+    "imported unreviewed: the outputSchema gives no pattern, enum or format; "
+    "bound it or move it to display_text"
+)
+
+
+def _free_text_pointers(folder: Path) -> list[str]:
+    """Projected strings the outputSchema leaves free (lint's free-text-in-data)."""
+    from toolgate.tools._lint import lint_contracts
+
+    contract = load_contract(folder)
+    return [
+        contract.spec.projection[int(f.pointer.split("[")[1].rstrip("]"))]
+        for f in lint_contracts(ContractSet([contract]))
+        if f.rule == "free-text-in-data"
+    ]
 
 
 def lint_lines(folder: Path) -> list[str]:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from toolgate.gate._records import Message
-from toolgate.gate._signing import Keyring, signed_message
+from toolgate.gate._signing import Keyring, signed_message_v2
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class TrafficGenerator:
         key_id = _KEYS.get(tool)
         key = self.keyring.get(key_id) if key_id else None
         if key is not None:
-            signature = base64.b64encode(key.sign(signed_message(rid, raw))).decode()
+            signature = base64.b64encode(key.sign(signed_message_v2(rid, 1, raw))).decode()
             headers.append(("tg-signature", signature.encode()))
         return Message(key=rid.encode(), value=raw, headers=headers)
 
