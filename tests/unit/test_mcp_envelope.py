@@ -202,7 +202,11 @@ def test_agent_sees_only_projected_structured_content(mcp_gate: tuple[Gate, Requ
         message = Message(
             key=b"req.1234567890",
             value=msgspec.json.encode(value),
-            headers=[("tg-tool", b"deployer.deploy_status"), ("tg-request-id", b"req.1234567890")],
+            headers=[
+                ("tg-tool", b"deployer.deploy_status"),
+                ("tg-request-id", b"req.1234567890"),
+                ("tg-adapter-version", b"1.0.0"),
+            ],
         )
         verdict = gate.evaluate(message, request, now)
         agent = json.loads(verdict.agent)

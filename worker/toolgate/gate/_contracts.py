@@ -272,8 +272,8 @@ class Contract:
 
     __slots__ = (
         "data_projection",
-        "digest",
         "declared_names",
+        "digest",
         "display",
         "folder",
         "integer_fields",
@@ -667,7 +667,7 @@ class ContractSet:
 
     def _select(self, tool: str, adapter_version: str | None) -> Contract | None:
         for contract in self._by_tool.get(tool, ()):
-            if contract.spec.status == "shadow" or not _serves(contract, adapter_version):
+            if contract.spec.status == "shadow" or not serves(contract, adapter_version):
                 continue
             if adapter_version is None and contract.spec.status == "retired":
                 continue
@@ -677,13 +677,11 @@ class ContractSet:
     def shadows(self, tool: str, adapter_version: str | None) -> list[Contract]:
         """Shadow versions that match this message, to be evaluated beside the decider."""
         return [
-            c
-            for c in self._by_tool.get(tool, ())
-            if c.spec.status == "shadow" and _serves(c, adapter_version)
+            c for c in self._by_tool.get(tool, ()) if c.spec.status == "shadow" and serves(c, adapter_version)
         ]
 
 
-def _serves(contract: Contract, adapter_version: str | None) -> bool:
+def serves(contract: Contract, adapter_version: str | None) -> bool:
     """Whether ``contract`` serves this ``tg-adapter-version``: one of its globs matches, or
     the header is missing and the version opts in to unversioned adapters."""
     if adapter_version is None:

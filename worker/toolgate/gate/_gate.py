@@ -45,6 +45,7 @@ from toolgate.gate._contracts import (
     Contract,
     ContractSet,
     Limits,
+    serves,
 )
 from toolgate.gate._mcp import read_result
 from toolgate.gate._parse import extract_text, parse_json
@@ -152,9 +153,12 @@ class Gate:
             known.tool = tool  # a known tool name: safe to echo to the agent
         plan: _Plan | None
         if contract is not None:
-            # A contract passed in that this gate was not built with gets a plan for
-            # this message only (and no rules or projector: INTERNAL_ERROR later).
-            plan = self._plans.get(contract) or _Plan(contract)
+            # A version passed in (a shadow) must serve this tg-adapter-version, as a
+            # selected one does: otherwise none does (UNKNOWN_CONTRACT_VERSION). One this
+            # gate was not built with gets a plan for this message only (and no rules or
+            # projector: INTERNAL_ERROR later).
+            served = serves(contract, headers.get("tg-adapter-version"))
+            plan = (self._plans.get(contract) or _Plan(contract)) if served else None
         elif tool is None:
             plan = None
         else:
