@@ -23,24 +23,20 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from toolgate._config import Config, Partitions, Topics  # noqa: E402
 from toolgate.gate._contracts import ContractSet  # noqa: E402
 from toolgate.gate._gate import Gate  # noqa: E402
-from toolgate.service._kafka import ensure_topics  # noqa: E402
+from toolgate.service._kafka import AiokafkaClients, ensure_topics  # noqa: E402
 from toolgate.tools._replay import Selection, run_replay  # noqa: E402
 
 
 async def fill(config: Config, count: int) -> None:
     """N request records and N quarantine records as the worker writes them."""
     now = datetime.now(UTC)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=config.bootstrap, acks="all", linger_ms=20, max_batch_size=256 * 1024
-    )
+    producer = AiokafkaClients(config).producer(acks="all", linger_ms=20, max_batch_size=256 * 1024)
     await producer.start()
     try:
         for i in range(count):
@@ -131,9 +127,7 @@ async def main() -> None:
             if f"selected {args.messages} of {args.messages}" not in out.getvalue():
                 raise SystemExit(f"{mode}: unexpected selection:\n{out.getvalue()[:500]}")
     finally:
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        admin = AIOKafkaAdminClient(bootstrap_servers=config.bootstrap)
+        admin = AiokafkaClients(config).admin()
         await admin.start()
         await admin.delete_topics(
             [getattr(topics, n) for n in ("requests", "intake", "agent", "quarantine", "audit")]

@@ -117,15 +117,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(SCRIPT.parent))
 
 import msgspec  # noqa: E402
-from aiokafka import (  # noqa: E402
-    AIOKafkaConsumer,
-    AIOKafkaProducer,
-    ConsumerRebalanceListener,
-    TopicPartition,
-)
-from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
+from aiokafka import TopicPartition  # noqa: E402
 from toolgate._config import LOCAL_BOOTSTRAP, Config, Partitions, Topics  # noqa: E402
-from toolgate.service._kafka import client_settings, ensure_topics  # noqa: E402
+from toolgate.service._kafka import AiokafkaClients, Producer, RebalanceListener, ensure_topics  # noqa: E402
 
 PARTITIONS = 3  # intake partitions of every run but the partition sweep's
 TOOL = "bench_listing"
@@ -568,9 +562,13 @@ def _copier_main(spec: dict[str, Any]) -> int:
         sys.stdout.flush()
 
     state: dict[str, Any] = {"share": None, "decided": 0, "rejected": 0, "committed": 0, "first": None}
-    producers: dict[TopicPartition, AIOKafkaProducer] = {}
+    producers: dict[TopicPartition, Producer] = {}
     stop = asyncio.Event()
     settings = spec["settings"]
+    # Plaintext only (checked by the parent): the bootstrap and client id are all there is.
+    clients = AiokafkaClients(
+        Config(bootstrap=settings["bootstrap_servers"], client_id=settings["client_id"])
+    )
 
     async def process(tp: TopicPartition, records: list[Any], same: set[str]) -> None:
         producer = producers[tp]
@@ -596,15 +594,14 @@ def _copier_main(spec: dict[str, Any]) -> int:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        consumer = AIOKafkaConsumer(
-            **settings,
+        consumer = clients.consumer(
             group_id=spec["group_id"],
             enable_auto_commit=False,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
         )
 
-        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+        class Listener(RebalanceListener):
             async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
                 for tp in revoked:
                     producer = producers.pop(tp, None)
@@ -614,8 +611,7 @@ def _copier_main(spec: dict[str, Any]) -> int:
 
             async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
                 for tp in sorted(assigned):
-                    producer = AIOKafkaProducer(
-                        **settings,
+                    producer = clients.producer(
                         enable_idempotence=True,
                         acks="all",
                         transactional_id=f"{spec['transactional_prefix']}.copier.{tp.topic}.{tp.partition}",
@@ -864,7 +860,7 @@ class Bench:
         self.children: list[Child] = []
         self.now = datetime.now(UTC)
         self.backlog = list(results(self.run_id, messages, self.now))
-        self.settings = client_settings(Config(bootstrap=bootstrap))
+        self.clients = AiokafkaClients(Config(bootstrap=bootstrap))
         self.broker_pid = _broker_pid(bootstrap)
 
     # --- topics -----------------------------------------------------------------------
@@ -911,7 +907,7 @@ class Bench:
     async def delete(self, topics: set[str]) -> None:
         if not topics:
             return
-        admin = AIOKafkaAdminClient(**self.settings)
+        admin = self.clients.admin()
         await admin.start()
         try:
             existing = set(await admin.list_topics())
@@ -926,19 +922,18 @@ class Bench:
         """Best effort: the groups are empty once their workers have left."""
         from aiokafka.protocol.admin import DeleteGroupsRequest
 
-        admin = AIOKafkaAdminClient(**self.settings)
+        admin = self.clients.admin()
         await admin.start()
         try:
             for group in sorted(self.groups):
                 with contextlib.suppress(Exception):
-                    node = await admin.find_coordinator(group)
-                    await admin._send_request_to_node(node, DeleteGroupsRequest([group]))
+                    await admin.send_to_coordinator(group, DeleteGroupsRequest([group]))
             self.groups.clear()
         finally:
             await admin.close()
 
     async def publish_requests(self, batch: list[Result], topic: str) -> None:
-        producer = AIOKafkaProducer(**self.settings, acks="all", linger_ms=5, max_batch_size=256 * 1024)
+        producer = self.clients.producer(acks="all", linger_ms=5, max_batch_size=256 * 1024)
         await producer.start()
         try:
             futures = [await producer.send(topic, r.request, key=r.key) for r in batch]
@@ -958,13 +953,13 @@ class Bench:
         }
         script, cwd, flag = SCRIPT, ROOT, "--child"
         if variant == "copier":
-            if set(self.settings) - {"bootstrap_servers", "client_id", "security_protocol"}:
+            if set(self.clients.settings) - {"bootstrap_servers", "client_id", "security_protocol"}:
                 raise RuntimeError("the copier runs on a plaintext broker only (no SASL or TLS settings)")
             if self._templates is None:
                 self._templates = copier_templates(self.contracts_dir)
             t = config.topics
             spec = {
-                "settings": self.settings,
+                "settings": self.clients.settings,
                 "group_id": config.group_id,
                 "topics": {
                     "intake": t.intake,
@@ -1100,8 +1095,7 @@ class Bench:
         slug = variant.replace(" ", "").replace("-", "")
         config = self.config(f"{slug}.{repeat}", partitions)
         await self.create(config)
-        fill = AIOKafkaProducer(
-            **self.settings,
+        fill = self.clients.producer(
             acks="all",
             linger_ms=5,
             max_batch_size=512 * 1024,
@@ -1198,8 +1192,7 @@ class Bench:
 
         ``stamps`` gets each event's timestamp (when the worker sent it) by key.
         """
-        consumer = AIOKafkaConsumer(
-            **self.settings,
+        consumer = self.clients.consumer(
             group_id=None,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
@@ -1237,14 +1230,13 @@ class Bench:
         # The platform writes requests before calling adapters.
         await self.publish_requests(live, config.topics.requests)
         child = await self.spawn(config, "worker")
-        consumer = AIOKafkaConsumer(
-            **self.settings,
+        consumer = self.clients.consumer(
             group_id=None,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
             enable_auto_commit=False,
         )
-        producer = AIOKafkaProducer(**self.settings, acks="all")
+        producer = self.clients.producer(acks="all")
         sent: dict[bytes, int] = {}
         received: dict[bytes, float] = {}
         try:

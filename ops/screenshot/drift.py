@@ -39,12 +39,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
 from toolgate._config import Config, Partitions, Topics, load_config
 from toolgate.gate._records import Message
 from toolgate.gate._signing import Keyring, signed_message
-from toolgate.service._kafka import client_settings, ensure_topics
+from toolgate.service._kafka import AiokafkaClients, ensure_topics
 from toolgate.tools._traffic import Sample, TrafficGenerator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +131,7 @@ async def traffic(config: Config, seconds: float, drift_at: float, rate: int, se
     rng = random.Random(seed)
     # Hostile samples of known tools (results naming no tool would add an "unknown" line at 100%).
     hostile = [k for k in generator.kinds if k not in generator.accepting and k != "unknown_tool"]
-    producer = AIOKafkaProducer(**client_settings(config), acks="all", linger_ms=5)
+    producer = AiokafkaClients(config).producer(acks="all", linger_ms=5)
     await producer.start()
     sent = 0
     started = time.monotonic()
@@ -162,7 +160,7 @@ async def traffic(config: Config, seconds: float, drift_at: float, rate: int, se
 
 
 async def drop(config: Config) -> None:
-    admin = AIOKafkaAdminClient(**client_settings(config))
+    admin = AiokafkaClients(config).admin()
     await admin.start()
     try:
         t = config.topics

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from toolgate._config import Topics
-from toolgate.gate._batch import ShadowSampler, decide_batch
+from toolgate.gate._batch import AcceptedView, ShadowSampler, decide_batch
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import outputs
@@ -32,7 +32,7 @@ def decide(
         gate,
         messages,
         requests.get,
-        lambda r, a: (r, a) in known,
+        AcceptedView(lambda r, a: (r, a) in known),
         NOW,
         topics=TOPICS,
         max_record_bytes=1 << 20,

@@ -75,6 +75,9 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     keyring: str | None = None
     metrics_port: int = 9464
     metrics_host: str = "127.0.0.1"
+    # Outstanding requests a worker holds at most; beyond it the oldest are dropped
+    # (their results fail closed as UNKNOWN_REQUEST). TOOLGATE_MAX_REQUESTS.
+    max_requests: int = 1_000_000
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)

@@ -47,14 +47,41 @@ class Disagreement:
     sampled: bool  # an audit event was written for it
 
 
+class AcceptedView:
+    """One batch's view of "already accepted": the attempts committed before the batch
+    (``committed``, owned by the accepted ledger) plus those this batch accepts.
+
+    The ledger hands one out per batch and, once the batch's transaction has committed,
+    takes :attr:`pending` in; a batch that aborts is simply dropped with its view.
+    """
+
+    __slots__ = ("committed", "pending")
+
+    def __init__(self, committed: Ledger) -> None:
+        self.committed = committed
+        self.pending: set[tuple[str, int]] = set()
+
+    def __call__(self, request_id: str, attempt: int) -> bool:
+        return (request_id, attempt) in self.pending or self.committed(request_id, attempt)
+
+    def add(self, request_id: str, attempt: int) -> None:
+        """This batch accepted a result for the attempt."""
+        self.pending.add((request_id, attempt))
+
+
 @dataclass(slots=True)
 class Batch:
-    """A decided batch: the records to send and the acceptances to remember after commit."""
+    """A decided batch: the records to send and the view of what it accepted."""
 
+    view: AcceptedView
     decisions: list[Decision] = field(default_factory=list)
     records: list[OutRecord] = field(default_factory=list)
-    accepted: set[tuple[str, int]] = field(default_factory=set)
     disagreements: list[Disagreement] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> frozenset[tuple[str, int]]:
+        """The (request id, attempt) pairs this batch accepted."""
+        return frozenset(self.view.pending)
 
 
 class ShadowSampler:
@@ -94,7 +121,7 @@ def decide_batch(
     gate: Gate,
     messages: Sequence[Message],
     lookup: Lookup,
-    ledger: Ledger,
+    accepted: AcceptedView | Ledger,
     now: datetime,
     *,
     topics: Topics,
@@ -106,25 +133,26 @@ def decide_batch(
 
     ``tracer`` (tracing on: :mod:`toolgate.service._tracing`) makes each decision's span
     and returns the trace context the output records carry; None costs nothing.
+    ``accepted`` is the batch's view of the accepted ledger (or the committed ledger
+    itself, viewed for this batch): it answers "already accepted" for the gate and
+    collects this batch's acceptances.
 
     Shadow contract versions matching a message are evaluated beside the deciding one
     (same request, clock and ledger) and never decide; disagreements are reported in
     :attr:`Batch.disagreements` and sampled into the audit topic.
     """
-    batch = Batch()
-    accepted = batch.accepted
+    if not isinstance(accepted, AcceptedView):
+        accepted = AcceptedView(accepted)  # a bare committed ledger: a view of it for this batch
+    batch = Batch(accepted)
     sampler = sampler or ShadowSampler()
     has_shadows = any(c.spec.status == "shadow" for c in gate.contracts)
-
-    def seen(request_id: str, attempt: int) -> bool:
-        return (request_id, attempt) in accepted or ledger(request_id, attempt)
 
     for message in messages:
         started = time.perf_counter()
         key = request_key(message.key)
         request = lookup(key) if key else None
         try:
-            verdict = gate.evaluate(message, request, now, seen, key=key)
+            verdict = gate.evaluate(message, request, now, accepted, key=key)
         except Exception:  # the gate guards its stages; this guards the guard
             verdict = internal_error(message, "the gate")
         seconds = time.perf_counter() - started
@@ -132,7 +160,7 @@ def decide_batch(
         if tracer is not None:
             trace = _span(tracer, message, verdict, seconds)
         if has_shadows and verdict.tool is not None:
-            _shadow(gate, message, key, request, verdict, now, seen, batch, sampler, topics)
+            _shadow(gate, message, key, request, verdict, now, accepted, batch, sampler, topics)
         try:
             records = outputs(
                 message,
@@ -143,7 +171,7 @@ def decide_batch(
                 decided_at=now,
                 max_record_bytes=max_record_bytes,
                 trace=trace,
-                answered=answered(verdict, key, request, seen),
+                answered=answered(verdict, key, request, accepted),
             )
         except Exception:
             verdict = internal_error(message, "building the output records")
@@ -158,7 +186,7 @@ def decide_batch(
                 trace=trace,
             )
         if verdict.accepted and verdict.request_id and verdict.attempt is not None:
-            accepted.add((verdict.request_id, verdict.attempt))
+            accepted.add(verdict.request_id, verdict.attempt)
         batch.records.extend(records)
         batch.decisions.append(Decision(verdict, len(message.value or b""), seconds, replay_count(message)))
     return batch

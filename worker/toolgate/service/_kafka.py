@@ -1,20 +1,44 @@
-"""Kafka plumbing shared by the worker and the CLI: client settings and topic creation.
+"""The Kafka seam: every consumer, producer and admin client of the project is built here.
 
-Everything that talks to a broker goes through here so security settings
-(SASL PLAIN/SCRAM, TLS) are passed the same way everywhere.
+Code that talks to a broker asks a :class:`KafkaClients` factory for a client and uses it
+through the small protocols below (:class:`Consumer`, :class:`Producer`, :class:`Admin`).
+:class:`AiokafkaClients` is the real factory; the unit tests run the worker loop on an
+in-memory one. Security settings (SASL PLAIN/SCRAM, TLS) are applied here, the same way
+for every client. Only public aiokafka APIs are used (a unit test checks the tree).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError
-from toolgate.service._transport import tls_context
+from toolgate.service._transport import check_connection, tls_context
+
+__all__ = [
+    "Admin",
+    "AiokafkaClients",
+    "Consumer",
+    "KafkaClients",
+    "NewTopic",
+    "Producer",
+    "RebalanceListener",
+    "Record",
+    "TopicPartition",
+    "TopicReport",
+    "client_settings",
+    "ensure_topics",
+    "partitions_of",
+    "topic_plan",
+]
 
 
 def client_settings(config: Config) -> dict[str, Any]:
@@ -32,6 +56,204 @@ def client_settings(config: Config) -> dict[str, Any]:
     if sec.protocol in ("SSL", "SASL_SSL"):
         settings["ssl_context"] = tls_context(sec)
     return settings
+
+
+class Record(Protocol):
+    """A consumed record (aiokafka's ConsumerRecord has these)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+
+class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Called by a group consumer when partitions are revoked and assigned."""
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Partitions this member gives up (before the new assignment)."""
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Partitions this member now owns."""
+
+
+class Consumer(Protocol):
+    """What toolgate uses of a consumer."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def subscribe(self, topics: list[str], listener: RebalanceListener) -> None: ...
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
+    def assignment(self) -> set[TopicPartition]: ...
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]: ...
+    async def topics(self) -> set[str]: ...
+    def partitions_for_topic(self, topic: str) -> set[int] | None: ...
+    async def position(self, partition: TopicPartition) -> int: ...
+    def highwater(self, partition: TopicPartition) -> int | None: ...
+    def last_stable_offset(self, partition: TopicPartition) -> int | None: ...
+    async def committed(self, partition: TopicPartition) -> int | None: ...
+    async def beginning_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]: ...
+    async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]: ...
+    async def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, Any]: ...
+    def seek(self, partition: TopicPartition, offset: int) -> None: ...
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> Any: ...
+    async def seek_to_end(self, *partitions: TopicPartition) -> Any: ...
+
+
+class Producer(Protocol):
+    """What toolgate uses of a producer (transactional or not)."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def transaction(self) -> AbstractAsyncContextManager[Any]: ...
+    async def begin_transaction(self) -> None: ...
+    async def commit_transaction(self) -> None: ...
+    async def abort_transaction(self) -> None: ...
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> Awaitable[Any]: ...
+    async def send_offsets_to_transaction(
+        self, offsets: dict[TopicPartition, int], group_id: str
+    ) -> None: ...
+    async def partitions_for(self, topic: str) -> set[int]: ...
+    async def flush(self) -> None: ...
+
+
+class Admin(Protocol):
+    """What toolgate uses of an admin client, plus raw requests (ACLs, group deletion)."""
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    async def list_topics(self) -> list[str]: ...
+    async def create_topics(self, topics: list[NewTopic], timeout_ms: int | None = None) -> Any: ...
+    async def describe_topics(self, topics: list[str] | None = None) -> list[dict[str, Any]]: ...
+    async def delete_topics(self, topics: list[str]) -> Any: ...
+    async def send(self, request: Any) -> Any: ...
+    async def send_to_coordinator(self, group_id: str, request: Any) -> Any: ...
+
+
+class KafkaClients(Protocol):
+    """Builds the clients: the one place a Kafka client is constructed.
+
+    ``options`` are client settings (aiokafka's names: ``isolation_level``,
+    ``transactional_id``, ``acks``, ...); the connection and security settings are the
+    factory's own.
+    """
+
+    def consumer(self, *topics: str, **options: Any) -> Consumer: ...
+    def producer(self, **options: Any) -> Producer: ...
+    def admin(self, *, timeout_ms: int = 30000) -> Admin: ...
+    async def check_connection(self, within_s: float) -> None:
+        """Connect once and say in one line why that failed (TLS, protocol, login)."""
+        ...
+
+
+class _AiokafkaAdmin:
+    """aiokafka's admin client, with the raw requests it has no method for sent through a
+    plain client (CreateAcls, DescribeAcls, DeleteGroups)."""
+
+    def __init__(self, settings: dict[str, Any], timeout_ms: int) -> None:
+        self._admin = AIOKafkaAdminClient(**settings, request_timeout_ms=timeout_ms)
+        self._settings = settings
+        self._timeout_ms = timeout_ms
+        self._raw: Any = None
+
+    async def start(self) -> None:
+        await self._admin.start()
+
+    async def close(self) -> None:
+        try:
+            await self._admin.close()
+        finally:
+            if self._raw is not None:
+                await self._raw.close()
+                self._raw = None
+
+    async def list_topics(self) -> list[str]:
+        return list(await self._admin.list_topics())
+
+    async def create_topics(self, topics: list[NewTopic], timeout_ms: int | None = None) -> Any:
+        return await self._admin.create_topics(topics, timeout_ms=timeout_ms)
+
+    async def describe_topics(self, topics: list[str] | None = None) -> list[dict[str, Any]]:
+        return list(await self._admin.describe_topics(topics))
+
+    async def delete_topics(self, topics: list[str]) -> Any:
+        return await self._admin.delete_topics(topics)
+
+    async def _raw_client(self) -> Any:
+        if self._raw is None:
+            raw = AIOKafkaClient(**self._settings, request_timeout_ms=self._timeout_ms)
+            try:
+                await raw.bootstrap()
+            except BaseException:
+                await raw.close()
+                raise
+            self._raw = raw
+        return self._raw
+
+    async def send(self, request: Any) -> Any:
+        client = await self._raw_client()
+        return await client.send(client.get_random_node(), request)
+
+    async def send_to_coordinator(self, group_id: str, request: Any) -> Any:
+        node = await self._admin.find_coordinator(group_id)
+        client = await self._raw_client()
+        return await client.send(node, request)
+
+
+class AiokafkaClients:
+    """The real factory: aiokafka clients with the configuration's connection settings."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.settings = client_settings(config)
+
+    def consumer(self, *topics: str, **options: Any) -> Consumer:
+        consumer: Consumer = AIOKafkaConsumer(*topics, **self.settings, **options)
+        return consumer
+
+    def producer(self, **options: Any) -> Producer:
+        producer: Producer = AIOKafkaProducer(**self.settings, **options)
+        return producer
+
+    def admin(self, *, timeout_ms: int = 30000) -> Admin:
+        return _AiokafkaAdmin(self.settings, timeout_ms)
+
+    async def check_connection(self, within_s: float) -> None:
+        await check_connection(self.config, self.settings, within_s=within_s)
+
+
+async def partitions_of(
+    clients: KafkaClients, topic: str, *, timeout_ms: int = 30000
+) -> list[TopicPartition]:
+    """The partitions of ``topic`` (empty when it does not exist), from the cluster's metadata."""
+    admin = clients.admin(timeout_ms=timeout_ms)
+    try:
+        await admin.start()
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    found = [len(info.get("partitions") or ()) for info in described if info.get("topic") == topic]
+    return [TopicPartition(topic, p) for p in range(found[0] if found else 0)]
 
 
 @dataclass
@@ -58,14 +280,16 @@ def topic_plan(config: Config) -> list[NewTopic]:
     ]
 
 
-async def ensure_topics(config: Config, *, timeout_ms: int = 30000) -> TopicReport:
+async def ensure_topics(
+    config: Config, *, timeout_ms: int = 30000, clients: KafkaClients | None = None
+) -> TopicReport:
     """Create the missing topics; report those that already exist. Idempotent.
 
     Raises:
         BrokerError: the cluster could not be reached or refused a creation.
     """
     report = TopicReport()
-    admin = AIOKafkaAdminClient(**client_settings(config), request_timeout_ms=timeout_ms)
+    admin = (clients or AiokafkaClients(config)).admin(timeout_ms=timeout_ms)
     try:
         await admin.start()
         existing = set(await admin.list_topics())

@@ -26,12 +26,11 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from toolgate._config import Config
@@ -39,14 +38,22 @@ from toolgate.gate._batch import ShadowSampler, decide_batch
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message, request_key
-from toolgate.service._kafka import client_settings
+from toolgate.service._kafka import (
+    AiokafkaClients,
+    Consumer,
+    KafkaClients,
+    Producer,
+    RebalanceListener,
+    TopicPartition,
+)
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
-from toolgate.service._transport import CONNECT_TIMEOUT_S, check_connection
+from toolgate.service._transport import CONNECT_TIMEOUT_S
 
 log = logging.getLogger("toolgate.worker")
 Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]
 
 
 def utc_now() -> datetime:
@@ -64,7 +71,7 @@ class WorkerOptions:
     # Wait at most this long for a batch to fill: bounds added latency at low rates.
     linger_ms: int = 20
     request_wait_seconds: float = 5.0
-    max_requests: int = 1_000_000
+    max_requests: int | None = None  # None: from the configuration (TOOLGATE_MAX_REQUESTS)
     ledger_window: timedelta = timedelta(hours=24)
     sweep_seconds: float = 30.0
     max_messages: int | None = None  # stop after deciding this many (tests)
@@ -102,6 +109,8 @@ class Worker:
         gate: the gate over the loaded contracts.
         clock: the injected clock (``now`` for every decision and eviction).
         options: tuning and test knobs.
+        clients: builds the Kafka clients (default: aiokafka's, from ``config``).
+        sleep: the backoff wait (tests pass one that does not wait).
     """
 
     def __init__(
@@ -113,6 +122,8 @@ class Worker:
         options: WorkerOptions | None = None,
         metrics: Metrics | None = None,
         gate_factory: Callable[[], Gate] | None = None,
+        clients: KafkaClients | None = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.config = config
         self.gate = gate
@@ -122,22 +133,26 @@ class Worker:
         self._tracer = self.options.tracer or tracer_from_env(group=config.group_id)
         self.metrics = metrics or Metrics()
         self.stats = WorkerStats()
+        cap = self.options.max_requests
         self.requests = RequestTable(
-            self.options.max_requests,
+            config.max_requests if cap is None else cap,
             on_full=self._store_full,
             on_invalid=self.metrics.invalid_request_records.inc,
+            on_evict=self.metrics.request_store_evictions.inc,
         )
         self.ledger = AcceptedLedger(self.options.ledger_window)
-        self._settings = client_settings(config)
+        self._clients: KafkaClients = clients or AiokafkaClients(config)
+        self._sleep = sleep
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         # One transactional producer per owned partition; None: owned, but taking it over
         # failed (the cluster did not answer) and is retried before its next batch.
-        self._producers: dict[TopicPartition, AIOKafkaProducer | None] = {}
+        self._producers: dict[TopicPartition, Producer | None] = {}
         # The offset each owned partition must continue from: records a fetch returned
         # from before a seek (assignment, abort) are dropped, never decided twice.
         self._next_offset: dict[TopicPartition, int] = {}
-        self._consumer: AIOKafkaConsumer | None = None
+        self._consumer: Consumer | None = None
+        self._lag_partitions: set[str] = set()  # the partition labels of the lag gauge
         self._request_reader: TopicReader | None = None
         self._audit_reader: TopicReader | None = None
         self._health: HealthServer | None = None
@@ -195,7 +210,8 @@ class Worker:
             "request store full: dropping the oldest requests",
             extra={
                 "max_requests": cap,
-                "hint": "raise WorkerOptions.max_requests or check that the platform writes tombstones",
+                "hint": "raise TOOLGATE_MAX_REQUESTS (max_requests in the configuration file) "
+                "or check that the platform writes tombstones",
             },
         )
 
@@ -216,7 +232,7 @@ class Worker:
         await self._health.start()
         try:
             if self.options.connect_check_s is not None:
-                await check_connection(self.config, self._settings, within_s=self.options.connect_check_s)
+                await self._clients.check_connection(self.options.connect_check_s)
             await self._start_readers()
             await self._consume()
         finally:
@@ -228,10 +244,10 @@ class Worker:
 
     async def _start_readers(self) -> None:
         topics = self.config.topics
-        self._request_reader = TopicReader(topics.requests, self.requests.apply, self._settings)
+        self._request_reader = TopicReader(topics.requests, self.requests.apply, self._clients)
         since = self.clock() - self.options.ledger_window
         self._audit_reader = TopicReader(
-            topics.audit, self.ledger.apply, self._settings, start_ms=int(since.timestamp() * 1000)
+            topics.audit, self.ledger.apply, self._clients, start_ms=int(since.timestamp() * 1000)
         )
         await self._request_reader.start()
         await self._audit_reader.start()
@@ -243,8 +259,7 @@ class Worker:
         gc.freeze()
 
     async def _consume(self) -> None:
-        consumer = AIOKafkaConsumer(
-            **self._settings,
+        consumer = self._clients.consumer(
             group_id=self.config.group_id,
             enable_auto_commit=False,
             isolation_level="read_committed",
@@ -265,6 +280,8 @@ class Worker:
         while not self._stop.is_set():
             if self._reload_requested:
                 self.reload_contracts()
+            if None in self._producers.values():
+                await self._retake()
             batches = await consumer.getmany(
                 timeout_ms=self.options.linger_ms, max_records=self.options.batch_size
             )
@@ -283,6 +300,21 @@ class Worker:
             limit = self.options.max_messages
             if limit is not None and self.stats.decided >= limit:
                 break
+
+    async def _retake(self) -> None:
+        """Take over again the owned partitions whose take-over failed.
+
+        Their records in hand were dropped, so no batch may come to retry them: try now,
+        backing off while the cluster does not answer.
+        """
+        async with self._lock:
+            for tp in [tp for tp, producer in self._producers.items() if producer is None]:
+                if self._stop.is_set():
+                    return
+                try:
+                    await self._take_over(tp)
+                except KafkaError as exc:
+                    await self._transaction_failed(tp, exc)
 
     async def _drained(self) -> bool:
         """This worker owns every intake partition and has read each to its last stable offset.
@@ -349,11 +381,12 @@ class Worker:
             for r in records
         ]
         now = self.clock()
+        view = self.ledger.batch()
         batch = decide_batch(
             self.gate,
             messages,
             self.requests.get,
-            self.ledger,
+            view,
             now,
             topics=self.config.topics,
             max_record_bytes=self.options.max_record_bytes,
@@ -406,8 +439,7 @@ class Worker:
         if self._txn_failing:
             self._txn_failing = False
             log.info("transactions recovered")
-        for request_id, attempt in batch.accepted:
-            self.ledger.record(request_id, attempt, now)
+        self.ledger.commit(view, now)
         for disagreement in batch.disagreements:
             self.metrics.shadow_disagreements.labels(disagreement.tool, disagreement.version).inc()
         self.metrics.decided_batch(batch.decisions)
@@ -444,7 +476,7 @@ class Worker:
                 },
             )
         self._backoff = min(max(self._backoff * 2, 0.1), 5.0)
-        await asyncio.sleep(self._backoff)  # back off before retrying a failing cluster
+        await self._sleep(self._backoff)  # back off before retrying a failing cluster
         if tp not in self._producers:
             return  # no longer ours
         old = self._producers[tp]
@@ -487,7 +519,7 @@ class Worker:
         self._next_offset[tp] = committed
         self._producers[tp] = producer
 
-    async def _copartitioned_topics(self, producer: AIOKafkaProducer) -> frozenset[str]:
+    async def _copartitioned_topics(self, producer: Producer) -> frozenset[str]:
         """Output topics with as many partitions as intake: their records go to the intake
         record's partition number, the same partition the key's hash picks."""
         assert self._consumer is not None
@@ -499,9 +531,8 @@ class Worker:
                 same.add(topic)
         return frozenset(same)
 
-    async def _new_producer(self, tp: TopicPartition) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
-            **self._settings,
+    async def _new_producer(self, tp: TopicPartition) -> Producer:
+        producer = self._clients.producer(
             enable_idempotence=True,
             acks="all",
             max_request_size=self.options.max_record_bytes,
@@ -529,15 +560,15 @@ class Worker:
         self.metrics.outstanding.set(len(self.requests))
 
     def _update_lag(self) -> None:
+        """Per owned partition: the high watermark minus the next offset to decide."""
         assert self._consumer is not None
-        for tp in self._consumer.assignment():
+        for tp, next_offset in self._next_offset.items():
             high = self._consumer.highwater(tp)
             if high is None:
                 continue
-            with contextlib.suppress(KafkaError, AssertionError):
-                position = self._consumer._subscription.subscription.assignment.state_value(tp)
-                if position is not None and position.has_valid_position:
-                    self.metrics.lag.labels(str(tp.partition)).set(max(0, high - position.position))
+            label = str(tp.partition)
+            self._lag_partitions.add(label)
+            self.metrics.lag.labels(label).set(max(0, high - next_offset))
 
     async def _assign(self, partitions: set[TopicPartition]) -> None:
         assert self._consumer is not None
@@ -570,9 +601,10 @@ class Worker:
                 producer = self._producers.pop(tp, None)
                 if producer is not None:
                     await producer.stop()
-                self.metrics.lag.remove(str(tp.partition)) if str(tp.partition) in _lag_labels(
-                    self.metrics
-                ) else None
+                label = str(tp.partition)
+                if label in self._lag_partitions:
+                    self._lag_partitions.discard(label)
+                    self.metrics.lag.remove(label)
         if partitions:
             log.info("partitions revoked", extra={"partitions": sorted(p.partition for p in partitions)})
         self.metrics.ready.set(1 if self.ready() else 0)
@@ -603,11 +635,7 @@ class Worker:
         )
 
 
-def _lag_labels(metrics: Metrics) -> set[str]:
-    return {labels[0] for labels in metrics.lag._metrics}
-
-
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Listener(RebalanceListener):
     """Creates and retires the per-partition transactional producers on rebalance."""
 
     def __init__(self, worker: Worker) -> None:

@@ -23,13 +23,14 @@ import contextvars
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from toolgate._errors import ConfigError
+from toolgate.gate._batch import AcceptedView
 from toolgate.gate._records import RequestRecord, decode_request
+from toolgate.service._kafka import Consumer, KafkaClients, TopicPartition, partitions_of
 
 log = logging.getLogger("toolgate.store")
 
@@ -53,6 +54,7 @@ class RequestTable:
         max_requests: the cap; when full, the oldest inserted request is dropped
             (its results then fail closed as ``UNKNOWN_REQUEST``).
         on_full: called once each time the table goes from not full to full.
+        on_evict: called for every request dropped to make room.
     """
 
     def __init__(
@@ -60,11 +62,13 @@ class RequestTable:
         max_requests: int = 1_000_000,
         on_full: Callable[[int], None] | None = None,
         on_invalid: Callable[[], None] | None = None,
+        on_evict: Callable[[], None] | None = None,
     ) -> None:
         self.max_requests = max_requests
         self._requests: dict[str, RequestRecord] = {}
         self._on_full = on_full
         self._on_invalid = on_invalid
+        self._on_evict = on_evict
         self._full = False
         self.evicted_for_space = 0
         self.invalid_records = 0
@@ -96,6 +100,8 @@ class RequestTable:
             oldest = next(iter(self._requests))
             del self._requests[oldest]
             self.evicted_for_space += 1
+            if self._on_evict is not None:
+                self._on_evict()
             if not self._full:
                 self._full = True
                 if self._on_full is not None:
@@ -145,7 +151,12 @@ _audit_decoder = msgspec.json.Decoder(_AuditView)
 
 
 class AcceptedLedger:
-    """(request id, attempt) pairs with an accepted result, from the audit topic and this worker."""
+    """The one home of "already accepted": (request id, attempt) pairs with an accepted
+    result, from the audit topic (any worker) and this worker's committed batches.
+
+    A batch reads and extends it through its own :class:`AcceptedView` (:meth:`batch`);
+    :meth:`commit` takes the view's acceptances in once the batch's transaction committed.
+    """
 
     def __init__(self, window: timedelta = timedelta(days=1)) -> None:
         self.window = window
@@ -160,6 +171,15 @@ class AcceptedLedger:
     def record(self, request_id: str, attempt: int, decided_at: datetime) -> None:
         """Remember an accepted result."""
         self._accepted[(request_id, attempt)] = decided_at
+
+    def batch(self) -> AcceptedView:
+        """A view for deciding one batch: this ledger plus the batch's own acceptances."""
+        return AcceptedView(self)
+
+    def commit(self, view: AcceptedView, decided_at: datetime) -> None:
+        """The view's batch committed: remember what it accepted."""
+        for request_id, attempt in view.pending:
+            self.record(request_id, attempt, decided_at)
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one audit event."""
@@ -202,18 +222,18 @@ class TopicReader:
         self,
         topic: str,
         apply: Apply,
-        settings: dict[str, Any],
+        clients: KafkaClients,
         *,
         start_ms: int | None = None,
         max_records: int = 2000,
     ) -> None:
         self.topic = topic
         self._apply = apply
-        self._settings = settings
+        self._clients = clients
         self._start_ms = start_ms
         # Bounded fetches: max_records per poll keeps one poll's memory and pause short.
         self._max_records = max_records
-        self._consumer: AIOKafkaConsumer | None = None
+        self._consumer: Consumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._positions: dict[TopicPartition, int] = {}
         self._progress = asyncio.Condition()
@@ -223,8 +243,7 @@ class TopicReader:
         """Assign every partition, seek to the start point and begin reading."""
         # A short fetch wait: catch_up()'s offset lookup queues behind the reader's own long
         # poll on the same connection, and a batch waiting for a request waits for both.
-        consumer = AIOKafkaConsumer(
-            **self._settings,
+        consumer = self._clients.consumer(
             group_id=None,
             enable_auto_commit=False,
             isolation_level="read_committed",
@@ -238,13 +257,11 @@ class TopicReader:
             raise
         self._consumer = consumer
         # A group-less consumer has no metadata yet: ask for this topic's partitions.
-        cluster = await consumer._client.fetch_all_metadata()
-        partitions = cluster.partitions_for_topic(self.topic)
-        if not partitions:
+        tps = await partitions_of(self._clients, self.topic)
+        if not tps:
             await consumer.stop()
             self._consumer = None
             raise ConfigError(f"topic {self.topic!r} does not exist (run: toolgate topics ensure)")
-        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         if self._start_ms is None:
             await consumer.seek_to_beginning(*tps)

@@ -17,21 +17,20 @@ principal allowed to ``Create`` and ``Alter`` the cluster), never by these princ
 With ``allow.everyone.if.no.acl.found=false`` anything not granted here is refused.
 
 aiokafka's admin client has no ``create_acls``, so the CreateAcls and DescribeAcls
-requests (protocol v1, which Kafka 4 still serves) are sent through its client.
+requests (protocol v1, which Kafka 4 still serves) are sent as raw requests through the
+Kafka seam's admin (:meth:`toolgate.service._kafka.Admin.send`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.admin import CreateAclsRequest, DescribeAclsRequest
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError
-from toolgate.service._kafka import client_settings
+from toolgate.service._kafka import Admin, AiokafkaClients, KafkaClients
 
 # Kafka's wire codes (org.apache.kafka.common.resource / .acl).
 _RESOURCE = {"topic": 2, "group": 3, "cluster": 4, "transactional-id": 5}
@@ -147,8 +146,8 @@ def kafka_acls_commands(
     return lines
 
 
-async def _admin(config: Config, timeout_ms: int) -> Any:
-    admin = AIOKafkaAdminClient(**client_settings(config), request_timeout_ms=timeout_ms)
+async def _admin(config: Config, timeout_ms: int, clients: KafkaClients | None) -> Admin:
+    admin = (clients or AiokafkaClients(config)).admin(timeout_ms=timeout_ms)
     try:
         await admin.start()
     except BaseException:
@@ -157,7 +156,9 @@ async def _admin(config: Config, timeout_ms: int) -> Any:
     return admin
 
 
-async def apply_acls(config: Config, acls: list[Acl], *, timeout_ms: int = 30000) -> int:
+async def apply_acls(
+    config: Config, acls: list[Acl], *, timeout_ms: int = 30000, clients: KafkaClients | None = None
+) -> int:
     """Create every ACL (creating an existing one is a no-op); return how many were sent.
 
     ``config.security`` must name an administrator.
@@ -166,7 +167,7 @@ async def apply_acls(config: Config, acls: list[Acl], *, timeout_ms: int = 30000
         BrokerError: the cluster could not be reached or refused an ACL (the first refusal).
     """
     try:
-        admin = await _admin(config, timeout_ms)
+        admin = await _admin(config, timeout_ms, clients)
         try:
             for acl in acls:
                 request = CreateAclsRequest(
@@ -178,7 +179,7 @@ async def apply_acls(config: Config, acls: list[Acl], *, timeout_ms: int = 30000
                     operation=_OPERATION[acl.operation],
                     permission_type=_ALLOW,
                 )
-                response = await admin._send_request(request)
+                response = await admin.send(request)
                 for code, message in response.creation_responses:
                     if code:
                         error = for_code(code)
@@ -193,7 +194,9 @@ async def apply_acls(config: Config, acls: list[Acl], *, timeout_ms: int = 30000
     return len(acls)
 
 
-async def describe_acls(config: Config, *, timeout_ms: int = 30000) -> list[Acl]:
+async def describe_acls(
+    config: Config, *, timeout_ms: int = 30000, clients: KafkaClients | None = None
+) -> list[Acl]:
     """Every ALLOW ACL on the cluster that this module's vocabulary can name, sorted.
 
     Raises:
@@ -204,7 +207,7 @@ async def describe_acls(config: Config, *, timeout_ms: int = 30000) -> list[Acl]
     operations = {code: name for name, code in _OPERATION.items()}
     out: list[Acl] = []
     try:
-        admin = await _admin(config, timeout_ms)
+        admin = await _admin(config, timeout_ms, clients)
         try:
             request = DescribeAclsRequest(
                 resource_type=_ANY,
@@ -215,7 +218,7 @@ async def describe_acls(config: Config, *, timeout_ms: int = 30000) -> list[Acl]
                 operation=_ANY,
                 permission_type=_ANY,
             )
-            response = await admin._send_request(request)
+            response = await admin.send(request)
         finally:
             await admin.close()
     except KafkaError as exc:

@@ -15,11 +15,9 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
 from toolgate._config import Config
 from toolgate.gate._signing import Keyring
-from toolgate.service._kafka import client_settings
+from toolgate.service._kafka import AiokafkaClients, Producer
 from toolgate.tools._traffic import Sample, TrafficGenerator
 
 
@@ -30,7 +28,7 @@ async def publish(config: Config, samples: list[Sample], *, early: int = 0) -> N
     reader, so each may be accepted or, if the reader was already caught up, be
     ``UNKNOWN_REQUEST`` (tests use this; the demo does not).
     """
-    producer = AIOKafkaProducer(**client_settings(config), acks="all", linger_ms=5)
+    producer = AiokafkaClients(config).producer(acks="all", linger_ms=5)
     try:
         await producer.start()
         first, rest = samples[:early], samples[early:]
@@ -49,16 +47,15 @@ async def publish(config: Config, samples: list[Sample], *, early: int = 0) -> N
         await producer.stop()
 
 
-async def _send_result(producer: AIOKafkaProducer, config: Config, sample: Sample) -> None:
+async def _send_result(producer: Producer, config: Config, sample: Sample) -> None:
     message = sample.message
     await producer.send(config.topics.intake, message.value, key=message.key, headers=list(message.headers))
 
 
 async def collect(config: Config, request_ids: set[str], wait_seconds: float) -> dict[str, dict[str, object]]:
     """Audit events of these request ids, waiting at most ``wait_seconds`` for all of them."""
-    consumer = AIOKafkaConsumer(
+    consumer = AiokafkaClients(config).consumer(
         config.topics.audit,
-        **client_settings(config),
         group_id=None,
         isolation_level="read_committed",
         auto_offset_reset="earliest",

@@ -27,12 +27,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
-from toolgate.service._kafka import client_settings
+from toolgate.service._kafka import AiokafkaClients, partitions_of
 
 VALUE_CHARS = 4096
 
@@ -145,8 +144,8 @@ async def _scan(
         BrokerError: the cluster could not be read within ``wait_seconds``.
     """
     topic = config.topics.quarantine
-    consumer = AIOKafkaConsumer(
-        **client_settings(config),
+    clients = AiokafkaClients(config)
+    consumer = clients.consumer(
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
@@ -155,14 +154,12 @@ async def _scan(
     try:
         await consumer.start()
         async with asyncio.timeout(wait_seconds):
-            cluster = await consumer._client.fetch_all_metadata()
-            partitions = cluster.partitions_for_topic(topic)
-            if not partitions:
+            tps = await partitions_of(clients, topic)
+            if not tps:
                 raise ConfigError(
                     f"quarantine topic {topic!r} does not exist on {config.bootstrap} "
                     "(TOOLGATE_TOPIC_QUARANTINE names it)"
                 )
-            tps = [TopicPartition(topic, p) for p in sorted(partitions)]
             consumer.assign(tps)
             begins = await consumer.beginning_offsets(tps)
             ends = await consumer.end_offsets(tps)

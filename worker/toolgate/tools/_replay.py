@@ -32,17 +32,16 @@ from datetime import datetime
 from typing import TextIO
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
-from toolgate.gate._batch import decide_batch
+from toolgate.gate._batch import AcceptedView, decide_batch
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import DIAGNOSTIC_HEADERS
 from toolgate.gate._records import Message, Verdict
 from toolgate.gate._rules import Ledger
-from toolgate.service._kafka import client_settings
+from toolgate.service._kafka import AiokafkaClients, partitions_of
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 from toolgate.tools._top import scrape
 
@@ -193,8 +192,8 @@ class Progress:
 
 async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Quarantined], int]:
     """Selected quarantine records (read_committed) and how many were read in all."""
-    consumer = AIOKafkaConsumer(
-        **client_settings(config),
+    clients = AiokafkaClients(config)
+    consumer = clients.consumer(
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
@@ -208,14 +207,12 @@ async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Qu
     selected: list[Quarantined] = []
     read = 0
     try:
-        cluster = await consumer._client.fetch_all_metadata()
-        partitions = cluster.partitions_for_topic(config.topics.quarantine)
-        if not partitions:
+        tps = await partitions_of(clients, config.topics.quarantine)
+        if not tps:
             raise ConfigError(
                 f"quarantine topic {config.topics.quarantine!r} does not exist on {config.bootstrap} "
                 "(TOOLGATE_TOPIC_QUARANTINE names it)"
             )
-        tps = [TopicPartition(config.topics.quarantine, p) for p in sorted(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
@@ -248,7 +245,7 @@ async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Qu
 async def load_state(config: Config, ledger_since: datetime) -> tuple[RequestTable, AcceptedLedger]:
     """The request table and accepted ledger as the worker sees them now."""
     requests, ledger = RequestTable(), AcceptedLedger()
-    settings = client_settings(config)
+    settings = AiokafkaClients(config)
     readers = [
         TopicReader(config.topics.requests, requests.apply, settings),
         TopicReader(
@@ -300,7 +297,7 @@ def dry_run(
     records: list[Quarantined],
     gate: Gate,
     requests: RequestTable,
-    ledger: Ledger,
+    ledger: AcceptedLedger | Ledger,
     now: datetime,
     max_replays: int,
     *,
@@ -321,23 +318,19 @@ def dry_run(
             report.rows[(record.tool, record.code, "refused", "loop guard")] += 1
         else:
             eligible.append(record)
-    accepted: set[tuple[str, int]] = set()
-
-    def committed(request_id: str, attempt: int) -> bool:
-        return (request_id, attempt) in accepted or ledger(request_id, attempt)
-
+    # The ledger plus what the batches before would have accepted.
+    accepted = ledger.batch() if isinstance(ledger, AcceptedLedger) else AcceptedView(ledger)
     for start in range(0, len(eligible), chunk):
         part = eligible[start : start + chunk]
         batch = decide_batch(
             gate,
             [record.original() for record in part],
             requests.get,
-            committed,
+            accepted,
             now,
             topics=Topics(),  # nothing is sent
             max_record_bytes=_MAX_RECORD_BYTES,
         )
-        accepted |= batch.accepted
         for record, decision in zip(part, batch.decisions, strict=True):
             _count(report, record, decision.verdict)
     return report
@@ -396,7 +389,7 @@ async def replayed_accepted(config: Config, since: datetime) -> ReplayedAccepted
     """Which results an earlier replay got accepted (audit events since ``since``)."""
     found = ReplayedAccepted()
     reader = TopicReader(
-        config.topics.audit, found.apply, client_settings(config), start_ms=int(since.timestamp() * 1000)
+        config.topics.audit, found.apply, AiokafkaClients(config), start_ms=int(since.timestamp() * 1000)
     )
     try:
         await reader.start()
@@ -423,7 +416,7 @@ async def apply(
     the ``origin`` of the worker's audit event about it).
     """
     eligible = [r for r in records if r.replays < max_replays]
-    producer = AIOKafkaProducer(**client_settings(config), acks="all", enable_idempotence=True, linger_ms=5)
+    producer = AiokafkaClients(config).producer(acks="all", enable_idempotence=True, linger_ms=5)
     try:
         await producer.start()
     except BaseException:
@@ -610,7 +603,7 @@ async def follow(
             if len(found.decided) == len(wanted):
                 done.set()
 
-    reader = TopicReader(config.topics.audit, apply_event, client_settings(config), start_ms=since_ms)
+    reader = TopicReader(config.topics.audit, apply_event, AiokafkaClients(config), start_ms=since_ms)
     try:
         await reader.start()
         with contextlib.suppress(TimeoutError):

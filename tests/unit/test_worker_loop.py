@@ -1,0 +1,492 @@
+"""Every branch of the worker loop, on the in-memory Kafka (tests/fakes/kafka.py).
+
+The real-broker tests (tests/integration/test_worker.py and friends) prove the same
+scheme against Kafka; these pin each branch down without one: commit, abort with
+backoff and a new take-over, fencing, offset gaps and records from before a seek,
+a failed take-over retried before the next batch, the request wait (caught up, timed
+out, broker error), burst drain, max messages, rebalances and stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+from toolgate._config import Config, load_config
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import RequestRecord
+from toolgate.service._service import Worker, WorkerOptions
+
+from tests.fakes.kafka import FakeBroker, FakeClients, FakeRecord, partition_for
+from tests.unit.builders import NOW, message, review_request, review_value
+
+CONFIG = Config()
+T = CONFIG.topics
+PARTITIONS = 3
+
+
+def rid(i: int) -> str:
+    return f"req.loop{i:04d}"
+
+
+class World:
+    """A fake broker with toolgate's topics, and workers built on it."""
+
+    def __init__(self, partitions: int = PARTITIONS) -> None:
+        self.broker = FakeBroker(now_ms=int(NOW.timestamp() * 1000))
+        for name in (T.requests, T.intake, T.agent, T.audit):
+            self.broker.create_topic(name, partitions)
+        self.broker.create_topic(T.quarantine, 1)
+        self.clients = FakeClients(self.broker)
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await asyncio.sleep(0)
+
+    def worker(self, **options: Any) -> Worker:
+        opts: dict[str, Any] = {"handle_signals": False, "metrics_port": 0, "linger_ms": 5}
+        opts.update(options)
+        return Worker(
+            CONFIG,
+            self.gate,
+            clock=lambda: NOW,
+            options=WorkerOptions(**opts),
+            clients=self.clients,
+            sleep=self.sleep,
+        )
+
+    gate: Gate
+
+    def request(self, i: int, **changes: Any) -> None:
+        record = review_request(request_id=rid(i), **changes)
+        self.broker.append(T.requests, msgspec.json.encode(record), key=rid(i).encode())
+
+    def result(self, i: int, **data: Any) -> FakeRecord:
+        value = dict(review_value(**data), request_id=rid(i))
+        msg = message(value, key=rid(i).encode(), tg_request_id=rid(i))
+        return self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+
+    def audit(self) -> list[dict[str, Any]]:
+        return [json.loads(r.value or b"") for r in self.broker.committed_values(T.audit)]
+
+    def agent(self) -> list[dict[str, Any]]:
+        return [json.loads(r.value or b"") for r in self.broker.committed_values(T.agent)]
+
+    def codes(self) -> list[str | None]:
+        return sorted((e.get("code") or "-") for e in self.audit())
+
+
+@pytest.fixture
+def world(gate: Gate) -> World:
+    w = World()
+    w.gate = gate
+    return w
+
+
+async def until(condition: Callable[[], bool], steps: int = 20000) -> None:
+    """Let the event loop run until ``condition`` holds (bounded by loop turns, not time)."""
+    for _ in range(steps):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition not reached")
+
+
+def tid(partition: int) -> str:
+    return f"toolgate.{T.intake}.{partition}"
+
+
+class TestCommit:
+    async def test_batch_commits_outputs_and_offsets_in_one_transaction(self, world: World) -> None:
+        """Each result is decided once; agent, audit and the group offset commit together."""
+        for i in range(6):
+            world.request(i)
+            world.result(i)
+        stats = await world.worker(burst=True).run()
+        assert (stats.decided, stats.accepted, stats.aborted) == (6, 6, 0)
+        assert sorted(e["request_id"] for e in world.agent()) == [rid(i) for i in range(6)]
+        assert len(world.audit()) == 6
+        for p in range(PARTITIONS):
+            tp = TopicPartition(T.intake, p)
+            data = [r for r in world.broker.logs[T.intake][p] if not r.control]
+            if data:
+                assert world.broker.group_offsets[(CONFIG.group_id, tp)] == data[-1].offset + 1
+
+    async def test_outputs_are_copartitioned_with_intake(self, world: World) -> None:
+        """Agent and audit records go to the intake record's partition number."""
+        world.request(1)
+        record = world.result(1)
+        await world.worker(burst=True).run()
+        agent = world.broker.committed_values(T.agent)
+        assert [r.partition for r in agent] == [record.partition]
+        assert record.partition == partition_for(rid(1).encode(), PARTITIONS)
+
+    async def test_duplicate_after_commit_is_rejected(self, world: World) -> None:
+        """The ledger remembers what a committed batch accepted: a second result is a duplicate."""
+        world.request(1)
+        world.result(1)
+        worker = world.worker(burst=True, batch_size=1)
+        await worker.run()
+        assert worker.ledger("req.loop0001", 1)
+        world.result(1)
+        await world.worker(burst=True).run()  # a fresh worker restores the ledger from audit
+        assert world.codes() == ["-", "DUPLICATE_RESULT"]
+
+
+class TestAbort:
+    async def test_failed_commit_aborts_backs_off_and_takes_over_again(self, world: World) -> None:
+        """A failed commit is counted, backed off (0.1 s, doubling), and the batch decided again
+        from the committed offset by a new producer: no output of the failed attempts is visible."""
+        for i in range(3):
+            world.request(i)
+            world.result(i)
+        world.broker.fail("commit", times=2)
+        worker = world.worker(burst=True)
+        stats = await worker.run()
+        assert stats.aborted == 2
+        assert world.sleeps[:2] == [0.1, 0.2]
+        assert stats.decided == 3
+        assert sorted(e["request_id"] for e in world.agent()) == [rid(i) for i in range(3)]
+        assert worker.metrics.transactions.labels("aborted")._value.get() == 2
+        assert worker._backoff == 0.0  # reset by the next commit
+
+    async def test_backoff_is_capped(self, world: World) -> None:
+        """Consecutive failures double the wait up to 5 s."""
+        world.request(1)
+        world.result(1)
+        world.broker.fail("commit", times=8)
+        await world.worker(burst=True).run()
+        assert world.sleeps[:8] == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+
+    async def test_failure_of_the_new_take_over_is_retried_before_the_next_batch(
+        self, world: World, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Commit fails, then starting the new producer fails too: the partition stays owned
+        without a producer and is taken over before its next batch."""
+        caplog.set_level(logging.DEBUG, logger="toolgate.worker")
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.broker.fail("commit")
+        world.broker.fail("init")
+        world.request(1)
+        world.result(1)
+        await until(lambda: worker.stats.decided == 1)
+        worker.request_stop()
+        await task
+        assert len(world.agent()) == 1
+        assert any("taking the partition over again failed" in r.getMessage() for r in caplog.records)
+
+    async def test_abort_is_logged_once_per_state_change(
+        self, world: World, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Three failures in a row log one error, and the recovery one line."""
+        world.request(1)
+        world.result(1)
+        world.broker.fail("send", times=3)
+        caplog.set_level(logging.INFO, logger="toolgate.worker")
+        await world.worker(burst=True).run()
+        messages = [r.getMessage() for r in caplog.records if r.name == "toolgate.worker"]
+        assert messages.count("transaction aborted; the batch will be decided again") == 1
+        assert messages.count("transactions recovered") == 1
+
+
+class TestFencing:
+    async def test_fenced_producer_stops_deciding_its_partition(self, world: World) -> None:
+        """Another owner's producer with this partition's transactional id fences ours: the
+        batch is not committed and the partition is dropped until the next assignment."""
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.request(1)
+        partition = partition_for(rid(1).encode(), PARTITIONS)
+        world.broker.init_transactions(tid(partition))  # the new owner starts
+        world.result(1)
+        await until(lambda: worker.stats.aborted == 1)
+        assert TopicPartition(T.intake, partition) not in worker._producers
+        assert world.agent() == []
+        worker.request_stop()
+        stats = await task
+        assert stats.decided == 0
+
+
+class TestOffsets:
+    async def test_records_from_before_a_seek_are_dropped(self, world: World) -> None:
+        """A fetch that returns records below the offset to continue from decides none of them."""
+        for i in range(3):
+            world.request(i)
+        partition = partition_for(rid(0).encode(), PARTITIONS)
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        tp = TopicPartition(T.intake, partition)
+        stale = world.result(0)
+        worker._next_offset[tp] = stale.offset + 1  # as after a seek past it
+        async with worker._lock:
+            await worker._process(tp, [stale])
+        assert worker.stats.decided == 0
+        assert worker.stats.committed == 0
+        worker.request_stop()
+        await task
+
+    async def test_offset_gap_is_decided_and_logged(
+        self, world: World, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Records after a gap (aborted or compacted offsets) are decided; the gap is logged."""
+        world.request(0)
+        caplog.set_level(logging.DEBUG, logger="toolgate.worker")
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        partition = partition_for(rid(0).encode(), PARTITIONS)
+        tp = TopicPartition(T.intake, partition)
+        # An aborted transaction in intake leaves a gap of its records and its marker.
+        txn = world.broker.begin("adapter")
+        world.broker.append(T.intake, b"x", key=rid(0).encode(), txn=txn)
+        world.broker.abort("adapter", txn)
+        world.result(0)
+        await until(lambda: worker.stats.decided == 1)
+        gaps = [r for r in caplog.records if r.getMessage() == "offset gap"]
+        assert gaps
+        assert gaps[0].__dict__["partition"] == tp.partition
+        worker.request_stop()
+        await task
+
+
+class TestTakeOver:
+    async def test_failed_take_over_at_assignment_is_retried_before_the_next_batch(
+        self, world: World, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Starting a producer fails at assignment: the partition is owned, not ready, and taken
+        over before its next batch; the records in hand are dropped and read again."""
+        world.broker.fail("init")
+        worker = world.worker(burst=True)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: len(worker._producers) == PARTITIONS)
+        assert None in worker._producers.values()
+        assert not worker.ready()
+        assert worker.metrics.ready._value.get() == 0
+        for i in range(3):
+            world.request(i)
+            world.result(i)
+        stats = await task
+        assert stats.decided == 3
+        assert len(world.agent()) == 3
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert "taking over a partition failed; retried before its next batch" in warnings
+
+    async def test_take_over_failing_again_is_retried_with_backoff(self, world: World) -> None:
+        """After an abort, the take-over fails twice more: each retry is counted and backed off
+        (doubling) until the cluster answers; then the batch is decided once."""
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.broker.fail("commit")
+        world.broker.fail("init", times=2)
+        world.request(1)
+        world.result(1)
+        await until(lambda: worker.stats.decided == 1)
+        worker.request_stop()
+        stats = await task
+        assert stats.aborted == 2
+        assert world.sleeps == [0.1, 0.2]
+        assert len(world.agent()) == 1
+
+
+class TestRequestWait:
+    async def test_missing_request_waits_for_the_reader_to_catch_up(self, world: World) -> None:
+        """A result whose request the reader has not applied yet waits for it and is accepted."""
+        worker = world.worker(request_wait_seconds=30)
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.broker.stall(T.requests)
+        world.request(1)
+        before = world.broker.calls["end_offsets"]
+        world.result(1)
+        await until(lambda: world.broker.calls["end_offsets"] > before)
+        world.broker.unstall(T.requests)
+        await until(lambda: worker.stats.decided == 1)
+        assert worker.stats.accepted == 1
+        assert worker.metrics.request_waits.labels("caught_up")._value.get() == 1
+        worker.request_stop()
+        await task
+
+    async def test_reader_behind_after_the_wait_decides_unknown_request(self, world: World) -> None:
+        """The reader does not catch up in time: the result fails closed as UNKNOWN_REQUEST."""
+        worker = world.worker(request_wait_seconds=0.01)
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.broker.stall(T.requests)
+        world.request(1)
+        world.result(1)
+        await until(lambda: worker.stats.decided == 1)
+        assert world.codes() == ["UNKNOWN_REQUEST"]
+        assert worker.metrics.request_waits.labels("timeout")._value.get() == 1
+        worker.request_stop()
+        await task
+
+    async def test_broker_error_during_the_wait_decides_nothing_then_retries(self, world: World) -> None:
+        """Reading the end offsets fails: nothing is decided as unknown; the batch is retried."""
+        worker = world.worker(burst=True)
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.broker.stall(T.requests)
+        world.request(1)
+        world.broker.fail("end_offsets")
+        world.result(1)
+        await until(lambda: worker.stats.aborted == 1)
+        assert worker.stats.decided == 0
+        world.broker.unstall(T.requests)
+        stats = await task
+        assert (stats.decided, stats.accepted) == (1, 1)
+
+
+class TestStopping:
+    async def test_burst_stops_when_every_partition_is_drained(self, world: World) -> None:
+        """Burst mode returns once every owned partition is read to its last stable offset."""
+        for i in range(4):
+            world.request(i)
+            world.result(i)
+        stats = await world.worker(burst=True).run()
+        assert stats.decided == 4
+
+    async def test_burst_waits_while_another_member_owns_a_partition(self, world: World) -> None:
+        """Burst mode does not stop while another member holds some of the intake."""
+        other = world.clients.consumer(group_id=CONFIG.group_id)
+        await other.start()
+        from toolgate.service._kafka import RebalanceListener
+
+        other.subscribe([T.intake], RebalanceListener())
+        worker = world.worker(burst=True)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: bool(worker._producers) and worker.ready())
+        assert len(worker._producers) < PARTITIONS
+        assert not await worker._drained()
+        await other.stop()  # leaves: the worker gets everything and can drain
+        stats = await task
+        assert stats.decided == 0
+
+    async def test_max_messages(self, world: World) -> None:
+        """The worker returns once it has decided at least max_messages."""
+        for i in range(6):
+            world.request(i)
+            world.result(i)
+        stats = await world.worker(max_messages=2, batch_size=1).run()
+        assert 2 <= stats.decided < 6
+
+    async def test_stop_leaves_the_group_and_stops_the_producers(self, world: World) -> None:
+        """request_stop: run returns, the consumer and every producer are stopped, not ready."""
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        worker.request_stop()
+        await task
+        assert all(p.stopped for p in world.clients.producers)
+        assert not any(c.started for c in world.clients.consumers)
+        assert worker.metrics.ready._value.get() == 0
+        assert world.broker.members[CONFIG.group_id] == []
+
+    async def test_batch_in_hand_when_stopping_is_left_for_the_next_owner(self, world: World) -> None:
+        """A batch processed after stop was requested is not decided."""
+        world.request(1)
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        record = world.result(1)
+        worker.request_stop()
+        async with worker._lock:
+            await worker._process(TopicPartition(T.intake, record.partition), [record])
+        await task
+        assert worker.stats.decided == 0
+
+
+class TestRebalance:
+    async def test_partitions_move_between_workers_and_each_result_is_decided_once(
+        self, world: World
+    ) -> None:
+        """A second worker joins (partitions revoked and assigned), then leaves: every result is
+        decided exactly once, and the lag series of revoked partitions are removed."""
+        first = world.worker()
+        first_task = asyncio.create_task(first.run())
+        await until(first.ready)
+        for i in range(6):
+            world.request(i)
+            world.result(i)
+        await until(lambda: len(_lag_samples(first)) == PARTITIONS)
+        assert {s.labels["partition"] for s in _lag_samples(first)} == {"0", "1", "2"}
+        assert all(s.value == 0 for s in _lag_samples(first))
+        second = world.worker()
+        second_task = asyncio.create_task(second.run())
+        await until(lambda: second.ready() and first.ready() and world.broker.rebalances >= 2)
+        owned = {tp.partition for tp in first._producers}
+        assert 0 < len(owned) < PARTITIONS
+        assert {s.labels["partition"] for s in _lag_samples(first)} <= {str(p) for p in owned}
+        for i in range(6, 12):
+            world.request(i)
+            world.result(i)
+        await until(lambda: first.stats.decided + second.stats.decided == 12)
+        assert second.stats.decided > 0
+        second.request_stop()
+        await second_task
+        await until(lambda: len(first._producers) == PARTITIONS and first.ready())
+        first.request_stop()
+        await first_task
+        ids = sorted(e["request_id"] for e in world.agent())
+        assert ids == sorted(rid(i) for i in range(12))
+
+
+def _lag_samples(worker: Worker) -> list[Any]:
+    return [s for m in worker.metrics.lag.collect() for s in m.samples]
+
+
+class TestRequestStoreCap:
+    async def test_evictions_are_counted_and_the_hint_names_the_setting(
+        self, world: World, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """TOOLGATE_MAX_REQUESTS caps the store; each request dropped for room is counted."""
+        config = load_config(environ={"TOOLGATE_MAX_REQUESTS": "2"})
+        assert config.max_requests == 2
+        for i in range(5):
+            world.request(i)
+        worker = Worker(
+            config,
+            world.gate,
+            clock=lambda: NOW,
+            options=WorkerOptions(handle_signals=False, metrics_port=0, burst=True, linger_ms=5),
+            clients=world.clients,
+            sleep=world.sleep,
+        )
+        await worker.run()
+        assert len(worker.requests) == 2
+        assert worker.metrics.request_store_evictions._value.get() == 3
+        hints = [getattr(r, "hint", "") for r in caplog.records if r.getMessage().startswith("request store")]
+        assert hints
+        assert "TOOLGATE_MAX_REQUESTS" in hints[0]
+
+    def test_options_override_the_configuration(self, world: World) -> None:
+        """WorkerOptions.max_requests, when set, wins over the configuration."""
+        worker = world.worker(max_requests=7)
+        assert worker.requests.max_requests == 7
+        assert world.worker().requests.max_requests == CONFIG.max_requests
+
+
+def test_request_record_round_trip() -> None:
+    """The fake's request records are what the platform writes."""
+    record = review_request(request_id=rid(1))
+    assert msgspec.json.decode(msgspec.json.encode(record), type=RequestRecord) == record
+
+
+def test_kafka_error_is_the_injected_default() -> None:
+    """An injected failure without an error raises a KafkaError naming the operation."""
+    broker = FakeBroker()
+    broker.fail("commit")
+    with pytest.raises(KafkaError, match="commit"):
+        broker.check("commit")
