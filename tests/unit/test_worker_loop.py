@@ -91,13 +91,14 @@ def world(gate: Gate) -> World:
     return w
 
 
-async def until(condition: Callable[[], bool], steps: int = 20000) -> None:
-    """Let the event loop run until ``condition`` holds (bounded by loop turns, not time)."""
-    for _ in range(steps):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition not reached")
+async def until(condition: Callable[[], bool], bound_s: float = 10.0) -> None:
+    """Let the event loop run until ``condition`` holds; fail after ``bound_s``."""
+    try:
+        async with asyncio.timeout(bound_s):
+            while not condition():  # noqa: ASYNC110 - a condition on worker state, no event to wait on
+                await asyncio.sleep(0)
+    except TimeoutError:
+        raise AssertionError("condition not reached") from None
 
 
 def tid(partition: int) -> str:
@@ -490,3 +491,112 @@ def test_kafka_error_is_the_injected_default() -> None:
     broker.fail("commit")
     with pytest.raises(KafkaError, match="commit"):
         broker.check("commit")
+
+
+class TestPartitionLocalState:
+    async def test_partition_counts_must_match(self, world: World) -> None:
+        """Requests and intake with different partition counts: the worker refuses to start,
+        one line naming both topics and counts."""
+        from toolgate._errors import ConfigError
+
+        world.broker.logs[T.requests].append([])  # 4 partitions against intake's 3
+        with pytest.raises(ConfigError) as caught:
+            await world.worker(burst=True).run()
+        assert str(caught.value) == (
+            f"{T.requests} has 4 partitions and {T.intake} has 3: they must be equal "
+            "(requests are restored per intake partition)"
+        )
+
+    async def test_each_worker_holds_only_its_partitions_requests(self, world: World) -> None:
+        """Two workers: each holds the requests of the intake partitions it owns; together all."""
+        for i in range(30):
+            world.request(i)
+        first, second = world.worker(), world.worker()
+        tasks = [asyncio.create_task(first.run()), asyncio.create_task(second.run())]
+        await until(lambda: first.ready() and second.ready() and world.broker.rebalances >= 2)
+        await until(lambda: len(first.requests) + len(second.requests) == 30)
+        for worker in (first, second):
+            owned = {tp.partition for tp in worker._producers}
+            held = {partition_for(r.encode(), PARTITIONS) for r in worker.requests._requests}
+            assert held <= owned
+        assert 0 < len(first.requests) < 30
+        for worker in (first, second):
+            worker.request_stop()
+        await asyncio.gather(*tasks)
+
+    async def test_no_decision_before_the_restore_completes(self, world: World) -> None:
+        """A slow restore: the partition is not decided and /readyz says restoring until it ends."""
+        world.request(1)
+        world.result(1)
+        release = asyncio.Event()
+
+        async def slow(partitions: set[int]) -> None:
+            await release.wait()
+
+        worker = world.worker(restore_hook=slow)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: bool(worker._restoring))
+        assert not worker.ready()
+        assert worker.status() == "restoring"
+        assert worker.metrics.restoring._value.get() == PARTITIONS
+        assert worker.stats.decided == 0
+        assert world.audit() == []
+        release.set()
+        await until(lambda: worker.stats.decided == 1)
+        assert world.codes() == ["-"]  # the request was restored before deciding
+        assert worker.ready()
+        assert worker.metrics.restore_seconds._sum.get() > 0
+        worker.request_stop()
+        await task
+
+    async def test_restore_failure_is_retried_with_backoff_and_logged_once(
+        self, world: World, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The broker does not answer during restore: retried with backoff, one warning."""
+        world.request(1)
+        world.result(1)
+        injected: list[int] = []
+
+        async def outage(partitions: set[int]) -> None:
+            if not injected:
+                injected.append(1)
+                world.broker.fail("end_offsets", times=3)
+
+        stats = await world.worker(burst=True, restore_hook=outage).run()
+        assert stats.decided == 1
+        assert world.codes() == ["-"]
+        assert world.sleeps[:3] == [0.1, 0.2, 0.4]
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert warnings.count("state restore did not finish; retrying") == 1
+
+    async def test_revoked_partitions_requests_are_dropped(self, world: World) -> None:
+        """When a partition moves away, its requests leave this worker's memory."""
+        for i in range(30):
+            world.request(i)
+        first = world.worker()
+        first_task = asyncio.create_task(first.run())
+        await until(lambda: first.ready() and len(first.requests) == 30)
+        second = world.worker()
+        second_task = asyncio.create_task(second.run())
+        await until(lambda: second.ready() and first.ready() and len(first._producers) < PARTITIONS)
+        owned = {tp.partition for tp in first._producers}
+        assert {partition_for(r.encode(), PARTITIONS) for r in first.requests._requests} <= owned
+        assert len(first.requests) < 30
+        for worker, task in ((second, second_task), (first, first_task)):
+            worker.request_stop()
+            await task
+
+    async def test_result_in_the_wrong_partition_is_unknown_and_counted(self, world: World) -> None:
+        """A result written where murmur2 does not put its key (another client's partitioner)
+        fails closed as UNKNOWN_REQUEST and counts in toolgate_misrouted_results_total."""
+        world.request(1)
+        right = partition_for(rid(1).encode(), PARTITIONS)
+        value = dict(review_value(), request_id=rid(1))
+        msg = message(value, key=rid(1).encode(), tg_request_id=rid(1))
+        world.broker.append(
+            T.intake, msg.value, key=msg.key, headers=msg.headers, partition=(right + 1) % PARTITIONS
+        )
+        worker = world.worker(burst=True, request_wait_seconds=0.01)
+        await worker.run()
+        assert world.codes() == ["UNKNOWN_REQUEST"]
+        assert worker.metrics.misrouted._value.get() == 1

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.partitioner import murmur2
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError
@@ -36,6 +37,7 @@ __all__ = [
     "TopicReport",
     "client_settings",
     "ensure_topics",
+    "partition_of",
     "partitions_of",
     "topic_plan",
 ]
@@ -256,6 +258,12 @@ async def partitions_of(
     return [TopicPartition(topic, p) for p in range(found[0] if found else 0)]
 
 
+def partition_of(key: bytes, count: int) -> int:
+    """The partition the Java client's and aiokafka's default partitioner (murmur2) picks for
+    ``key`` among ``count``: where a request id's request and results must be."""
+    return int(murmur2(key) & 0x7FFFFFFF) % count
+
+
 @dataclass
 class TopicReport:
     """What ``ensure_topics`` did."""
@@ -272,7 +280,8 @@ def topic_plan(config: Config) -> list[NewTopic]:
     # the latest record per outstanding request and drops finished ones.
     compacted = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
     return [
-        NewTopic(t.requests, p.requests, rf, topic_configs=compacted),
+        # Co-partitioned with intake: a worker restores only its intake partitions' requests.
+        NewTopic(t.requests, p.intake, rf, topic_configs=compacted),
         NewTopic(t.intake, p.intake, rf),
         NewTopic(t.agent, p.agent, rf),
         NewTopic(t.quarantine, p.quarantine, rf),

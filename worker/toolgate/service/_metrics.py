@@ -109,6 +109,23 @@ class Metrics:
             ["partition"],
             registry=r,
         )
+        self.restore_seconds = Histogram(
+            "toolgate_state_restore_seconds",
+            "Time to restore an assigned intake partition's state (its requests) before deciding it.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=r,
+        )
+        self.restoring = Gauge(
+            "toolgate_state_restoring_partitions",
+            "Assigned intake partitions whose state is being restored (not decided meanwhile).",
+            registry=r,
+        )
+        self.misrouted = Counter(
+            "toolgate_misrouted_results",
+            "Results with no known request that sit in another intake partition than the default "
+            "(murmur2) partitioner puts their key: the adapter's client partitions differently.",
+            registry=r,
+        )
         self.ready = Gauge(
             "toolgate_ready", "1 when partitions are assigned and transactions work.", registry=r
         )
@@ -207,7 +224,15 @@ class Metrics:
 class HealthServer:
     """``/metrics``, ``/healthz`` (process alive) and ``/readyz`` (ready to decide) on one port."""
 
-    def __init__(self, metrics: Metrics, host: str, port: int, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        host: str,
+        port: int,
+        ready: Callable[[], bool],
+        status: Callable[[], str] | None = None,
+    ) -> None:
+        self._status = status
         self.metrics = metrics
         self.host = host
         self.port = port
@@ -242,7 +267,8 @@ class HealthServer:
             elif path == "/readyz":
                 ok = self._ready()
                 status = "200 OK" if ok else "503 Service Unavailable"
-                body, ctype = (b"ready\n" if ok else b"not ready\n"), "text/plain"
+                why = self._status() if self._status is not None and not ok else "not ready"
+                body, ctype = (b"ready\n" if ok else why.encode() + b"\n"), "text/plain"
             else:
                 status, body, ctype = "404 Not Found", b"not found\n", "text/plain"
             writer.write(

@@ -34,6 +34,7 @@ from typing import Any
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from toolgate._config import Config
+from toolgate._errors import ConfigError
 from toolgate.gate._batch import ShadowSampler, decide_batch
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
@@ -45,6 +46,8 @@ from toolgate.service._kafka import (
     Producer,
     RebalanceListener,
     TopicPartition,
+    partition_of,
+    partitions_of,
 )
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
@@ -81,6 +84,12 @@ class WorkerOptions:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # None: from the configuration; 0: any free port
     max_record_bytes: int = 1024 * 1024
+    # Each worker restores and holds only the requests of the intake partitions it owns
+    # (requests co-partitioned with intake); False: every worker reads the whole topic.
+    partition_local: bool = True
+    restore_wait_seconds: float = 30.0  # one restore attempt; retried with backoff after it
+    # Test knob: awaited before each restore attempt with the partitions (a slow restore).
+    restore_hook: Callable[[set[int]], Awaitable[None]] | None = None
     shadow_audit_per_minute: int = 60  # sampled shadow disagreements per contract version
     # Decision spans (toolgate.service._tracing); None: from the OTEL_* variables (off by default).
     tracer: DecisionTracer | None = None
@@ -153,6 +162,8 @@ class Worker:
         self._next_offset: dict[TopicPartition, int] = {}
         self._consumer: Consumer | None = None
         self._lag_partitions: set[str] = set()  # the partition labels of the lag gauge
+        self._restoring: set[int] = set()  # intake partitions whose state is being restored
+        self._intake_count = 0
         self._request_reader: TopicReader | None = None
         self._audit_reader: TopicReader | None = None
         self._health: HealthServer | None = None
@@ -199,7 +210,16 @@ class Worker:
 
     def ready(self) -> bool:
         """Assigned at least one partition, all taken over, and the last transaction did not fail."""
-        return bool(self._producers) and None not in self._producers.values() and not self._txn_failing
+        return (
+            bool(self._producers)
+            and None not in self._producers.values()
+            and not self._txn_failing
+            and not self._restoring
+        )
+
+    def status(self) -> str:
+        """What ``/readyz`` says when not ready."""
+        return "restoring" if self._restoring else "not ready"
 
     def request_stop(self) -> None:
         """Finish the batch in hand, commit it, leave the group and return from :meth:`run`."""
@@ -228,6 +248,7 @@ class Worker:
             self.options.metrics_host,
             self.config.metrics_port if port is None else port,
             self.ready,
+            self.status,
         )
         await self._health.start()
         try:
@@ -244,19 +265,98 @@ class Worker:
 
     async def _start_readers(self) -> None:
         topics = self.config.topics
-        self._request_reader = TopicReader(topics.requests, self.requests.apply, self._clients)
+        local = self.options.partition_local
+        if local:
+            await self._check_copartitioned()
+        self._request_reader = TopicReader(topics.requests, self.requests.apply, self._clients, owned=local)
         since = self.clock() - self.options.ledger_window
         self._audit_reader = TopicReader(
             topics.audit, self.ledger.apply, self._clients, start_ms=int(since.timestamp() * 1000)
         )
         await self._request_reader.start()
         await self._audit_reader.start()
-        await self._request_reader.catch_up(60)
+        if not local:
+            await self._request_reader.catch_up(60)
         await self._audit_reader.catch_up(60)
         log.info("state loaded", extra={"requests": len(self.requests), "accepted": len(self.ledger)})
         # Everything alive now (contracts, compiled schemas, the loaded state) lives as long
         # as the process: keep it out of the collector's generations and its pauses.
         gc.freeze()
+
+    def _lookup(self, tp: TopicPartition, records: list[Any]) -> Callable[[str], Any]:
+        """The request lookup for a batch of ``tp``: a result in another intake partition than
+        the default (murmur2) partitioner puts its key has no request here, whichever worker
+        holds it (an adapter whose client partitions differently): it fails closed as
+        ``UNKNOWN_REQUEST`` on every worker alike, and is counted."""
+        count = self._intake_count
+        if not count:
+            return self.requests.get
+        misrouted = {
+            request_key(r.key) for r in records if r.key and partition_of(r.key, count) != tp.partition
+        }
+        if not misrouted:
+            return self.requests.get
+        self.metrics.misrouted.inc(len(misrouted))
+        get = self.requests.get
+        return lambda request_id: None if request_id in misrouted else get(request_id)
+
+    async def _check_copartitioned(self) -> None:
+        """Requests and intake must have the same partition count (a request id's request and
+        results then sit in the same partition number)."""
+        topics = self.config.topics
+        requests = len(await partitions_of(self._clients, topics.requests))
+        intake = len(await partitions_of(self._clients, topics.intake))
+        if requests != intake:
+            raise ConfigError(
+                f"{topics.requests} has {requests} partitions and {topics.intake} has {intake}: "
+                "they must be equal (requests are restored per intake partition)"
+            )
+        self._intake_count = intake
+
+    async def _restore(self, partitions: set[int]) -> None:
+        """Read the owned partitions' requests up to the end offsets read now, before deciding
+        them; retried with backoff while the cluster does not answer (logged once per change)."""
+        reader = self._request_reader
+        if not partitions or reader is None or not self.options.partition_local:
+            return
+        self._restoring |= partitions
+        self.metrics.restoring.set(len(self._restoring))
+        self.metrics.ready.set(0)
+        started = time.perf_counter()
+        failing = False
+        backoff = 0.0
+        while not self._stop.is_set():
+            try:
+                if self.options.restore_hook is not None:
+                    await self.options.restore_hook(partitions)
+                await reader.own(partitions)
+                if await reader.restore(partitions, self.options.restore_wait_seconds):
+                    break
+                error = f"not restored within {self.options.restore_wait_seconds:g} s"
+            except KafkaError as exc:
+                error = repr(exc)[:300]
+            if not failing:
+                failing = True
+                log.warning(
+                    "state restore did not finish; retrying",
+                    extra={"partitions": sorted(partitions), "error": error},
+                )
+            backoff = min(max(backoff * 2, 0.1), 5.0)
+            await self._sleep(backoff)
+        seconds = time.perf_counter() - started
+        for _ in partitions:
+            self.metrics.restore_seconds.observe(seconds)
+        self._restoring -= partitions
+        self.metrics.restoring.set(len(self._restoring))
+        log.info(
+            "state restored",
+            extra={
+                "partitions": sorted(partitions),
+                "requests": len(self.requests),
+                "seconds": round(seconds, 3),
+                "recovered": failing,
+            },
+        )
 
     async def _consume(self) -> None:
         consumer = self._clients.consumer(
@@ -361,7 +461,8 @@ class Worker:
                     "offset gap",
                     extra={"partition": tp.partition, "expected": expected, "got": records[0].offset},
                 )
-        if any(self.requests.get(request_key(r.key)) is None for r in records):
+        lookup = self._lookup(tp, records)
+        if any(lookup(request_key(r.key)) is None for r in records):
             assert self._request_reader is not None
             try:
                 caught_up = await self._request_reader.catch_up(self.options.request_wait_seconds)
@@ -385,7 +486,7 @@ class Worker:
         batch = decide_batch(
             self.gate,
             messages,
-            self.requests.get,
+            lookup,
             view,
             now,
             topics=self.config.topics,
@@ -583,6 +684,7 @@ class Worker:
                         "taking over a partition failed; retried before its next batch",
                         extra={"partition": tp.partition, "error": repr(exc)[:300]},
                     )
+            await self._restore({tp.partition for tp in partitions})
             if partitions and self._audit_reader is not None:
                 # Results the previous owner accepted must be in the ledger before we decide.
                 try:
@@ -605,6 +707,13 @@ class Worker:
                 if label in self._lag_partitions:
                     self._lag_partitions.discard(label)
                     self.metrics.lag.remove(label)
+            gone = {tp.partition for tp in partitions}
+            if gone and self.options.partition_local and self._request_reader is not None:
+                with contextlib.suppress(KafkaError):
+                    await self._request_reader.disown(gone)
+                self.requests.drop_partitions(gone, self._intake_count)
+                self._restoring -= gone
+                self.metrics.restoring.set(len(self._restoring))
         if partitions:
             log.info("partitions revoked", extra={"partitions": sorted(p.partition for p in partitions)})
         self.metrics.ready.set(1 if self.ready() else 0)

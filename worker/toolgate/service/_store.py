@@ -30,7 +30,7 @@ import msgspec
 from toolgate._errors import ConfigError
 from toolgate.gate._batch import AcceptedView
 from toolgate.gate._records import RequestRecord, decode_request
-from toolgate.service._kafka import Consumer, KafkaClients, TopicPartition, partitions_of
+from toolgate.service._kafka import Consumer, KafkaClients, TopicPartition, partition_of, partitions_of
 
 log = logging.getLogger("toolgate.store")
 
@@ -79,6 +79,16 @@ class RequestTable:
 
     def __len__(self) -> int:
         return len(self._requests)
+
+    def drop_partitions(self, partitions: set[int], count: int) -> int:
+        """Forget the requests whose key the default partitioner puts in ``partitions`` of
+        ``count`` (a revoked intake partition's requests); return how many."""
+        doomed = [rid for rid in self._requests if partition_of(rid.encode(), count) in partitions]
+        for rid in doomed:
+            del self._requests[rid]
+        if self._full and len(self._requests) < self.max_requests:
+            self._full = False
+        return len(doomed)
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one record of the requests topic (a tombstone ends the request)."""
@@ -226,8 +236,13 @@ class TopicReader:
         *,
         start_ms: int | None = None,
         max_records: int = 2000,
+        owned: bool = False,
     ) -> None:
         self.topic = topic
+        # owned: start with no partition; the owner adds and removes partitions (own()/disown()).
+        self._owned = owned
+        self._assign_lock = asyncio.Lock()
+        self._has_partitions = asyncio.Event()
         self._apply = apply
         self._clients = clients
         self._start_ms = start_ms
@@ -262,6 +277,10 @@ class TopicReader:
             await consumer.stop()
             self._consumer = None
             raise ConfigError(f"topic {self.topic!r} does not exist (run: toolgate topics ensure)")
+        if self._owned:
+            self._task = asyncio.create_task(self._run(), name=f"reader:{self.topic}")
+            return
+        self._has_partitions.set()
         consumer.assign(tps)
         if self._start_ms is None:
             await consumer.seek_to_beginning(*tps)
@@ -281,7 +300,9 @@ class TopicReader:
         assert self._consumer is not None
         consumer = self._consumer
         while True:
-            batches = await consumer.getmany(timeout_ms=200, max_records=self._max_records)
+            await self._has_partitions.wait()
+            async with self._assign_lock:
+                batches = await consumer.getmany(timeout_ms=200, max_records=self._max_records)
             for records in batches.values():
                 for record in records:
                     reading.set((record.topic, record.partition, record.offset))
@@ -289,9 +310,52 @@ class TopicReader:
                     self.applied += 1
                 reading.set(None)
             async with self._progress:
-                for tp in self._positions:
-                    self._positions[tp] = await consumer.position(tp)
+                for tp in list(self._positions):
+                    if tp in consumer.assignment():
+                        self._positions[tp] = await consumer.position(tp)
                 self._progress.notify_all()
+
+    async def own(self, partitions: set[int]) -> None:
+        """Read these partitions too, from their beginning (owned mode)."""
+        assert self._consumer is not None
+        consumer = self._consumer
+        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        new = [tp for tp in tps if tp not in self._positions]
+        if not new:
+            return
+        async with self._assign_lock:
+            consumer.assign(sorted(set(self._positions) | set(new)))
+            await consumer.seek_to_beginning(*new)
+            for tp in new:
+                self._positions[tp] = await consumer.position(tp)
+        self._has_partitions.set()
+
+    async def disown(self, partitions: set[int]) -> None:
+        """Stop reading these partitions (owned mode)."""
+        assert self._consumer is not None
+        gone = {TopicPartition(self.topic, p) for p in partitions}
+        async with self._assign_lock:
+            for tp in gone:
+                self._positions.pop(tp, None)
+            self._consumer.assign(sorted(self._positions))
+            if not self._positions:
+                self._has_partitions.clear()
+
+    async def restore(self, partitions: set[int], wait_seconds: float) -> bool:
+        """Wait until these partitions are applied up to their end offsets read now; False on timeout."""
+        assert self._consumer is not None
+        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        targets = await self._consumer.end_offsets(tps)
+
+        def reached() -> bool:
+            return all(self._positions.get(tp, 0) >= end for tp, end in targets.items())
+
+        async with self._progress:
+            try:
+                await asyncio.wait_for(self._progress.wait_for(reached), wait_seconds)
+            except TimeoutError:
+                return False
+        return True
 
     async def catch_up(self, wait_seconds: float) -> bool:
         """Wait until everything written before now has been applied; False on timeout."""
