@@ -403,9 +403,8 @@ def _in_place(root: Any, node: Any) -> list[dict[str, Any]]:
     return found
 
 
-def _integer_typed(schema: Any, tokens: Pointer, *, items: bool) -> bool:
-    """Whether some subschema at ``tokens`` (or its array items) says ``type: integer``
-    and none there allows other numbers."""
+def _types_at(schema: Any, tokens: Pointer, *, items: bool = False) -> set[str]:
+    """The ``type`` names of the subschemas at ``tokens`` (or of their array items)."""
     level = _in_place(schema, schema)
     for token in tokens:
         below: list[dict[str, Any]] = []
@@ -428,6 +427,13 @@ def _integer_typed(schema: Any, tokens: Pointer, *, items: bool) -> bool:
             types.add(kind)
         elif isinstance(kind, list):
             types.update(k for k in kind if isinstance(k, str))
+    return types
+
+
+def _integer_typed(schema: Any, tokens: Pointer, *, items: bool) -> bool:
+    """Whether the subschemas at ``tokens`` (or its array items) say integer and none
+    there allows other numbers."""
+    types = _types_at(schema, tokens, items=items)
     return "integer" in types and "number" not in types
 
 
