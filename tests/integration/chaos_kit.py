@@ -401,7 +401,9 @@ def owned_partitions(log: Path) -> set[int]:
                 continue
             with contextlib.suppress(ValueError):
                 event = json.loads(line)
-                partitions = set(json.loads(event.get("partitions", "[]")))
+                raw = event.get("partitions", [])
+                # A list in the JSON log line (older log lines held it as JSON text).
+                partitions = set(json.loads(raw) if isinstance(raw, str) else raw)
                 if event.get("event") == "partitions assigned":
                     owned |= partitions
                 elif event.get("event") == "partitions revoked":
