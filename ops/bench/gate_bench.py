@@ -23,6 +23,10 @@ Cases:
   ``schema`` stage (the reject path: error search, masking, failure envelope);
 * the same at about 20 KB, on a contract written by this script into a temporary
   folder (``review_status`` cannot carry 20 KB);
+* after the table, the worst case per bundled contract: inputs as large as its
+  ``max_bytes`` allows, of the shapes that cost most (one long string, an array of
+  numbers, nesting to the depth limit, whitespace padding, a long text line), and
+  the slowest one's median time: what one message can cost at most;
 * ``gate, python-jsonschema``: the gate with each contract's validator replaced
   by python-jsonschema (``Draft202012Validator`` with its format checker), through
   an adapter with ``is_valid`` and ``iter_errors``. Only the contract schema is
@@ -658,11 +662,73 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(result, indent=2))
         else:
             print_table(result)
+        if not args.json:
+            print_worst_cases(args.repeat)
         if args.profile:
             for case in cases:
                 if case.name.startswith("gate") and "python" not in case.name:
                     profile(case, args.profile)
     return 0
+
+
+def worst_inputs(contract: Contract) -> Iterator[tuple[str, bytes]]:
+    """Inputs as large as ``contract`` allows (its max_bytes), of the shapes that cost most:
+    the whole value one string, one array of numbers, objects nested to the depth limit,
+    an accepted-looking envelope padded with whitespace; for a text contract, one long line."""
+    size = contract.spec.limits.max_bytes
+    if contract.spec.content_type == "text/plain":
+        yield "one long line", b"a" * size
+        yield "almost matching", b"a" * (size - 1) + b"!"
+        return
+    head = (
+        b'{"tool":"%s","request_id":"req.worst0001","outcome":"success","data":' % contract.spec.tool.encode()
+    )
+    room = size - len(head) - 1
+    for field in ("x", *(tokens[-1] for _, tokens in contract.data_projection)):
+        yield (
+            f"string in data.{field}",
+            head + b'{"' + field.encode() + b'":"' + b"a" * (room - len(field) - 7) + b'"}}',
+        )
+    numbers = b",".join([b"1"] * ((room - 2) // 2))
+    yield "array of numbers", head + b"[" + numbers + b"]}"
+    depth = contract.spec.limits.max_depth - 2
+    yield "nested to the depth limit", head + b'{"a":' * depth + b"1" + b"}" * depth + b"}"
+    body = head + b'{"a":1}}'
+    yield "padded with whitespace", body[:-1] + b" " * (size - len(body)) + b"}"
+
+
+def print_worst_cases(repeat: int) -> None:
+    """The slowest decision per bundled contract over inputs of its max_bytes: what one
+    message can cost at most (median of ``repeat`` runs of each input)."""
+    contracts = ContractSet.load(ROOT / "contracts")
+    gate = Gate(contracts)
+    now = datetime.fromisoformat("2026-05-01T12:00:00+00:00")
+    print("\nworst case per bundled contract (inputs of max_bytes; median of", repeat, "runs)")
+    print(f"{'contract':<22} {'max_bytes':>9} {'worst input':<28} {'us':>10}  stage/code")
+    for contract in contracts:
+        worst: tuple[float, str, str] = (0.0, "", "")
+        for name, raw in worst_inputs(contract):
+            headers = [
+                ("tg-tool", contract.spec.tool.encode()),
+                ("tg-request-id", b"req.worst0001"),
+                ("tg-adapter-version", contract.spec.adapter_versions[0].replace("*", "0").encode()),
+            ]
+            if contract.spec.content_type == "text/plain":
+                headers.append(("tg-content-type", b"text/plain"))
+            message = Message(key=b"req.worst0001", value=raw, headers=headers)
+            forced = contract if contract.spec.status != "active" else None
+            samples = []
+            for _ in range(repeat):
+                started = time.perf_counter()
+                verdict = gate.evaluate(message, None, now, contract=forced)
+                samples.append(time.perf_counter() - started)
+            seconds = statistics.median(samples)
+            if seconds > worst[0]:
+                worst = (seconds, name, f"{verdict.stage}/{verdict.code}")
+        print(
+            f"{contract.key:<22} {contract.spec.limits.max_bytes:>9} {worst[1]:<28} "
+            f"{worst[0] * 1e6:>10.1f}  {worst[2]}"
+        )
 
 
 def profile(case: Case, times: int) -> None:
