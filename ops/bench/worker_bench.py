@@ -161,6 +161,7 @@ rules:
     pointer: /data/observed_at
     max_age_seconds: 86400
     max_future_skew_seconds: 60
+    issued_skew_seconds: 60
 projection:
   - /data/query
   - /data/project
