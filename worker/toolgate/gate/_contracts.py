@@ -255,16 +255,25 @@ def _refuse_retrieval(uri: str) -> Any:
     raise ValueError(f"remote and file $ref are refused: {uri}")
 
 
+def _compile_options() -> dict[str, Any]:
+    return {
+        "validate_formats": True,
+        "ignore_unknown_formats": False,
+        "retriever": _refuse_retrieval,
+        "mask": MASK,
+        "pattern_options": jsonschema_rs.RegexOptions(),
+    }
+
+
 def compile_schema(schema: dict[str, Any]) -> Any:
     """Compile a schema the one way toolgate allows (see the module docstring)."""
-    return jsonschema_rs.Draft202012Validator(
-        schema,
-        validate_formats=True,
-        ignore_unknown_formats=False,
-        retriever=_refuse_retrieval,
-        mask=MASK,
-        pattern_options=jsonschema_rs.RegexOptions(),
-    )
+    return jsonschema_rs.Draft202012Validator(schema, **_compile_options())
+
+
+def compile_subschemas(schema: dict[str, Any]) -> Any:
+    """Every subschema of a Draft 2020-12 ``schema`` compiled with :func:`compile_schema`'s
+    options: a ``jsonschema_rs.ValidatorMap`` keyed by URI-fragment JSON pointer."""
+    return jsonschema_rs.validator_map_for(schema, **_compile_options())
 
 
 class Contract:

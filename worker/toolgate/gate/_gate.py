@@ -47,6 +47,7 @@ from toolgate.gate._contracts import (
     Limits,
     serves,
 )
+from toolgate.gate._first_error import Branches, branches_for, reference_error
 from toolgate.gate._mcp import read_result
 from toolgate.gate._parse import extract_text, parse_json
 from toolgate.gate._project import Projector, failure
@@ -244,7 +245,7 @@ class Gate:
         """``schema``: the contract's Draft 2020-12 schema."""
         known.stage = "schema"
         if not plan.validator.is_valid(envelope):
-            raise _schema_rejection(plan.validator, envelope, plan.declared_names)
+            raise _schema_rejection(plan, envelope)
 
     def correlate(
         self, known: _Known, plan: _Plan, envelope: Any, request: RequestRecord | None, now: datetime
@@ -386,6 +387,7 @@ class _Plan:
     """What the gate reads from one contract's spec on every message, gathered once."""
 
     __slots__ = (
+        "_branches",
         "content_type",
         "declared_names",
         "key",
@@ -394,6 +396,7 @@ class _Plan:
         "mcp",
         "retired",
         "retryable_codes",
+        "schema",
         "text_regex",
         "tool",
         "validator",
@@ -411,8 +414,19 @@ class _Plan:
         self.text_regex = contract.text_regex
         self.mcp = spec.mcp
         self.validator = contract.validator
+        self.schema = contract.schema
         self.retryable_codes = contract.retryable_codes
         self.declared_names = contract.declared_names
+        self._branches: Branches | bool | None = False  # False: not built yet
+
+    def branches(self) -> Branches | None:
+        """The per-branch validators for a rejection's first error (built on the first
+        rejection; None where the schema's shape or the validator does not allow them)."""
+        if self._branches is False:
+            compiled = isinstance(self.validator, jsonschema_rs.Validator)
+            self._branches = branches_for(self.schema) if compiled else None
+        assert self._branches is not True
+        return self._branches
 
 
 def rejection(
@@ -538,26 +552,17 @@ def _attempt(text: str, request: RequestRecord) -> int:
     return attempt
 
 
-def _schema_rejection(validator: Any, envelope: Any, declared: frozenset[str]) -> RejectedInput:
-    """The most useful violation, masked: the branch of a ``oneOf`` the envelope meant."""
-    # validate() stops at the first error; iter_errors() would build every error first,
-    # which for a large invalid array costs time per element, not per message.
-    error: Any = None
-    try:
-        validator.validate(envelope)
-    except ValueError as first:  # jsonschema_rs.ValidationError is a ValueError
-        error = first
-    while error is not None:
-        branches = getattr(error.kind, "context", None)
-        if not branches:
-            break
-        best = min(branches, key=lambda errs: (_misses_outcome(errs), len(errs)))
-        if not best:
-            break
-        error = best[0]
-    if error is None:  # is_valid and iter_errors disagree: never accept on that
+def _schema_rejection(plan: _Plan, envelope: Any) -> RejectedInput:
+    """The most useful violation, masked: the branch of a ``oneOf`` the envelope meant
+    (:mod:`toolgate.gate._first_error`)."""
+    branches = plan.branches()
+    found = None if branches is None else branches.first_error(envelope)
+    if found is None:
+        found = reference_error(plan.validator, envelope)
+    if found is None:  # is_valid and validate disagree: never accept on that
         return RejectedInput("schema", "SCHEMA_VIOLATION", "schema violation")
-    keyword = str(error.schema_path[-1]) if error.schema_path else ""
+    error, schema_path = found
+    keyword = str(schema_path[-1]) if schema_path else ""
     message = error.message
     if keyword in ("additionalProperties", "unevaluatedProperties", "propertyNames"):
         message = "unexpected property (name masked)"
@@ -565,14 +570,10 @@ def _schema_rejection(validator: Any, envelope: Any, declared: frozenset[str]) -
         "schema",
         "SCHEMA_VIOLATION",
         message,
-        instance_path=_instance_pointer(error.instance_path, declared),
-        schema_path=_json_pointer(error.schema_path),
+        instance_path=_instance_pointer(error.instance_path, plan.declared_names),
+        schema_path=_json_pointer(schema_path),
         keyword=keyword,
     )
-
-
-def _misses_outcome(errors: Sequence[jsonschema_rs.ValidationError]) -> bool:
-    return any(list(e.instance_path) == ["outcome"] for e in errors)
 
 
 def _instance_pointer(path: Sequence[str | int], declared: frozenset[str]) -> str:
