@@ -600,3 +600,35 @@ class TestPartitionLocalState:
         await worker.run()
         assert world.codes() == ["UNKNOWN_REQUEST"]
         assert worker.metrics.misrouted._value.get() == 1
+
+    async def test_ledger_is_caught_up_before_deciding_an_assigned_partition(self, world: World) -> None:
+        """What the previous owner accepted (audit) must be in the ledger before the partition is
+        decided: while the audit reader lags, restore retries and nothing is decided; then the
+        repeated result is a DUPLICATE_RESULT."""
+        world.request(1)
+        world.result(1)
+        stalled: list[int] = []
+
+        async def previous_owner_accepted(partitions: set[int]) -> None:
+            if not stalled:
+                stalled.append(1)
+                event = {
+                    "kind": "decision",
+                    "request_id": rid(1),
+                    "outcome": "success",
+                    "attempt": 1,
+                    "decided_at": NOW.isoformat(),
+                }
+                world.broker.stall(T.audit)
+                world.broker.append(T.audit, json.dumps(event).encode(), key=rid(1).encode())
+
+        worker = world.worker(restore_hook=previous_owner_accepted, restore_wait_seconds=0.01)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: len(world.sleeps) >= 2)
+        assert worker.stats.decided == 0
+        assert worker.status() == "restoring"
+        world.broker.unstall(T.audit)
+        await until(lambda: worker.stats.decided == 1)
+        worker.request_stop()
+        await task
+        assert [e.get("code") for e in world.audit() if e.get("tool")] == ["DUPLICATE_RESULT"]

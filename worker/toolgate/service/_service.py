@@ -330,9 +330,14 @@ class Worker:
                 if self.options.restore_hook is not None:
                     await self.options.restore_hook(partitions)
                 await reader.own(partitions)
-                if await reader.restore(partitions, self.options.restore_wait_seconds):
+                wait = self.options.restore_wait_seconds
+                # The requests of these partitions, and the accepted ledger (results the previous
+                # owner accepted), both up to the end offsets read now.
+                if await reader.restore(partitions, wait) and (
+                    self._audit_reader is None or await self._audit_reader.catch_up(wait)
+                ):
                     break
-                error = f"not restored within {self.options.restore_wait_seconds:g} s"
+                error = f"not restored within {wait:g} s"
             except KafkaError as exc:
                 error = repr(exc)[:300]
             if not failing:
@@ -685,7 +690,7 @@ class Worker:
                         extra={"partition": tp.partition, "error": repr(exc)[:300]},
                     )
             await self._restore({tp.partition for tp in partitions})
-            if partitions and self._audit_reader is not None:
+            if partitions and self._audit_reader is not None and not self.options.partition_local:
                 # Results the previous owner accepted must be in the ledger before we decide.
                 try:
                     await self._audit_reader.catch_up(30)
