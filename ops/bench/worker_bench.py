@@ -262,11 +262,23 @@ SCHEMA: dict[str, Any] = {
 ITEMS = 8  # about 1 KB per result
 
 
-def write_contract(root: Path) -> Path:
-    """Write ``bench_listing/v1`` under ``root``; return ``root`` (the contracts folder)."""
+# Contract fields an earlier checkout (--baseline-worktree) does not know: left out of its copy.
+NEWER_FIELDS = ("issued_skew_seconds",)
+
+
+def write_contract(root: Path, *, baseline: bool = False) -> Path:
+    """Write ``bench_listing/v1`` under ``root``; return ``root`` (the contracts folder).
+
+    ``baseline``: without the fields of :data:`NEWER_FIELDS`, for an earlier checkout.
+    """
     folder = root / TOOL / "v1"
     folder.mkdir(parents=True)
-    (folder / "contract.yaml").write_text(CONTRACT_YAML)
+    text = CONTRACT_YAML
+    if baseline:
+        text = "".join(
+            line for line in text.splitlines(True) if line.split(":")[0].strip() not in NEWER_FIELDS
+        )
+    (folder / "contract.yaml").write_text(text)
     (folder / "schema.json").write_text(json.dumps(SCHEMA, indent=1))
     return root
 
@@ -981,11 +993,15 @@ class Bench:
             script, cwd = self.baseline / "ops" / "bench" / "worker_bench.py", self.baseline
             t = config.topics
             spec["variant"] = "worker"
+            baseline_contracts = self.tmp / "baseline-contracts"
+            if not baseline_contracts.exists():
+                write_contract(baseline_contracts, baseline=True)
+            spec["contracts_dir"] = str(baseline_contracts)
             spec["config"] = {
                 "bootstrap": config.bootstrap,
                 "client_id": config.client_id,
                 "group_id": config.group_id,
-                "contracts_dir": config.contracts_dir,
+                "contracts_dir": str(baseline_contracts),
                 "topics": {
                     "requests": t.requests,
                     "intake": t.intake,
