@@ -121,14 +121,15 @@ def exported() -> dict[str, set[str]]:
     """Sample name -> label names, for every sample a worker's /metrics serves.
 
     A fresh ``Metrics`` initialised with the bundled contracts (as the worker does at
-    start-up), with one decision and one partition's lag so every labelled metric has
-    a series.
+    start-up), with one decision, one partition's lag and one partition's restore so every
+    labelled metric has a series.
     """
     metrics = Metrics()
     contracts = ContractSet.load(CONTRACTS)
     metrics.initialise([(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in contracts])
     metrics.decided("review_status", "rejected", "parse", "DUPLICATE_KEY", 100, 1e-6)
     metrics.lag.labels("0").set(0)
+    metrics.restore_last.labels("0").set(0.1)
     out: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
         if not family.samples:

@@ -17,6 +17,7 @@ import json
 import shutil
 import subprocess
 import uuid
+import zlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import anyio
 import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -170,11 +172,14 @@ async def test_kcat_produces_an_mcp_result_and_reads_the_agent_envelope(
     trace_id = uuid.uuid4().hex
     wire, _sdk = await mcp_kit.call("ok")
     broker = ["-b", cfg.bootstrap]
-    _kcat(*broker, "-P", "-t", cfg.topics.requests, "-k", request_id, stdin=_request(request_id))
+    # librdkafka's default partitioner is not Kafka's murmur2: producers of requests and results
+    # pick it explicitly, as the README tells adapter authors (requests are co-partitioned).
+    producer = [*broker, "-X", "partitioner=murmur2_random"]
+    _kcat(*producer, "-P", "-t", cfg.topics.requests, "-k", request_id, stdin=_request(request_id))
     header_args = [f"{name}={value.decode()}" for name, value in _headers(request_id, None)]
     header_args.append(f"traceparent=00-{trace_id}-b7ad6b7169203331-01")
     _kcat(
-        *broker,
+        *producer,
         "-P",
         "-t",
         cfg.topics.intake,
@@ -202,3 +207,49 @@ async def test_kcat_produces_an_mcp_result_and_reads_the_agent_envelope(
     assert envelope == {"tool": TOOL, "request_id": request_id, "outcome": "success", "data": mcp_kit.GOOD}
     headers = dict(zip(line["headers"][::2], line["headers"][1::2], strict=True))
     assert headers["traceparent"].split("-")[1] == trace_id
+
+
+def _partitions(topic: str, bootstrap: str) -> int:
+    meta = json.loads(_kcat("-b", bootstrap, "-L", "-t", topic, "-J"))
+    (entry,) = meta["topics"]
+    return len(entry["partitions"])
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make tools)")
+async def test_kcat_default_partitioner_fails_closed_and_is_counted(
+    config: Config, mcp_contracts: Path
+) -> None:
+    """librdkafka's default partitioner (CRC32 of the key) puts a request and its result where
+    Kafka's murmur2 would not: the worker answers INVALID_RESPONSE, never the data, and counts
+    the result in toolgate_misrouted_results_total."""
+    cfg = msgspec.structs.replace(config, contracts_dir=str(mcp_contracts))
+    count = _partitions(cfg.topics.intake, cfg.bootstrap)
+    assert count > 1, "the test needs an intake topic with more than one partition"
+    request_id = next(
+        rid
+        for rid in (f"req.kcat.{uuid.uuid4().hex[:8]}" for _ in range(1000))
+        if zlib.crc32(rid.encode()) % count != (murmur2(rid.encode()) & 0x7FFFFFFF) % count
+    )
+    wire, _sdk = await mcp_kit.call("ok")
+    broker = ["-b", cfg.bootstrap]
+    _kcat(*broker, "-P", "-t", cfg.topics.requests, "-k", request_id, stdin=_request(request_id))
+    header_args = [f"{name}={value.decode()}" for name, value in _headers(request_id, None)]
+    _kcat(
+        *broker,
+        "-P",
+        "-t",
+        cfg.topics.intake,
+        "-k",
+        request_id,
+        *[arg for h in header_args for arg in ("-H", h)],
+        stdin=json.dumps(wire).encode(),
+    )
+    worker = make_worker(cfg)
+    await run_until(worker, 1)
+    assert worker.metrics.misrouted._value.get() == 1
+    out = _kcat(*broker, "-C", "-t", cfg.topics.agent, "-o", "beginning", "-e", "-J")
+    (line,) = [json.loads(x) for x in out.decode().splitlines() if x.strip()]
+    envelope: dict[str, Any] = json.loads(line["payload"])
+    assert envelope["outcome"] == "failure"
+    assert envelope["error"] == {"code": "INVALID_RESPONSE", "retryable": False}
+    assert "data" not in envelope

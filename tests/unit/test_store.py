@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
-from toolgate.service._store import AcceptedLedger, RequestTable
+from aiokafka import TopicPartition
+from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 
+from tests.fakes.kafka import FakeBroker, FakeClients, FakeConsumer
 from tests.unit.builders import NOW
 
 
@@ -108,3 +112,37 @@ class TestAcceptedLedger:
         ledger = AcceptedLedger()
         ledger.apply(None, b"{")
         assert len(ledger) == 0
+
+
+class _WriteDuringLookup(FakeConsumer):
+    """A consumer whose time lookup sees the log as it was, while a record lands right after."""
+
+    def __init__(self, broker: FakeBroker, late: Callable[[], object], **options: Any) -> None:
+        super().__init__(broker, **options)
+        self._late = late
+
+    async def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, Any]:
+        found = await super().offsets_for_times(timestamps)
+        self._late()
+        return found
+
+
+class TestTopicReaderFromATime:
+    async def test_a_record_written_during_the_lookup_is_read(self) -> None:
+        """A partition with nothing at or after start_ms starts at its end as it was before the
+        lookup: a record written meanwhile is read, not skipped by a later seek to the end."""
+        broker = FakeBroker()
+        broker.create_topic("audit", 2)
+        broker.append("audit", b"old", partition=0)
+        start_ms = broker.now_ms + 1
+        late = lambda: broker.append("audit", b"new", partition=0)  # noqa: E731
+        clients = FakeClients(broker)
+        clients.consumer = lambda *t, **o: _WriteDuringLookup(broker, late, **o)  # type: ignore[method-assign]
+        seen: list[bytes | None] = []
+        reader = TopicReader("audit", lambda _k, v: seen.append(v), clients, start_ms=start_ms)
+        await reader.start()
+        try:
+            await reader.catch_up(5)
+        finally:
+            await reader.stop()
+        assert seen == [b"new"]

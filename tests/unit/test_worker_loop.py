@@ -546,6 +546,9 @@ class TestPartitionLocalState:
         assert world.codes() == ["-"]  # the request was restored before deciding
         assert worker.ready()
         assert worker.metrics.restore_seconds._sum.get() > 0
+        (family,) = worker.metrics.restore_last.collect()
+        last = {sample.labels["partition"] for sample in family.samples}
+        assert last == {str(p) for p in range(PARTITIONS)}
         worker.request_stop()
         await task
 

@@ -115,6 +115,12 @@ class Metrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
             registry=r,
         )
+        self.restore_last = Gauge(
+            "toolgate_state_restore_last_seconds",
+            "How long the last restore of each owned intake partition took (removed on revoke).",
+            ["partition"],
+            registry=r,
+        )
         self.restoring = Gauge(
             "toolgate_state_restoring_partitions",
             "Assigned intake partitions whose state is being restored (not decided meanwhile).",

@@ -349,8 +349,9 @@ class Worker:
             backoff = min(max(backoff * 2, 0.1), 5.0)
             await self._sleep(backoff)
         seconds = time.perf_counter() - started
-        for _ in partitions:
+        for partition in partitions:
             self.metrics.restore_seconds.observe(seconds)
+            self.metrics.restore_last.labels(str(partition)).set(seconds)
         self._restoring -= partitions
         self.metrics.restoring.set(len(self._restoring))
         log.info(
@@ -719,6 +720,9 @@ class Worker:
                 self.requests.drop_partitions(gone, self._intake_count)
                 self._restoring -= gone
                 self.metrics.restoring.set(len(self._restoring))
+                for partition in gone:
+                    with contextlib.suppress(KeyError):
+                        self.metrics.restore_last.remove(str(partition))
         if partitions:
             log.info("partitions revoked", extra={"partitions": sorted(p.partition for p in partitions)})
         self.metrics.ready.set(1 if self.ready() else 0)

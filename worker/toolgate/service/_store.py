@@ -285,13 +285,14 @@ class TopicReader:
         if self._start_ms is None:
             await consumer.seek_to_beginning(*tps)
         else:
+            # The end offsets are read before the time lookup: a partition with no record at or
+            # after start_ms starts where its end was then, so a record written meanwhile is
+            # read (seeking to "the end" later would skip it).
+            ends = await consumer.end_offsets(tps)
             found = await consumer.offsets_for_times({tp: self._start_ms for tp in tps})
             for tp in tps:
                 hit = found.get(tp)
-                if hit is None:
-                    await consumer.seek_to_end(tp)
-                else:
-                    consumer.seek(tp, hit.offset)
+                consumer.seek(tp, ends[tp] if hit is None else hit.offset)
         for tp in tps:
             self._positions[tp] = await consumer.position(tp)
         self._task = asyncio.create_task(self._run(), name=f"reader:{self.topic}")
