@@ -92,12 +92,7 @@ async def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     tag = uuid.uuid4().hex[:8]
-    topics = Topics(
-        **{
-            name: f"bench-replay-{tag}.{name}"
-            for name in ("requests", "intake", "agent", "quarantine", "audit")
-        }
-    )
+    topics = Topics.under(f"bench-replay-{tag}")
     config = Config(
         bootstrap=args.bootstrap,
         topics=topics,
@@ -129,9 +124,7 @@ async def main() -> None:
     finally:
         admin = AiokafkaClients(config).admin()
         await admin.start()
-        await admin.delete_topics(
-            [getattr(topics, n) for n in ("requests", "intake", "agent", "quarantine", "audit")]
-        )
+        await admin.delete_topics(topics.names())
         await admin.close()
     n = args.messages
     if args.json:

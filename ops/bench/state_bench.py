@@ -47,7 +47,7 @@ def free_port() -> int:
 
 
 def config_for(tag: str, partitions: int, bootstrap: str) -> Config:
-    topics = Topics(**{n: f"tg-sb-{tag}.{n}" for n in ("requests", "intake", "agent", "quarantine", "audit")})
+    topics = Topics.under(f"tg-sb-{tag}")
     p = partitions
     return Config(
         bootstrap=bootstrap,
@@ -66,11 +66,7 @@ def env_for(config: Config, group: str, port: int) -> dict[str, str]:
         {
             "TOOLGATE_BOOTSTRAP": config.bootstrap,
             "TOOLGATE_GROUP_ID": group,
-            "TOOLGATE_TOPIC_REQUESTS": t.requests,
-            "TOOLGATE_TOPIC_INTAKE": t.intake,
-            "TOOLGATE_TOPIC_AGENT": t.agent,
-            "TOOLGATE_TOPIC_QUARANTINE": t.quarantine,
-            "TOOLGATE_TOPIC_AUDIT": t.audit,
+            **t.env(),
             "TOOLGATE_CONTRACTS_DIR": config.contracts_dir,
             "TOOLGATE_KEYRING": config.keyring or "",
             "TOOLGATE_METRICS_PORT": str(port),
@@ -190,7 +186,7 @@ async def drop(config: Config) -> None:
     await admin.start()
     try:
         t = config.topics
-        await admin.delete_topics([t.requests, t.intake, t.agent, t.quarantine, t.audit])
+        await admin.delete_topics(t.names())
     finally:
         await admin.close()
 

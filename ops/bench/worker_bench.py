@@ -890,6 +890,7 @@ class Bench:
             agent=f"{name}.agent",
             quarantine=f"{name}.quarantine",
             audit=f"{name}.audit",
+            state=f"{name}.state",
         )
         return Config(
             bootstrap=self.bootstrap,

@@ -164,7 +164,7 @@ async def drop(config: Config) -> None:
     await admin.start()
     try:
         t = config.topics
-        await admin.delete_topics([t.requests, t.intake, t.agent, t.quarantine, t.audit])
+        await admin.delete_topics(t.names())
     finally:
         await admin.close()
 
@@ -199,12 +199,12 @@ def main(argv: list[str] | None = None) -> int:
 
     base = load_config(None)
     tag = uuid.uuid4().hex[:8]
-    names = {n: f"tg-shot-{tag}.{n}" for n in ("requests", "intake", "agent", "quarantine", "audit")}
+    topics = Topics.under(f"tg-shot-{tag}")
     config = Config(
         bootstrap=base.bootstrap,
         security=base.security,
         group_id=f"tg-shot-{tag}",
-        topics=Topics(**names),
+        topics=topics,
         partitions=Partitions(requests=3, intake=3, agent=3, quarantine=1, audit=3),
     )
     asyncio.run(ensure_topics(config))
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "TOOLGATE_BOOTSTRAP": config.bootstrap,
         "TOOLGATE_GROUP_ID": config.group_id,
         "TOOLGATE_METRICS_PORT": str(worker_port),
-        **{f"TOOLGATE_TOPIC_{n.upper()}": t for n, t in names.items()},
+        **topics.env(),
     }
     work = Path(tempfile.mkdtemp(prefix="toolgate-screenshot-"))
     worker = prometheus = None

@@ -60,13 +60,13 @@ def test_make_run_reuses_the_running_broker(bootstrap: str) -> None:
         pytest.skip("make run's broker is the local one")
     ours = _ours()
     tag = uuid.uuid4().hex[:10]
-    names = {n: f"tg-mr-{tag}.{n}" for n in ("requests", "intake", "agent", "quarantine", "audit")}
+    topics = Topics.under(f"tg-mr-{tag}")
     env = {
         **os.environ,
         "TOOLGATE_BOOTSTRAP": LOCAL_BOOTSTRAP,
         "TOOLGATE_GROUP_ID": f"tg-mr-{tag}",
         "TOOLGATE_METRICS_PORT": str(_free_port()),
-        **{f"TOOLGATE_TOPIC_{n.upper()}": t for n, t in names.items()},
+        **topics.env(),
     }
     env.pop("TOOLGATE_CONFIG", None)
     try:
@@ -91,4 +91,4 @@ def test_make_run_reuses_the_running_broker(bootstrap: str) -> None:
         subprocess.run(
             ["bash", str(ROOT / "ops" / "worker.sh"), "stop"], env=env, capture_output=True, timeout=60
         )
-        asyncio.run(drop_topics(Config(bootstrap=LOCAL_BOOTSTRAP, topics=Topics(**names))))
+        asyncio.run(drop_topics(Config(bootstrap=LOCAL_BOOTSTRAP, topics=topics)))

@@ -158,13 +158,7 @@ def secured(sasl_broker: SaslBroker) -> Config:
     The returned configuration is admin's; ``as_user`` turns it into another principal's.
     """
     tag = uuid.uuid4().hex[:8]
-    topics = Topics(
-        requests=f"tg-s-{tag}.requests",
-        intake=f"tg-s-{tag}.intake",
-        agent=f"tg-s-{tag}.agent",
-        quarantine=f"tg-s-{tag}.quarantine",
-        audit=f"tg-s-{tag}.audit",
-    )
+    topics = Topics.under(f"tg-s-{tag}")
     config = Config(
         bootstrap=f"{HOST}:{sasl_broker.sasl_port}",
         group_id=f"toolgate.s-{tag}",

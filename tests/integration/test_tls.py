@@ -193,13 +193,7 @@ async def _private(broker: TlsBroker) -> Config:
     config = Config(
         bootstrap=_bootstrap(broker, admin),
         group_id=f"toolgate.t-{tag}",
-        topics=Topics(
-            requests=f"tg-tls-{tag}.requests",
-            intake=f"tg-tls-{tag}.intake",
-            agent=f"tg-tls-{tag}.agent",
-            quarantine=f"tg-tls-{tag}.quarantine",
-            audit=f"tg-tls-{tag}.audit",
-        ),
+        topics=Topics.under(f"tg-tls-{tag}"),
         partitions=Partitions(quarantine=1),
         contracts_dir=str(CONTRACTS),
         keyring=str(KEYRING),
@@ -220,11 +214,7 @@ def env_for(config: Config, **extra: str) -> dict[str, str]:
         {
             "TOOLGATE_BOOTSTRAP": config.bootstrap,
             "TOOLGATE_GROUP_ID": config.group_id,
-            "TOOLGATE_TOPIC_REQUESTS": t.requests,
-            "TOOLGATE_TOPIC_INTAKE": t.intake,
-            "TOOLGATE_TOPIC_AGENT": t.agent,
-            "TOOLGATE_TOPIC_QUARANTINE": t.quarantine,
-            "TOOLGATE_TOPIC_AUDIT": t.audit,
+            **t.env(),
             "TOOLGATE_PARTITIONS_QUARANTINE": str(config.partitions.quarantine),
             "TOOLGATE_CONTRACTS_DIR": str(CONTRACTS),
             "TOOLGATE_KEYRING": str(KEYRING),

@@ -29,13 +29,7 @@ KEYRING = CONTRACTS / "fixtures-keyring.toml"
 async def private_config(bootstrap: str, *, partitions: int = 3) -> Config:
     """A configuration with uniquely named topics (created) and group, so tests never meet."""
     tag = uuid.uuid4().hex[:10]
-    topics = Topics(
-        requests=f"tg-t-{tag}.requests",
-        intake=f"tg-t-{tag}.intake",
-        agent=f"tg-t-{tag}.agent",
-        quarantine=f"tg-t-{tag}.quarantine",
-        audit=f"tg-t-{tag}.audit",
-    )
+    topics = Topics.under(f"tg-t-{tag}")
     config = Config(
         bootstrap=bootstrap,
         group_id=f"tg-t-{tag}",
@@ -56,7 +50,7 @@ async def drop_topics(config: Config) -> None:
     await admin.start()
     try:
         t = config.topics
-        await admin.delete_topics([t.requests, t.intake, t.agent, t.quarantine, t.audit])
+        await admin.delete_topics(t.names())
     finally:
         await admin.close()
 
@@ -180,11 +174,7 @@ def worker_env(config: Config) -> dict[str, str]:
         {
             "TOOLGATE_BOOTSTRAP": config.bootstrap,
             "TOOLGATE_GROUP_ID": config.group_id,
-            "TOOLGATE_TOPIC_REQUESTS": t.requests,
-            "TOOLGATE_TOPIC_INTAKE": t.intake,
-            "TOOLGATE_TOPIC_AGENT": t.agent,
-            "TOOLGATE_TOPIC_QUARANTINE": t.quarantine,
-            "TOOLGATE_TOPIC_AUDIT": t.audit,
+            **t.env(),
             "TOOLGATE_CONTRACTS_DIR": str(CONTRACTS),
             "TOOLGATE_KEYRING": str(KEYRING),
             "TOOLGATE_METRICS_PORT": "0",

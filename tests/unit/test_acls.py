@@ -20,9 +20,7 @@ from toolgate.tools._acls import (
     kafka_acls_commands,
 )
 
-TOPICS = Topics(
-    requests="p.requests", intake="p.intake", agent="p.agent", quarantine="p.quarantine", audit="p.audit"
-)
+TOPICS = Topics.under("p")
 CONFIG = Config(topics=TOPICS, group_id="toolgate-prod")
 P = Principals()
 
@@ -51,10 +49,10 @@ class TestTrustTable:
 
     def test_writers(self, plan: list[Acl]) -> None:
         """Requests: the platform; intake: adapters (and operators replaying); agent,
-        quarantine, audit: toolgate only."""
+        quarantine, audit and the state changelog: toolgate only."""
         assert _who(plan, TOPICS.requests, "write") == {P.platform}
         assert _who(plan, TOPICS.intake, "write") == {P.adapter, P.operator}
-        for topic in (TOPICS.agent, TOPICS.quarantine, TOPICS.audit):
+        for topic in (TOPICS.agent, TOPICS.quarantine, TOPICS.audit, TOPICS.state):
             assert _who(plan, topic, "write") == {P.toolgate}, topic
 
     def test_readers(self, plan: list[Acl]) -> None:
@@ -62,7 +60,8 @@ class TestTrustTable:
         assert _who(plan, TOPICS.intake, "read") == {P.toolgate}
         assert _who(plan, TOPICS.agent, "read") == {P.agent}
         assert _who(plan, TOPICS.requests, "read") == {P.toolgate, P.operator}
-        assert _who(plan, TOPICS.audit, "read") == {P.toolgate, P.operator}
+        assert _who(plan, TOPICS.audit, "read") == {P.operator}
+        assert _who(plan, TOPICS.state, "read") == {P.toolgate, P.operator}
         assert _who(plan, TOPICS.quarantine, "read") == {P.toolgate, P.operator}
 
     def test_adapters_and_agents_get_nothing_else(self, plan: list[Acl]) -> None:
@@ -78,15 +77,20 @@ class TestTrustTable:
         }
 
     def test_toolgate_topics(self, plan: list[Acl]) -> None:
-        """toolgate reads requests and intake, writes the three outputs, reads back audit
-        (the ledger) and quarantine (replay)."""
+        """toolgate reads requests and intake, writes the three outputs and its state
+        changelog, reads back the changelog (restore) and quarantine (replay)."""
         assert _topic_ops(plan, P.toolgate, "read") == {
             TOPICS.requests,
             TOPICS.intake,
-            TOPICS.audit,
+            TOPICS.state,
             TOPICS.quarantine,
         }
-        assert _topic_ops(plan, P.toolgate, "write") == {TOPICS.agent, TOPICS.quarantine, TOPICS.audit}
+        assert _topic_ops(plan, P.toolgate, "write") == {
+            TOPICS.agent,
+            TOPICS.quarantine,
+            TOPICS.audit,
+            TOPICS.state,
+        }
 
     def test_toolgate_group_transactions_and_idempotence(self, plan: list[Acl]) -> None:
         """Its consumer group (the configured id, as a prefix), the transactional ids the worker

@@ -71,23 +71,36 @@ def test_the_checks_catch_what_they_look_for() -> None:
 
 class TestEnsureTopics:
     CONFIG = Config(
-        topics=Topics(requests="r", intake="i", agent="a", quarantine="q", audit="au"),
+        topics=Topics(requests="r", intake="i", agent="a", quarantine="q", audit="au", state="s"),
         partitions=Partitions(requests=4, intake=4, agent=4, quarantine=1, audit=4),
     )
 
     async def test_creates_the_missing_topics_then_reports_them_existing(self) -> None:
-        """Idempotent: created once, existing the second time; requests compacted."""
+        """Idempotent: created once, existing the second time; requests and state compacted,
+        both with intake's partition count."""
         broker = FakeBroker()
         clients = FakeClients(broker)
         first = await ensure_topics(self.CONFIG, clients=clients)
-        assert sorted(first.created) == ["a", "au", "i", "q", "r"]
+        assert sorted(first.created) == ["a", "au", "i", "q", "r", "s"]
         assert broker.configs["r"]["cleanup.policy"] == "compact"
+        assert broker.configs["s"]["cleanup.policy"] == "compact"
+        assert len(broker.logs["s"]) == len(broker.logs["r"]) == len(broker.logs["i"]) == 4
         second = await ensure_topics(self.CONFIG, clients=clients)
         assert (second.created, sorted(second.existing), second.warnings) == (
             [],
-            ["a", "au", "i", "q", "r"],
+            ["a", "au", "i", "q", "r", "s"],
             [],
         )
+
+    async def test_state_and_requests_follow_an_existing_intake(self) -> None:
+        """Added next to an intake topic of another count than configured (an upgrade), the
+        state changelog and requests get intake's count, so the worker can start."""
+        broker = FakeBroker()
+        broker.create_topic("i", 6)
+        report = await ensure_topics(self.CONFIG, clients=FakeClients(broker))
+        assert sorted(report.created) == ["a", "au", "q", "r", "s"]
+        assert (len(broker.logs["s"]), len(broker.logs["r"])) == (6, 6)
+        assert report.warnings == ["i has 6 partitions, configuration says 4 (left as it is)"]
 
     async def test_a_different_partition_count_is_a_warning(self) -> None:
         """An existing topic with another partition count is left as it is, with a warning."""

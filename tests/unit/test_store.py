@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from aiokafka import TopicPartition
+from toolgate.service._kafka import partition_of
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 
 from tests.fakes.kafka import FakeBroker, FakeClients, FakeConsumer
@@ -78,40 +79,82 @@ class TestRequestTable:
 
 
 class TestAcceptedLedger:
-    def event(self, outcome: str, attempt: int | None = 1) -> bytes:
+    def entry(self, rid: str, attempts: list[int], expires: datetime) -> bytes:
         return json.dumps(
-            {
-                "request_id": "req.a",
-                "outcome": outcome,
-                "attempt": attempt,
-                "decided_at": NOW.isoformat(),
-                "tool": "x",
-            }
+            {"request_id": rid, "accepted_attempts": attempts, "expires_at": expires.isoformat()}
         ).encode()
 
-    def test_accepted_events_are_remembered(self) -> None:
-        """Success and failure audit events mark the attempt answered; rejections do not."""
+    def test_changelog_records_are_held_until_their_tombstone(self) -> None:
+        """The latest record per request is its accepted attempts; a tombstone ends it."""
         ledger = AcceptedLedger()
-        ledger.apply(b"req.a", self.event("rejected"))
-        assert not ledger("req.a", 1)
-        ledger.apply(b"req.a", self.event("success"))
+        assert ledger.apply(b"req.a", self.entry("req.a", [1], NOW + timedelta(minutes=5)), NOW)
         assert ledger("req.a", 1)
         assert not ledger("req.a", 2)
+        ledger.apply(b"req.a", self.entry("req.a", [1, 2], NOW + timedelta(minutes=5)), NOW)
+        assert ledger("req.a", 2)
+        ledger.apply(b"req.a", None)
+        assert not ledger("req.a", 1)
+        assert len(ledger) == 0
 
-    def test_old_entries_are_forgotten(self) -> None:
-        """Entries older than the cutoff are dropped."""
+    def test_an_expired_entry_is_not_held(self) -> None:
+        """At restore, an entry whose request has expired is not held (False: its tombstone is due)."""
         ledger = AcceptedLedger()
-        ledger.record("req.a", 1, NOW - timedelta(days=2))
-        ledger.record("req.b", 1, NOW)
-        assert ledger.evict_older_than(NOW - timedelta(days=1)) == 1
+        assert not ledger.apply(b"req.a", self.entry("req.a", [1], NOW - timedelta(seconds=1)), NOW)
+        assert not ledger("req.a", 1)
+        assert len(ledger) == 0
+
+    def test_entries_leave_with_their_request(self) -> None:
+        """expired() forgets and names the entries whose request expired; end() a tombstoned one."""
+        ledger = AcceptedLedger()
+        ledger.record("req.a", 1, NOW + timedelta(minutes=1))
+        ledger.record("req.b", 1, NOW + timedelta(minutes=10))
+        ledger.record("req.c", 1, NOW + timedelta(minutes=10))
+        assert ledger.expired(NOW + timedelta(minutes=2)) == ["req.a"]
+        assert ledger.end("req.c")
+        assert not ledger.end("req.c")
         assert not ledger("req.a", 1)
         assert ledger("req.b", 1)
+        assert not ledger("req.c", 1)
 
-    def test_garbage_is_ignored(self) -> None:
-        """An undecodable audit event changes nothing."""
+    def test_updates_carry_every_accepted_attempt_and_the_expiry(self) -> None:
+        """A batch's changelog record holds the attempts accepted before and in the batch;
+        the ledger takes them in only on commit."""
         ledger = AcceptedLedger()
-        ledger.apply(None, b"{")
+        expires = NOW + timedelta(minutes=5)
+        ledger.record("req.a", 1, expires)
+        view = ledger.batch()
+        view.add("req.a", 2)
+        view.add("req.b", 1)
+        updates = ledger.updates(view, lambda rid: expires)
+        assert [(u.request_id, sorted(u.attempts)) for u in updates] == [("req.a", [1, 2]), ("req.b", [1])]
+        assert not ledger("req.b", 1)  # not committed yet
+        ledger.commit(updates)
+        assert ledger("req.a", 2)
+        assert ledger("req.b", 1)
+        again = AcceptedLedger()
+        for update in updates:
+            again.apply(update.key, update.value(), NOW)
+        assert [again("req.a", 1), again("req.a", 2), again("req.b", 1)] == [True, True, True]
+        assert again.expired(expires) == ["req.a", "req.b"]
+
+    def test_drop_partitions(self) -> None:
+        """A revoked partition's entries are forgotten, the others kept."""
+        ledger = AcceptedLedger()
+        rids = [f"req.{i}" for i in range(20)]
+        for rid in rids:
+            ledger.record(rid, 1, NOW + timedelta(minutes=5))
+        dropped = ledger.drop_partitions({0}, 3)
+        kept = [rid for rid in rids if ledger(rid, 1)]
+        assert dropped == 20 - len(kept)
+        assert all(partition_of(rid.encode(), 3) != 0 for rid in kept)
+        assert 0 < dropped < 20
+
+    def test_garbage_is_counted_and_ignored(self) -> None:
+        """An undecodable changelog record changes nothing and is counted."""
+        ledger = AcceptedLedger()
+        ledger.apply(b"x", b"{", NOW)
         assert len(ledger) == 0
+        assert ledger.invalid_records == 1
 
 
 class _WriteDuringLookup(FakeConsumer):

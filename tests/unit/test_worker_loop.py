@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -41,7 +42,7 @@ class World:
 
     def __init__(self, partitions: int = PARTITIONS) -> None:
         self.broker = FakeBroker(now_ms=int(NOW.timestamp() * 1000))
-        for name in (T.requests, T.intake, T.agent, T.audit):
+        for name in (T.requests, T.intake, T.agent, T.audit, T.state):
             self.broker.create_topic(name, partitions)
         self.broker.create_topic(T.quarantine, 1)
         self.clients = FakeClients(self.broker)
@@ -51,13 +52,13 @@ class World:
         self.sleeps.append(seconds)
         await asyncio.sleep(0)
 
-    def worker(self, **options: Any) -> Worker:
+    def worker(self, clock: Callable[[], datetime] = lambda: NOW, **options: Any) -> Worker:
         opts: dict[str, Any] = {"handle_signals": False, "metrics_port": 0, "linger_ms": 5}
         opts.update(options)
         return Worker(
             CONFIG,
             self.gate,
-            clock=lambda: NOW,
+            clock=clock,
             options=WorkerOptions(**opts),
             clients=self.clients,
             sleep=self.sleep,
@@ -73,6 +74,22 @@ class World:
         value = dict(review_value(**data), request_id=rid(i))
         msg = message(value, key=rid(i).encode(), tg_request_id=rid(i))
         return self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+
+    def state_entry(self, i: int, attempts: list[int], expires: datetime | None = None) -> None:
+        """A state changelog record, as a previous owner wrote it."""
+        value = {
+            "request_id": rid(i),
+            "accepted_attempts": attempts,
+            "expires_at": (expires or NOW + timedelta(minutes=5)).isoformat(),
+        }
+        self.broker.append(T.state, json.dumps(value).encode(), key=rid(i).encode())
+
+    def state(self) -> list[tuple[int, str, dict[str, Any] | None]]:
+        """The committed state records: (partition, key, value or None for a tombstone)."""
+        return [
+            (r.partition, (r.key or b"").decode(), None if r.value is None else json.loads(r.value))
+            for r in self.broker.committed_values(T.state)
+        ]
 
     def audit(self) -> list[dict[str, Any]]:
         return [json.loads(r.value or b"") for r in self.broker.committed_values(T.audit)]
@@ -138,7 +155,7 @@ class TestCommit:
         await worker.run()
         assert worker.ledger("req.loop0001", 1)
         world.result(1)
-        await world.worker(burst=True).run()  # a fresh worker restores the ledger from audit
+        await world.worker(burst=True).run()  # a fresh worker restores the ledger from state
         assert world.codes() == ["-", "DUPLICATE_RESULT"]
 
 
@@ -504,8 +521,20 @@ class TestPartitionLocalState:
             await world.worker(burst=True).run()
         assert str(caught.value) == (
             f"{T.requests} has 4 partitions and {T.intake} has 3: they must be equal "
-            "(requests are restored per intake partition)"
+            "(state is restored per intake partition)"
         )
+        world.broker.logs[T.requests].pop()
+        world.broker.logs[T.state].pop()  # the state changelog: 2 against 3
+        with pytest.raises(ConfigError) as caught:
+            await world.worker(burst=True).run()
+        assert str(caught.value) == (
+            f"{T.state} has 2 partitions and {T.intake} has 3: they must be equal "
+            "(state is restored per intake partition)"
+        )
+        del world.broker.logs[T.state]
+        with pytest.raises(ConfigError) as caught:
+            await world.worker(burst=True).run()
+        assert str(caught.value) == f"topic {T.state!r} does not exist (run: toolgate topics ensure)"
 
     async def test_each_worker_holds_only_its_partitions_requests(self, world: World) -> None:
         """Two workers: each holds the requests of the intake partitions it owns; together all."""
@@ -604,10 +633,10 @@ class TestPartitionLocalState:
         assert world.codes() == ["UNKNOWN_REQUEST"]
         assert worker.metrics.misrouted._value.get() == 1
 
-    async def test_ledger_is_caught_up_before_deciding_an_assigned_partition(self, world: World) -> None:
-        """What the previous owner accepted (audit) must be in the ledger before the partition is
-        decided: while the audit reader lags, restore retries and nothing is decided; then the
-        repeated result is a DUPLICATE_RESULT."""
+    async def test_state_is_restored_before_deciding_an_assigned_partition(self, world: World) -> None:
+        """What the previous owner accepted (the state changelog) must be held before the
+        partition is decided: while the changelog cannot be read, restore retries and nothing
+        is decided; then the repeated result is a DUPLICATE_RESULT."""
         world.request(1)
         world.result(1)
         stalled: list[int] = []
@@ -615,23 +644,118 @@ class TestPartitionLocalState:
         async def previous_owner_accepted(partitions: set[int]) -> None:
             if not stalled:
                 stalled.append(1)
-                event = {
-                    "kind": "decision",
-                    "request_id": rid(1),
-                    "outcome": "success",
-                    "attempt": 1,
-                    "decided_at": NOW.isoformat(),
-                }
-                world.broker.stall(T.audit)
-                world.broker.append(T.audit, json.dumps(event).encode(), key=rid(1).encode())
+                world.broker.stall(T.state)
+                world.state_entry(1, [1])
 
         worker = world.worker(restore_hook=previous_owner_accepted, restore_wait_seconds=0.01)
         task = asyncio.create_task(worker.run())
         await until(lambda: len(world.sleeps) >= 2)
         assert worker.stats.decided == 0
         assert worker.status() == "restoring"
-        world.broker.unstall(T.audit)
+        world.broker.unstall(T.state)
         await until(lambda: worker.stats.decided == 1)
         worker.request_stop()
         await task
         assert [e.get("code") for e in world.audit() if e.get("tool")] == ["DUPLICATE_RESULT"]
+
+
+class TestStateChangelog:
+    """Accepted attempts live in the state changelog: written with the decision, restored
+    per partition, tombstoned when the request ends."""
+
+    async def test_an_accepted_result_writes_its_entry_in_the_decision_transaction(
+        self, world: World
+    ) -> None:
+        """One state record per request with accepted results, in the intake record's
+        partition, committed with the decision; a rejected result writes none."""
+        world.request(1)
+        world.request(2)
+        accepted = world.result(1)
+        world.result(2, state="exploded")  # not in the schema's enum: rejected
+        await world.worker(burst=True).run()
+        assert world.codes() == ["-", "SCHEMA_VIOLATION"]
+        assert world.state() == [
+            (
+                accepted.partition,
+                rid(1),
+                {
+                    "request_id": rid(1),
+                    "accepted_attempts": [1],
+                    "expires_at": (NOW + timedelta(minutes=5)).isoformat().replace("+00:00", "Z"),
+                },
+            )
+        ]
+
+    async def test_an_aborted_batch_writes_no_entry(self, world: World) -> None:
+        """A failed commit leaves no state record; the batch decided again writes one."""
+        world.request(1)
+        world.result(1)
+        world.broker.fail("commit")
+        await world.worker(burst=True).run()
+        assert [(key, value["accepted_attempts"]) for _, key, value in world.state() if value] == [
+            (rid(1), [1])
+        ]
+        assert world.codes() == ["-"]
+
+    async def test_an_expired_request_is_tombstoned_by_the_sweep(self, world: World) -> None:
+        """When the request expires, its entry leaves memory and an idle partition writes the
+        tombstone in a transaction of its own."""
+        now = [NOW]
+        world.request(1)
+        world.result(1)
+        worker = world.worker(clock=lambda: now[0], sweep_seconds=0)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.decided == 1)
+        assert worker.ledger(rid(1), 1)
+        now[0] = NOW + timedelta(minutes=6)
+        await until(lambda: any(value is None for _, _, value in world.state()))
+        worker.request_stop()
+        await task
+        assert [(key, value is None) for _, key, value in world.state()] == [(rid(1), False), (rid(1), True)]
+        assert len(worker.ledger) == 0
+        assert worker.metrics.state_tombstones._value.get() == 1
+
+    async def test_a_request_tombstone_ends_its_entry(self, world: World) -> None:
+        """The platform ends a request (tombstone): its accepted attempts are forgotten and
+        tombstoned in the changelog."""
+        world.request(1)
+        world.result(1)
+        worker = world.worker(sweep_seconds=0)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.decided == 1)
+        world.broker.append(T.requests, None, key=rid(1).encode())
+        await until(lambda: any(value is None for _, _, value in world.state()))
+        worker.request_stop()
+        await task
+        assert not worker.ledger(rid(1), 1)
+
+    async def test_restore_skips_expired_entries_and_tombstones_them(self, world: World) -> None:
+        """A previous owner's entry whose request has expired is not held; the new owner writes
+        its tombstone. A live one is held."""
+        world.state_entry(1, [1], expires=NOW - timedelta(seconds=1))
+        world.state_entry(2, [1, 2])
+        worker = world.worker(sweep_seconds=0)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: any(value is None for _, _, value in world.state()))
+        worker.request_stop()
+        await task
+        assert not worker.ledger(rid(1), 1)
+        assert worker.ledger(rid(2), 2)
+        assert [key for _, key, value in world.state() if value is None] == [rid(1)]
+
+    async def test_revoked_partitions_entries_are_dropped(self, world: World) -> None:
+        """A second worker joining takes partitions: the first forgets their entries."""
+        for i in range(12):
+            world.state_entry(i, [1])
+        first = world.worker()
+        task = asyncio.create_task(first.run())
+        await until(lambda: len(first.ledger) == 12)
+        second = world.worker()
+        task2 = asyncio.create_task(second.run())
+        await until(lambda: len(second.ledger) > 0 and len(first.ledger) + len(second.ledger) == 12)
+        held = {i for i in range(12) if first.ledger(rid(i), 1)}
+        owned = {tp.partition for tp in first._producers}
+        assert held == {i for i in range(12) if partition_for(rid(i).encode(), PARTITIONS) in owned}
+        first.request_stop()
+        second.request_stop()
+        await asyncio.gather(task, task2)

@@ -29,13 +29,28 @@ class Topics(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     agent: str = "toolgate.agent"
     quarantine: str = "toolgate.quarantine"
     audit: str = "toolgate.audit"
+    # The worker's own changelog: accepted attempts of live requests, co-partitioned with intake.
+    state: str = "toolgate.state"
+
+    @classmethod
+    def under(cls, prefix: str) -> Topics:
+        """Every topic named ``<prefix>.<role>`` (private topics of a test or a benchmark)."""
+        return cls(**{role: f"{prefix}.{role}" for role in cls.__struct_fields__})
+
+    def names(self) -> list[str]:
+        """Every topic name, in field order."""
+        return [getattr(self, role) for role in self.__struct_fields__]
+
+    def env(self) -> dict[str, str]:
+        """The ``TOOLGATE_TOPIC_*`` variables that name these topics."""
+        return {f"TOOLGATE_TOPIC_{role.upper()}": getattr(self, role) for role in self.__struct_fields__}
 
 
 class Partitions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Partition counts used by ``toolgate topics ensure``.
 
-    Intake and requests share a count so a later co-partitioned request store
-    can hold only its own partitions' requests.
+    Requests and the state changelog are created with intake's count (co-partitioned: a
+    worker restores only its own intake partitions' requests and accepted attempts).
     """
 
     requests: int = 3

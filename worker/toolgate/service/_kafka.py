@@ -274,14 +274,25 @@ class TopicReport:
 
 
 def topic_plan(config: Config) -> list[NewTopic]:
-    """The five topics (docs/design.md, Topics and trust boundaries) with partition counts and configs."""
+    """The six topics (docs/design.md, Topics and trust boundaries) with partition counts and configs."""
     t, p, rf = config.topics, config.partitions, config.replication_factor
     # Requests are keyed by request id and ended by tombstones: compaction keeps
     # the latest record per outstanding request and drops finished ones.
     compacted = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+    # The state changelog: one record per live request with accepted results, tombstoned when
+    # the request ends. Hour-long segments let the cleaner drop ended requests within hours (it
+    # never compacts the active segment), and tombstones are kept an hour.
+    changelog = {
+        "cleanup.policy": "compact",
+        "segment.ms": "3600000",
+        "delete.retention.ms": "3600000",
+        "min.cleanable.dirty.ratio": "0.25",
+    }
     return [
-        # Co-partitioned with intake: a worker restores only its intake partitions' requests.
+        # Co-partitioned with intake: a worker restores only its intake partitions' requests
+        # and accepted attempts.
         NewTopic(t.requests, p.intake, rf, topic_configs=compacted),
+        NewTopic(t.state, p.intake, rf, topic_configs=changelog),
         NewTopic(t.intake, p.intake, rf),
         NewTopic(t.agent, p.agent, rf),
         NewTopic(t.quarantine, p.quarantine, rf),
@@ -303,6 +314,18 @@ async def ensure_topics(
         await admin.start()
         existing = set(await admin.list_topics())
         plan = topic_plan(config)
+        t = config.topics
+        if t.intake in existing:
+            # Requests and state follow the intake topic as it is (an upgrade adds the state
+            # changelog next to an intake topic that may have another count than configured).
+            (info,) = await admin.describe_topics([t.intake])
+            count = len(info.get("partitions", [])) or config.partitions.intake
+            plan = [
+                NewTopic(n.name, count, n.replication_factor, topic_configs=n.topic_configs)
+                if n.name in (t.requests, t.state)
+                else n
+                for n in plan
+            ]
         missing = [topic for topic in plan if topic.name not in existing]
         report.existing = [topic.name for topic in plan if topic.name in existing]
         for topic in missing:

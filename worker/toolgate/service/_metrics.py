@@ -126,6 +126,17 @@ class Metrics:
             "Assigned intake partitions whose state is being restored (not decided meanwhile).",
             registry=r,
         )
+        self.accepted_held = Gauge(
+            "toolgate_state_accepted_requests",
+            "Live requests of the owned partitions with an accepted result (held from the state changelog).",
+            registry=r,
+        )
+        self.state_tombstones = Counter(
+            "toolgate_state_tombstones",
+            "State changelog tombstones written by the sweep for requests that ended (idle partitions; "
+            "busy ones write theirs with their next batch).",
+            registry=r,
+        )
         self.misrouted = Counter(
             "toolgate_misrouted_results",
             "Results with no known request that sit in another intake partition than the default "

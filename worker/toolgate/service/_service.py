@@ -28,7 +28,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka.errors import KafkaError, ProducerFenced
@@ -50,7 +50,7 @@ from toolgate.service._kafka import (
     partitions_of,
 )
 from toolgate.service._metrics import HealthServer, Metrics
-from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
+from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
 from toolgate.service._transport import CONNECT_TIMEOUT_S
 
@@ -75,7 +75,8 @@ class WorkerOptions:
     linger_ms: int = 20
     request_wait_seconds: float = 5.0
     max_requests: int | None = None  # None: from the configuration (TOOLGATE_MAX_REQUESTS)
-    ledger_window: timedelta = timedelta(hours=24)
+    # How often expired requests are evicted and the state tombstones of ended requests
+    # are written (also written with the next batch of their partition).
     sweep_seconds: float = 30.0
     max_messages: int | None = None  # stop after deciding this many (tests)
     burst: bool = False  # stop when the intake is drained (tests, one-shot runs)
@@ -84,9 +85,6 @@ class WorkerOptions:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # None: from the configuration; 0: any free port
     max_record_bytes: int = 1024 * 1024
-    # Each worker restores and holds only the requests of the intake partitions it owns
-    # (requests co-partitioned with intake); False: every worker reads the whole topic.
-    partition_local: bool = True
     restore_wait_seconds: float = 30.0  # one restore attempt; retried with backoff after it
     # Test knob: awaited before each restore attempt with the partitions (a slow restore).
     restore_hook: Callable[[set[int]], Awaitable[None]] | None = None
@@ -149,7 +147,11 @@ class Worker:
             on_invalid=self.metrics.invalid_request_records.inc,
             on_evict=self.metrics.request_store_evictions.inc,
         )
-        self.ledger = AcceptedLedger(self.options.ledger_window)
+        self.ledger = AcceptedLedger()
+        # State tombstones due per intake partition: requests that ended (expired or
+        # tombstoned) with an entry in the changelog; written with the partition's next
+        # batch, or by the sweep when it is idle.
+        self._ended: dict[int, set[str]] = {}
         self._clients: KafkaClients = clients or AiokafkaClients(config)
         self._sleep = sleep
         self._stop = asyncio.Event()
@@ -165,7 +167,6 @@ class Worker:
         self._restoring: set[int] = set()  # intake partitions whose state is being restored
         self._intake_count = 0
         self._request_reader: TopicReader | None = None
-        self._audit_reader: TopicReader | None = None
         self._health: HealthServer | None = None
         self._txn_failing = False
         self._backoff = 0.0
@@ -264,24 +265,30 @@ class Worker:
         return self.stats
 
     async def _start_readers(self) -> None:
-        topics = self.config.topics
-        local = self.options.partition_local
-        if local:
-            await self._check_copartitioned()
-        self._request_reader = TopicReader(topics.requests, self.requests.apply, self._clients, owned=local)
-        since = self.clock() - self.options.ledger_window
-        self._audit_reader = TopicReader(
-            topics.audit, self.ledger.apply, self._clients, start_ms=int(since.timestamp() * 1000)
+        await self._check_copartitioned()
+        self._request_reader = TopicReader(
+            self.config.topics.requests, self._apply_request, self._clients, owned=True
         )
         await self._request_reader.start()
-        await self._audit_reader.start()
-        if not local:
-            await self._request_reader.catch_up(60)
-        await self._audit_reader.catch_up(60)
-        log.info("state loaded", extra={"requests": len(self.requests), "accepted": len(self.ledger)})
-        # Everything alive now (contracts, compiled schemas, the loaded state) lives as long
-        # as the process: keep it out of the collector's generations and its pauses.
+        # Everything alive now (contracts, compiled schemas) lives as long as the process:
+        # keep it out of the collector's generations and its pauses.
         gc.freeze()
+
+    def _apply_request(self, key: bytes | None, value: bytes | None) -> None:
+        """A requests-topic record; a tombstone also ends the request's accepted attempts."""
+        self.requests.apply(key, value)
+        if value is None and key is not None and self.ledger.end(key.decode("utf-8", "replace")):
+            self._ended.setdefault(partition_of(key, self._intake_count), set()).add(
+                key.decode("utf-8", "replace")
+            )
+
+    def _apply_state(self, key: bytes | None, value: bytes | None) -> None:
+        """A state-changelog record read at restore; an ended request's entry is not held
+        and its tombstone is due."""
+        if not self.ledger.apply(key, value, self.clock()) and key is not None:
+            self._ended.setdefault(partition_of(key, self._intake_count), set()).add(
+                key.decode("utf-8", "replace")
+            )
 
     def _lookup(self, tp: TopicPartition, records: list[Any]) -> Callable[[str], Any]:
         """The request lookup for a batch of ``tp``: a result in another intake partition than
@@ -301,23 +308,28 @@ class Worker:
         return lambda request_id: None if request_id in misrouted else get(request_id)
 
     async def _check_copartitioned(self) -> None:
-        """Requests and intake must have the same partition count (a request id's request and
-        results then sit in the same partition number)."""
+        """Requests and the state changelog must have intake's partition count (a request
+        id's request, accepted attempts and results then sit in the same partition number)."""
         topics = self.config.topics
-        requests = len(await partitions_of(self._clients, topics.requests))
         intake = len(await partitions_of(self._clients, topics.intake))
-        if requests != intake:
-            raise ConfigError(
-                f"{topics.requests} has {requests} partitions and {topics.intake} has {intake}: "
-                "they must be equal (requests are restored per intake partition)"
-            )
+        if not intake:
+            raise ConfigError(f"topic {topics.intake!r} does not exist (run: toolgate topics ensure)")
+        for name in (topics.requests, topics.state):
+            count = len(await partitions_of(self._clients, name))
+            if not count:
+                raise ConfigError(f"topic {name!r} does not exist (run: toolgate topics ensure)")
+            if count != intake:
+                raise ConfigError(
+                    f"{name} has {count} partitions and {topics.intake} has {intake}: "
+                    "they must be equal (state is restored per intake partition)"
+                )
         self._intake_count = intake
 
     async def _restore(self, partitions: set[int]) -> None:
         """Read the owned partitions' requests up to the end offsets read now, before deciding
         them; retried with backoff while the cluster does not answer (logged once per change)."""
         reader = self._request_reader
-        if not partitions or reader is None or not self.options.partition_local:
+        if not partitions or reader is None:
             return
         self._restoring |= partitions
         self.metrics.restoring.set(len(self._restoring))
@@ -331,10 +343,10 @@ class Worker:
                     await self.options.restore_hook(partitions)
                 await reader.own(partitions)
                 wait = self.options.restore_wait_seconds
-                # The requests of these partitions, and the accepted ledger (results the previous
-                # owner accepted), both up to the end offsets read now.
-                if await reader.restore(partitions, wait) and (
-                    self._audit_reader is None or await self._audit_reader.catch_up(wait)
+                # The requests of these partitions, and their accepted attempts (what the
+                # previous owners accepted), both up to the end offsets read now.
+                if await reader.restore(partitions, wait) and await restore_partitions(
+                    self._clients, self.config.topics.state, partitions, self._apply_state, wait
                 ):
                     break
                 error = f"not restored within {wait:g} s"
@@ -359,6 +371,7 @@ class Worker:
             extra={
                 "partitions": sorted(partitions),
                 "requests": len(self.requests),
+                "accepted": len(self.ledger),
                 "seconds": round(seconds, 3),
                 "recovered": failing,
             },
@@ -395,7 +408,8 @@ class Worker:
                 idle_polls += 1
                 if self.options.burst and self._producers and idle_polls >= 3 and await self._drained():
                     break
-                self._sweep()
+                if self._sweep() and self._ended:
+                    await self._write_tombstones()
                 continue
             idle_polls = 0
             async with self._lock:
@@ -500,6 +514,10 @@ class Worker:
             sampler=self._sampler,
             tracer=self._tracer,
         )
+        # The changelog records of what the batch accepted, and the tombstones due in this
+        # partition, go in the same transaction as the decisions.
+        updates = self.ledger.updates(batch.view, self._expires_of)
+        ended = self._ended.pop(tp.partition, set())
         started = time.perf_counter()
         try:
             async with producer.transaction():
@@ -516,25 +534,16 @@ class Worker:
                     )
                     for out in batch.records
                 ]
+                futures += await self._send_state(producer, tp.partition, updates, ended)
                 await asyncio.gather(*futures)
                 await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.config.group_id)
         except ProducerFenced:
-            # Another owner started a producer with this partition's transactional id: we
-            # are a zombie for it. Stop deciding it; the group's next assignment settles it.
-            log.warning(
-                "producer fenced: partition moved to another worker", extra={"partition": tp.partition}
-            )
-            self.stats.aborted += 1
-            self.metrics.transactions.labels("aborted").inc()
-            fenced = self._producers.pop(tp, None)
-            self._next_offset.pop(tp, None)
-            if fenced is not None:
-                with contextlib.suppress(Exception):
-                    await fenced.stop()
+            await self._fenced(tp)
             return
         except (KafkaError, AssertionError) as exc:
             # AssertionError: aiokafka's transaction manager in an invalid state after a
             # failure mid-transaction; the batch is decided again either way.
+            self._ended.setdefault(tp.partition, set()).update(ended)
             await self._transaction_failed(tp, exc)
             return
         self._next_offset[tp] = records[-1].offset + 1
@@ -546,7 +555,7 @@ class Worker:
         if self._txn_failing:
             self._txn_failing = False
             log.info("transactions recovered")
-        self.ledger.commit(view, now)
+        self.ledger.commit(updates)
         for disagreement in batch.disagreements:
             self.metrics.shadow_disagreements.labels(disagreement.tool, disagreement.version).inc()
         self.metrics.decided_batch(batch.decisions)
@@ -558,6 +567,56 @@ class Worker:
             else:
                 self.stats.rejected += 1
                 self.stats.by_code[verdict.code or ""] = self.stats.by_code.get(verdict.code or "", 0) + 1
+
+    def _expires_of(self, request_id: str) -> datetime | None:
+        request = self.requests.get(request_id)
+        return None if request is None else request.expires_at
+
+    async def _send_state(
+        self, producer: Producer, partition: int, updates: list[StateUpdate], ended: set[str]
+    ) -> list[Any]:
+        """Send the changelog records and tombstones of ``partition`` in the open transaction."""
+        topic = self.config.topics.state
+        futures = [await producer.send(topic, u.value(), key=u.key, partition=partition) for u in updates]
+        futures += [
+            await producer.send(topic, None, key=rid.encode(), partition=partition) for rid in sorted(ended)
+        ]
+        return futures
+
+    async def _fenced(self, tp: TopicPartition) -> None:
+        """Another owner started a producer with this partition's transactional id: we are a
+        zombie for it. Stop deciding it; the group's next assignment settles it."""
+        log.warning("producer fenced: partition moved to another worker", extra={"partition": tp.partition})
+        self.stats.aborted += 1
+        self.metrics.transactions.labels("aborted").inc()
+        fenced = self._producers.pop(tp, None)
+        self._next_offset.pop(tp, None)
+        self._ended.pop(tp.partition, None)
+        if fenced is not None:
+            with contextlib.suppress(Exception):
+                await fenced.stop()
+
+    async def _write_tombstones(self) -> None:
+        """Write the state tombstones due in idle partitions, one transaction per partition
+        (a busy partition's go with its next batch)."""
+        async with self._lock:
+            for tp, producer in list(self._producers.items()):
+                ended = self._ended.pop(tp.partition, set())
+                if not ended:
+                    continue
+                if producer is None or tp.partition in self._restoring:
+                    self._ended.setdefault(tp.partition, set()).update(ended)
+                    continue
+                try:
+                    async with producer.transaction():
+                        await asyncio.gather(*await self._send_state(producer, tp.partition, [], ended))
+                except ProducerFenced:
+                    await self._fenced(tp)
+                except (KafkaError, AssertionError) as exc:
+                    self._ended.setdefault(tp.partition, set()).update(ended)
+                    await self._transaction_failed(tp, exc)
+                else:
+                    self.metrics.state_tombstones.inc(len(ended))
 
     async def _transaction_failed(self, tp: TopicPartition, exc: Exception) -> None:
         """Abort path: count, log once per state change, back off, take the partition over again.
@@ -655,16 +714,22 @@ class Worker:
             raise
         return producer
 
-    def _sweep(self) -> None:
+    def _sweep(self) -> bool:
+        """Evict expired requests and end their accepted attempts (tombstones due); True
+        when it ran (every ``sweep_seconds``)."""
         mono = time.monotonic()
         if mono - self._last_sweep < self.options.sweep_seconds:
             self.metrics.outstanding.set(len(self.requests))
-            return
+            return False
         self._last_sweep = mono
         now = self.clock()
         self.requests.evict_expired(now)
-        self.ledger.evict_older_than(now - self.options.ledger_window)
+        count = self._intake_count
+        for rid in self.ledger.expired(now):
+            self._ended.setdefault(partition_of(rid.encode(), count), set()).add(rid)
         self.metrics.outstanding.set(len(self.requests))
+        self.metrics.accepted_held.set(len(self.ledger))
+        return True
 
     def _update_lag(self) -> None:
         """Per owned partition: the high watermark minus the next offset to decide."""
@@ -691,14 +756,6 @@ class Worker:
                         extra={"partition": tp.partition, "error": repr(exc)[:300]},
                     )
             await self._restore({tp.partition for tp in partitions})
-            if partitions and self._audit_reader is not None and not self.options.partition_local:
-                # Results the previous owner accepted must be in the ledger before we decide.
-                try:
-                    await self._audit_reader.catch_up(30)
-                except KafkaError as exc:
-                    log.warning(
-                        "the accepted-results ledger could not catch up", extra={"error": repr(exc)[:300]}
-                    )
         log.info("partitions assigned", extra={"partitions": sorted(p.partition for p in partitions)})
         self.metrics.ready.set(1 if self.ready() else 0)
 
@@ -714,10 +771,13 @@ class Worker:
                     self._lag_partitions.discard(label)
                     self.metrics.lag.remove(label)
             gone = {tp.partition for tp in partitions}
-            if gone and self.options.partition_local and self._request_reader is not None:
+            if gone and self._request_reader is not None:
                 with contextlib.suppress(KafkaError):
                     await self._request_reader.disown(gone)
                 self.requests.drop_partitions(gone, self._intake_count)
+                self.ledger.drop_partitions(gone, self._intake_count)
+                for partition in gone:
+                    self._ended.pop(partition, None)  # the next owner finds them at restore
                 self._restoring -= gone
                 self.metrics.restoring.set(len(self._restoring))
                 for partition in gone:
@@ -737,9 +797,8 @@ class Worker:
                 with contextlib.suppress(KafkaError):
                     await producer.stop()
         self._producers.clear()
-        for reader in (self._request_reader, self._audit_reader):
-            if reader is not None:
-                await reader.stop()
+        if self._request_reader is not None:
+            await self._request_reader.stop()
         if self._health is not None:
             await self._health.stop()
         self.metrics.ready.set(0)

@@ -1,18 +1,17 @@
-"""State the worker reads from topics: outstanding requests and accepted results.
+"""State the worker holds for the intake partitions it owns: outstanding requests and
+accepted attempts.
 
-Two in-memory tables, each fed by a :class:`TopicReader`:
-
-* :class:`RequestTable` from the compacted requests topic: strict decoding, a
-  tombstone ends a request, expired requests are evicted on the injected clock,
-  and a cap bounds memory (oldest first out, counted and logged when hit).
-* :class:`AcceptedLedger` from the audit topic: which (request id, attempt) pairs
-  already had a result accepted, by any worker, so "one accepted result per
-  request attempt" survives restarts and rebalances. Entries older than the
-  ledger window (longer than any request lives) are dropped.
-
-Both sit behind :class:`RequestStore`-like small interfaces so a later
-co-partitioned store (same key and partition count as intake, each worker
-holding only its partitions' requests) can replace the whole-topic table.
+* :class:`RequestTable` from the compacted requests topic (co-partitioned with intake,
+  read by a :class:`TopicReader` in owned mode): strict decoding, a tombstone ends a
+  request, expired requests are evicted on the injected clock, and a cap bounds memory
+  (oldest first out, counted and logged when hit).
+* :class:`AcceptedLedger` from the state changelog (compacted, co-partitioned with intake):
+  which attempts of each live request already had a result accepted, so "one accepted
+  result per request attempt" survives restarts and rebalances. The owner of an intake
+  partition is the only writer of the same state partition (its transactional producer
+  fences the previous owner), so the partition is read once, by :func:`restore_partitions`,
+  up to the end offsets read at assignment; after that the worker's committed batches
+  keep it. An entry leaves with its request (expiry or tombstone).
 """
 
 from __future__ import annotations
@@ -22,7 +21,8 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
 
 import msgspec
@@ -147,75 +147,150 @@ class RequestTable:
         return len(expired)
 
 
-class _AuditView(msgspec.Struct, frozen=True):
-    """The audit fields the ledger reads (unknown ones ignored: newer workers add fields)."""
+class StateEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One record of the state changelog (key: the request id): the attempts of a live
+    request that already have an accepted result, and when the request expires.
 
-    request_id: str | None
-    outcome: str
-    attempt: int | None
-    decided_at: datetime
-    kind: str = "decision"
+    Written in the same transaction as the decision that accepted the result, to the
+    intake partition's number; a tombstone ends it once the request has ended.
+    """
+
+    request_id: str
+    accepted_attempts: list[int]
+    expires_at: datetime
 
 
-_audit_decoder = msgspec.json.Decoder(_AuditView)
+_state_decoder = msgspec.json.Decoder(StateEntry)
+_state_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class StateUpdate:
+    """A changelog record a batch writes in its transaction (the request's whole entry)."""
+
+    request_id: str
+    attempts: frozenset[int]
+    expires: float  # expires_at as POSIX seconds
+
+    @property
+    def key(self) -> bytes:
+        return self.request_id.encode()
+
+    def value(self) -> bytes:
+        expires_at = datetime.fromtimestamp(self.expires, UTC)
+        entry = StateEntry(
+            request_id=self.request_id, accepted_attempts=sorted(self.attempts), expires_at=expires_at
+        )
+        return _state_encoder.encode(entry)
 
 
 class AcceptedLedger:
-    """The one home of "already accepted": (request id, attempt) pairs with an accepted
-    result, from the audit topic (any worker) and this worker's committed batches.
+    """The one home of "already accepted": the attempts of each live request that had a
+    result accepted, restored from the state changelog and extended by this worker's
+    committed batches.
 
-    A batch reads and extends it through its own :class:`AcceptedView` (:meth:`batch`);
-    :meth:`commit` takes the view's acceptances in once the batch's transaction committed.
+    Bounded by the live requests of the owned partitions: an entry leaves with its
+    request (expiry or tombstone) and with its partition (revocation). A batch reads and
+    extends it through its own :class:`AcceptedView` (:meth:`batch`); :meth:`updates` are the
+    changelog records the batch writes in its transaction, :meth:`commit` takes them in once
+    it committed.
     """
 
-    def __init__(self, window: timedelta = timedelta(days=1)) -> None:
-        self.window = window
-        self._accepted: dict[tuple[str, int], datetime] = {}
+    def __init__(self) -> None:
+        # request id -> (expires_at as POSIX seconds, accepted attempts)
+        self._live: dict[str, tuple[float, frozenset[int]]] = {}
+        self.invalid_records = 0
 
     def __call__(self, request_id: str, attempt: int) -> bool:
-        return (request_id, attempt) in self._accepted
+        entry = self._live.get(request_id)
+        return entry is not None and attempt in entry[1]
 
     def __len__(self) -> int:
-        return len(self._accepted)
-
-    def record(self, request_id: str, attempt: int, decided_at: datetime) -> None:
-        """Remember an accepted result."""
-        self._accepted[(request_id, attempt)] = decided_at
+        """How many requests have accepted attempts."""
+        return len(self._live)
 
     def batch(self) -> AcceptedView:
         """A view for deciding one batch: this ledger plus the batch's own acceptances."""
         return AcceptedView(self)
 
-    def commit(self, view: AcceptedView, decided_at: datetime) -> None:
-        """The view's batch committed: remember what it accepted."""
+    def updates(self, view: AcceptedView, expires_of: Callable[[str], datetime | None]) -> list[StateUpdate]:
+        """The changelog records for what ``view`` accepted: per request, all its accepted
+        attempts (compaction keeps the latest record per key). ``expires_of`` gives the
+        request's expiry (an accepted result's request is known)."""
+        added: dict[str, set[int]] = {}
         for request_id, attempt in view.pending:
-            self.record(request_id, attempt, decided_at)
+            added.setdefault(request_id, set()).add(attempt)
+        out = []
+        for request_id in sorted(added):
+            held = self._live.get(request_id)
+            expires_at = expires_of(request_id)
+            if expires_at is not None:
+                expires = expires_at.timestamp()
+            elif held is not None:
+                expires = held[0]
+            else:  # cannot happen: a result is accepted only for a known request
+                raise AssertionError(f"accepted a result for {request_id!r} without its request")
+            attempts = frozenset(added[request_id]) | (held[1] if held else frozenset())
+            out.append(StateUpdate(request_id, attempts, expires))
+        return out
 
-    def apply(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one audit event."""
+    def commit(self, updates: list[StateUpdate]) -> None:
+        """The batch that wrote ``updates`` committed: remember them."""
+        for update in updates:
+            self._live[update.request_id] = (update.expires, update.attempts)
+
+    def record(self, request_id: str, attempt: int, expires_at: datetime) -> None:
+        """Remember one accepted attempt (tools and tests)."""
+        held = self._live.get(request_id)
+        attempts = frozenset({attempt}) | (held[1] if held else frozenset())
+        self._live[request_id] = (expires_at.timestamp(), attempts)
+
+    def apply(self, key: bytes | None, value: bytes | None, now: datetime | None = None) -> bool:
+        """Apply one changelog record (a tombstone ends the entry); False when the record is
+        an entry whose request has expired by ``now`` (not held: its tombstone is due)."""
         if value is None:
-            return
+            if key is not None:
+                self._live.pop(key.decode("utf-8", "replace"), None)
+            return True
         try:
-            event = _audit_decoder.decode(value)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            return
-        if (
-            event.kind == "decision"
-            and event.outcome != "rejected"
-            and event.request_id
-            and event.attempt is not None
-        ):
-            self.record(event.request_id, event.attempt, event.decided_at)
+            entry = _state_decoder.decode(value)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            # Only workers write this topic: a record they cannot read is logged, not trusted.
+            self.invalid_records += 1
+            topic, partition, offset = reading.get() or ("", None, None)
+            log.warning(
+                "invalid state record skipped",
+                extra={"topic": topic, "partition": partition, "offset": offset, "error": str(exc)[:200]},
+            )
+            return True
+        expires = entry.expires_at.timestamp()
+        if now is not None and expires <= now.timestamp():
+            self._live.pop(entry.request_id, None)
+            return False
+        self._live[entry.request_id] = (expires, frozenset(entry.accepted_attempts))
+        return True
 
-    def evict_older_than(self, cutoff: datetime) -> int:
-        """Forget acceptances decided before ``cutoff``."""
-        old = [k for k, at in self._accepted.items() if at < cutoff]
-        for k in old:
-            del self._accepted[k]
-        return len(old)
+    def end(self, request_id: str) -> bool:
+        """Forget a request that ended (its tombstone); True when it had an entry."""
+        return self._live.pop(request_id, None) is not None
+
+    def expired(self, now: datetime) -> list[str]:
+        """Forget the entries whose request has expired by ``now``; return their ids."""
+        cutoff = now.timestamp()
+        gone = [rid for rid, (expires, _) in self._live.items() if expires <= cutoff]
+        for rid in gone:
+            del self._live[rid]
+        return gone
+
+    def drop_partitions(self, partitions: set[int], count: int) -> int:
+        """Forget the entries whose key the default partitioner puts in ``partitions`` of ``count``."""
+        doomed = [rid for rid in self._live if partition_of(rid.encode(), count) in partitions]
+        for rid in doomed:
+            del self._live[rid]
+        return len(doomed)
 
 
-Apply = Callable[[bytes | None, bytes | None], None]
+Apply = Callable[[bytes | None, bytes | None], object]
 # (topic, partition, offset) of the record a TopicReader is applying, for the appliers' logs.
 reading: contextvars.ContextVar[tuple[str, int, int] | None] = contextvars.ContextVar("reading", default=None)
 
@@ -394,3 +469,57 @@ class TopicReader:
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
+
+
+async def restore_partitions(
+    clients: KafkaClients,
+    topic: str,
+    partitions: set[int],
+    apply: Apply,
+    wait_seconds: float,
+    *,
+    max_records: int = 5000,
+) -> bool:
+    """Read ``partitions`` of ``topic`` from their beginning up to the end offsets read
+    now (``read_committed``: the last stable offsets), applying every record; False when
+    that took longer than ``wait_seconds`` (the caller retries; nothing is decided meanwhile).
+
+    Raises:
+        KafkaError: the cluster did not answer.
+    """
+    if not partitions:
+        return True
+    consumer = clients.consumer(
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+    )
+    try:
+        await consumer.start()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+
+        async def read() -> None:
+            behind = [tp for tp in tps if await consumer.position(tp) < ends[tp]]
+            while behind:
+                batches = await consumer.getmany(*behind, timeout_ms=200, max_records=max_records)
+                for records in batches.values():
+                    for record in records:
+                        if record.offset >= ends[TopicPartition(record.topic, record.partition)]:
+                            continue  # written after the assignment: ours to come
+                        reading.set((record.topic, record.partition, record.offset))
+                        apply(record.key, record.value)
+                    reading.set(None)
+                behind = [tp for tp in behind if await consumer.position(tp) < ends[tp]]
+
+        try:
+            await asyncio.wait_for(read(), wait_seconds)
+        except TimeoutError:
+            return False
+        return True
+    finally:
+        await consumer.stop()

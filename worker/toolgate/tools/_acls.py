@@ -3,14 +3,15 @@
 One principal per party of the trust table:
 
 * toolgate (the worker): reads requests and intake, writes agent, quarantine and audit,
-  reads audit (the accepted-results ledger) and quarantine; its consumer group (prefix
+  reads and writes its state changelog (accepted attempts of live requests), reads
+  quarantine; its consumer group (prefix
   ``group_id``), its transactional ids (prefix ``toolgate``: one per intake partition)
   and idempotent writes on the cluster;
 * the agent platform: writes requests;
 * tool adapters: write intake, nothing else;
 * agents: read the agent topic, in their own consumer groups (prefix, ``agent``);
-* operators (``toolgate quarantine tail``, ``top``, ``replay``): read quarantine, audit
-  and requests; ``replay --apply`` writes the original bytes back to intake.
+* operators (``toolgate quarantine tail``, ``top``, ``replay``): read quarantine, audit,
+  requests and state; ``replay --apply`` writes the original bytes back to intake.
 
 Topics, consumer groups and ACLs are created by an administrator (a super user, or a
 principal allowed to ``Create`` and ``Alter`` the cluster), never by these principals.
@@ -97,9 +98,9 @@ def acl_plan(
     # plan reads the same as the table in README.md.
     for name in (t.requests, t.intake):
         topic(p.toolgate, name, "read", "describe")
-    for name in (t.agent, t.quarantine, t.audit):
+    for name in (t.agent, t.quarantine, t.audit, t.state):
         topic(p.toolgate, name, "write", "describe")
-    for name in (t.audit, t.quarantine):
+    for name in (t.state, t.quarantine):
         topic(p.toolgate, name, "read")
     prefixed(p.toolgate, "group", config.group_id, "read", "describe")
     prefixed(p.toolgate, "transactional-id", transactional_prefix, "write", "describe")
@@ -112,7 +113,7 @@ def acl_plan(
     topic(p.agent, t.agent, "read", "describe")
     prefixed(p.agent, "group", agent_group_prefix, "read", "describe")
     # Operators: quarantine tail, top, replay (dry run reads; --apply writes intake).
-    for name in (t.quarantine, t.audit, t.requests):
+    for name in (t.quarantine, t.audit, t.requests, t.state):
         topic(p.operator, name, "read", "describe")
     topic(p.operator, t.intake, "write", "describe")
     return sorted(set(acls))

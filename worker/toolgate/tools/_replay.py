@@ -242,15 +242,14 @@ async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Qu
     return selected, read
 
 
-async def load_state(config: Config, ledger_since: datetime) -> tuple[RequestTable, AcceptedLedger]:
-    """The request table and accepted ledger as the worker sees them now."""
+async def load_state(config: Config, now: datetime) -> tuple[RequestTable, AcceptedLedger]:
+    """The request table and accepted ledger as the workers see them now (every partition of
+    the requests topic and the state changelog)."""
     requests, ledger = RequestTable(), AcceptedLedger()
     settings = AiokafkaClients(config)
     readers = [
         TopicReader(config.topics.requests, requests.apply, settings),
-        TopicReader(
-            config.topics.audit, ledger.apply, settings, start_ms=int(ledger_since.timestamp() * 1000)
-        ),
+        TopicReader(config.topics.state, lambda key, value: ledger.apply(key, value, now), settings),
     ]
     try:
         for reader in readers:
@@ -637,7 +636,7 @@ async def run_replay(
         print("no records matched: nothing to replay", file=out)
         return 0
     if not apply_it:
-        requests, ledger = await load_state(config, now - timedelta(hours=ledger_window_hours))
+        requests, ledger = await load_state(config, now)
         dry_run(records, gate, requests, ledger, now, max_replays).print(out)
         print("dry run: nothing was written (use --apply to replay)", file=out)
         return 0
