@@ -4,13 +4,16 @@ On the local broker (127.0.0.1:19092), with private topics of ``--partitions`` (
 
 (a) empty topics: a ``toolgate run`` process from start to ``/readyz`` 200, and its peak RSS (VmHWM);
 (b) ``--past`` (2,000,000) past accepted decisions in the audit topic plus ``--live`` (50,000) live
-    requests: the same figures;
+    requests, every second one with an accepted attempt in the state changelog: the same figures;
+(c) (b) plus ``--past-state`` (200,000) ended requests whose changelog entry and tombstone the cleaner has
+    not removed yet (the changelog between two compactions; at most about an hour and a quarter of
+    ended requests in steady state): the same figures, and the restore cost per such record;
 then, on (b)'s topics, two workers in one new group: the requests each restored
 (``toolgate_outstanding_requests``), and the rebalance pause: from starting the second worker to both
 answering ``/readyz`` 200 again. Bytes per live request: the request table's own allocations for the
 live requests (tracemalloc, in this process), and (b)'s RSS above (a)'s divided by the live requests.
 
-    .venv/bin/python ops/bench/state_bench.py [--past N] [--live N] [--partitions N]
+    .venv/bin/python ops/bench/state_bench.py [--past N] [--live N] [--past-state N] [--partitions N]
 
 Prints figures; asserts nothing. The topics are deleted afterwards.
 """
@@ -157,8 +160,15 @@ def audit_value(rid: str, now: datetime) -> bytes:
     ).encode()
 
 
-async def fill(config: Config, past: int, live: int) -> float:
-    """Write ``past`` accepted audit events and ``live`` live requests; return seconds taken."""
+def state_value(rid: str, expires: datetime) -> bytes:
+    return json.dumps(
+        {"request_id": rid, "accepted_attempts": [1], "expires_at": expires.isoformat()}
+    ).encode()
+
+
+async def fill(config: Config, past: int, live: int, past_state: int = 0) -> float:
+    """Write ``past`` accepted audit events, ``live`` live requests (every second one with a
+    changelog entry) and ``past_state`` ended requests' entries and tombstones; return seconds."""
     started = time.monotonic()
     now = datetime.now(UTC)
     producer = AiokafkaClients(config).producer(acks=1, linger_ms=50, max_batch_size=1024 * 1024)
@@ -175,6 +185,17 @@ async def fill(config: Config, past: int, live: int) -> float:
             rid = f"req.live{i:09d}"
             value = request_value(rid, now)
             pending.append(await producer.send(config.topics.requests, value, key=rid.encode()))
+            if i % 2 == 0:
+                entry = state_value(rid, now + timedelta(hours=2))
+                pending.append(await producer.send(config.topics.state, entry, key=rid.encode()))
+        for i in range(past_state):
+            rid = f"req.ended{i:09d}"
+            entry = state_value(rid, now - timedelta(minutes=1))
+            pending.append(await producer.send(config.topics.state, entry, key=rid.encode()))
+            pending.append(await producer.send(config.topics.state, None, key=rid.encode()))
+            if len(pending) >= 20000:
+                await asyncio.gather(*pending)
+                pending.clear()
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
@@ -219,18 +240,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--past", type=int, default=2_000_000, help="past accepted decisions (audit)")
     parser.add_argument("--live", type=int, default=50_000, help="live requests")
+    parser.add_argument(
+        "--past-state", type=int, default=200_000, help="ended requests not compacted away yet (c)"
+    )
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--bootstrap", default=LOCAL_BOOTSTRAP)
     args = parser.parse_args()
     log = Path(f"/tmp/state_bench-{os.getpid()}.log")
     empty = config_for(uuid.uuid4().hex[:8] + "e", args.partitions, args.bootstrap)
     full = config_for(uuid.uuid4().hex[:8] + "f", args.partitions, args.bootstrap)
+    dirty = config_for(uuid.uuid4().hex[:8] + "c", args.partitions, args.bootstrap)
     asyncio.run(ensure_topics(empty))
     asyncio.run(ensure_topics(full))
+    asyncio.run(ensure_topics(dirty))
     try:
         a_seconds, a_rss = start_up(empty, log)
         fill_seconds = asyncio.run(fill(full, args.past, args.live))
         b_seconds, b_rss = start_up(full, log)
+        asyncio.run(fill(dirty, 0, args.live, args.past_state))
+        c_seconds, c_rss = start_up(dirty, log)
         group = f"{full.group_id}.two"
         first = Worker(full, group, log)
         wait_ready([first])
@@ -247,11 +275,21 @@ def main() -> None:
     finally:
         asyncio.run(drop(empty))
         asyncio.run(drop(full))
+        asyncio.run(drop(dirty))
     print(f"partitions {args.partitions}; past decisions {args.past:,}; live requests {args.live:,}")
     print(f"filling (b): {fill_seconds:.1f} s")
     print(f"(a) empty topics:        start to ready {a_seconds:6.2f} s   peak RSS {a_rss:6.1f} MiB")
     print(f"(b) past + live:         start to ready {b_seconds:6.2f} s   peak RSS {b_rss:6.1f} MiB")
     print(f"(b) - (a):               {b_seconds - a_seconds:+6.2f} s            {b_rss - a_rss:+6.1f} MiB")
+    print(f"(c) (b) + {args.past_state:,} ended requests not compacted yet:")
+    print(f"                         start to ready {c_seconds:6.2f} s   peak RSS {c_rss:6.1f} MiB")
+    if args.past_state:
+        per_record = (c_seconds - b_seconds) / (2 * args.past_state) * 1e6
+        print(
+            f"(c) - (b): {c_seconds - b_seconds:+.2f} s, {per_record:.1f} µs per uncompacted changelog record"
+        )
+    target = "met" if b_seconds - a_seconds <= 3 and b_rss < 150 else "not met"
+    print(f"target (b) within 3 s of (a) and under 150 MiB: {target}")
     print(
         f"bytes per live request: request table {per_request:.0f} B (tracemalloc); "
         f"RSS (b)-(a) over live requests {(b_rss - a_rss) * 1024 * 1024 / max(args.live, 1):.0f} B"

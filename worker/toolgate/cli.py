@@ -51,7 +51,7 @@ object to the agent topic. Rejections go to a quarantine topic for operators.
 
 _EPILOG = """\
 examples:
-  toolgate topics ensure                      create the five topics on the broker
+  toolgate topics ensure                      create the six topics on the broker
   toolgate check --request req.json --header tg-tool=review_status result.json
   toolgate contracts test                     run every contract fixture
   toolgate contracts lint                     hold every schema to the contract rules
@@ -972,18 +972,20 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         ("topics",),
         "manage the Kafka topics",
-        "Manage toolgate's five Kafka topics.",
+        "Manage toolgate's six Kafka topics.",
         ("toolgate topics ensure",),
     ),
     Command(
         ("topics", "ensure"),
         "create missing topics (idempotent)",
-        "Create the five topics (docs/design.md, Topics and trust boundaries) where\n"
+        "Create the six topics (docs/design.md, Topics and trust boundaries) where\n"
         "missing and report those that exist. Names and partition counts come from\n"
         "the configuration:\n"
-        "  TOOLGATE_TOPIC_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT}\n"
-        "  TOOLGATE_PARTITIONS_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT}\n"
-        "The requests topic is compacted (latest record per request id).",
+        "  TOOLGATE_TOPIC_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT,STATE}\n"
+        "  TOOLGATE_PARTITIONS_{INTAKE,AGENT,QUARANTINE,AUDIT}\n"
+        "Requests and state (the worker's changelog of accepted attempts) are\n"
+        "compacted and get intake's partition count (the existing intake topic's,\n"
+        "when it exists): a worker restores only its intake partitions' state.",
         (
             "toolgate topics ensure",
             "TOOLGATE_PARTITIONS_INTAKE=6 toolgate topics ensure --bootstrap kafka:9092",
