@@ -104,6 +104,18 @@ async def decide_all(config: Config, gate: Gate, count: int) -> Worker:
     return worker
 
 
+async def assert_delivered(config: Config, expected: set[str]) -> None:
+    """Exactly ``expected`` got a success envelope; on failure, each request's audited codes."""
+    delivered = set(successes(await read_all(config, config.topics.agent)))
+    if delivered != expected:
+        codes: dict[str, list[str]] = {}
+        for record in await read_all(config, config.topics.audit):
+            event = json.loads(record.value or b"{}")
+            codes.setdefault(str(event.get("request_id")), []).append(str(event.get("code") or "-"))
+        wrong = {rid: codes.get(rid) for rid in sorted(delivered ^ expected)}
+        raise AssertionError(f"delivered differs from expected; audited codes of the difference: {wrong}")
+
+
 def successes(records: list[Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for record in records:
@@ -118,7 +130,7 @@ class TestReplay:
         has_comment = await publish_reviews(config, 60, comment_every=3)
         commented = {rid for rid, flag in has_comment.items() if flag}
         await decide_all(config, gate_for(CONTRACTS), 60)
-        assert set(successes(await read_all(config, config.topics.agent))) == set(has_comment) - commented
+        await assert_delivered(config, set(has_comment) - commented)
 
         fixed = gate_for(contracts_with_v2(tmp_path / "fixed", "active"))
         out = io.StringIO()
@@ -257,7 +269,7 @@ class TestShadowLive:
         has_comment = await publish_reviews(config, 30, comment_every=2)
         worker = await decide_all(config, gate_for(contracts_with_v2(tmp_path / "c", "shadow")), 30)
         commented = {rid for rid, flag in has_comment.items() if flag}
-        assert set(successes(await read_all(config, config.topics.agent))) == set(has_comment) - commented
+        await assert_delivered(config, set(has_comment) - commented)
         audit = [json.loads(r.value or b"") for r in await read_all(config, config.topics.audit)]
         shadow = [e for e in audit if e.get("kind") == "shadow"]
         assert {e["request_id"] for e in shadow} == commented
