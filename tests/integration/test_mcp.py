@@ -163,6 +163,23 @@ def _kcat(*args: str, stdin: bytes | None = None) -> bytes:
     return done.stdout
 
 
+def _kcat_produce(producer: list[str], cfg: Config, request_id: str, wire: Any, *extra_headers: str) -> None:
+    """The request record, then the MCP result with toolgate's headers, both keyed by request id."""
+    _kcat(*producer, "-P", "-t", cfg.topics.requests, "-k", request_id, stdin=_request(request_id))
+    header_args = [f"{name}={value.decode()}" for name, value in _headers(request_id, None)]
+    header_args.extend(extra_headers)
+    _kcat(
+        *producer,
+        "-P",
+        "-t",
+        cfg.topics.intake,
+        "-k",
+        request_id,
+        *[arg for h in header_args for arg in ("-H", h)],
+        stdin=json.dumps(wire).encode(),
+    )
+
+
 @pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make tools)")
 async def test_kcat_produces_an_mcp_result_and_reads_the_agent_envelope(
     config: Config, mcp_contracts: Path
@@ -175,19 +192,7 @@ async def test_kcat_produces_an_mcp_result_and_reads_the_agent_envelope(
     # librdkafka's default partitioner is not Kafka's murmur2: producers of requests and results
     # pick it explicitly, as the README tells adapter authors (requests are co-partitioned).
     producer = [*broker, "-X", "partitioner=murmur2_random"]
-    _kcat(*producer, "-P", "-t", cfg.topics.requests, "-k", request_id, stdin=_request(request_id))
-    header_args = [f"{name}={value.decode()}" for name, value in _headers(request_id, None)]
-    header_args.append(f"traceparent=00-{trace_id}-b7ad6b7169203331-01")
-    _kcat(
-        *producer,
-        "-P",
-        "-t",
-        cfg.topics.intake,
-        "-k",
-        request_id,
-        *[arg for h in header_args for arg in ("-H", h)],
-        stdin=json.dumps(wire).encode(),
-    )
+    _kcat_produce(producer, cfg, request_id, wire, f"traceparent=00-{trace_id}-b7ad6b7169203331-01")
     await run_until(make_worker(cfg), 1)
     out = _kcat(
         *broker,
@@ -232,18 +237,7 @@ async def test_kcat_default_partitioner_fails_closed_and_is_counted(
     )
     wire, _sdk = await mcp_kit.call("ok")
     broker = ["-b", cfg.bootstrap]
-    _kcat(*broker, "-P", "-t", cfg.topics.requests, "-k", request_id, stdin=_request(request_id))
-    header_args = [f"{name}={value.decode()}" for name, value in _headers(request_id, None)]
-    _kcat(
-        *broker,
-        "-P",
-        "-t",
-        cfg.topics.intake,
-        "-k",
-        request_id,
-        *[arg for h in header_args for arg in ("-H", h)],
-        stdin=json.dumps(wire).encode(),
-    )
+    _kcat_produce(broker, cfg, request_id, wire)  # librdkafka's default partitioner
     worker = make_worker(cfg)
     await run_until(worker, 1)
     assert worker.metrics.misrouted._value.get() == 1

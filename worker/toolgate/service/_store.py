@@ -295,6 +295,25 @@ Apply = Callable[[bytes | None, bytes | None], object]
 reading: contextvars.ContextVar[tuple[str, int, int] | None] = contextvars.ContextVar("reading", default=None)
 
 
+async def start_reader_consumer(clients: KafkaClients) -> Consumer:
+    """A started group-less ``read_committed`` consumer for reading state topics."""
+    # A short fetch wait: catch_up()'s offset lookup queues behind the reader's own long
+    # poll on the same connection, and a batch waiting for a request waits for both.
+    consumer = clients.consumer(
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+    )
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()  # a failed start leaves its connections open
+        raise
+    return consumer
+
+
 class TopicReader:
     """Reads every partition of one topic into a table, and can say when it has caught up.
 
@@ -331,20 +350,7 @@ class TopicReader:
 
     async def start(self) -> None:
         """Assign every partition, seek to the start point and begin reading."""
-        # A short fetch wait: catch_up()'s offset lookup queues behind the reader's own long
-        # poll on the same connection, and a batch waiting for a request waits for both.
-        consumer = self._clients.consumer(
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=50,
-        )
-        try:
-            await consumer.start()
-        except BaseException:
-            await consumer.stop()  # a failed start leaves its connections open
-            raise
+        consumer = await start_reader_consumer(self._clients)
         self._consumer = consumer
         # A group-less consumer has no metadata yet: ask for this topic's partitions.
         tps = await partitions_of(self._clients, self.topic)
@@ -489,15 +495,8 @@ async def restore_partitions(
     """
     if not partitions:
         return True
-    consumer = clients.consumer(
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=50,
-    )
+    consumer = await start_reader_consumer(clients)
     try:
-        await consumer.start()
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
