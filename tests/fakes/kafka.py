@@ -26,7 +26,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
 from aiokafka.partitioner import murmur2
-from toolgate.service._kafka import Admin, Consumer, NewTopic, Producer, RebalanceListener
+from toolgate.service._kafka import Admin, BatchBuilder, Consumer, NewTopic, Producer, RebalanceListener
 
 
 @dataclass
@@ -406,6 +406,33 @@ class _Transaction:
             await self.producer.abort_transaction()
 
 
+class FakeBatch:
+    """aiokafka's ``BatchBuilder``: records for one partition, up to ``size`` bytes (any one
+    record fits an empty batch)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.used = 0
+        self.sent = False
+        self.records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
+
+    def append(
+        self,
+        *,
+        timestamp: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> Any:
+        assert not self.sent
+        size = len(key or b"") + len(value or b"") + sum(len(n) + len(v) for n, v in headers)
+        if self.records and self.used + size > self.size:
+            return None
+        self.used += size
+        self.records.append((key, value, list(headers)))
+        return len(self.records)
+
+
 class FakeProducer:
     """A producer; transactional when given a ``transactional_id``."""
 
@@ -472,6 +499,28 @@ class FakeProducer:
         record = self.broker.append(
             topic, value, key=key, partition=partition, headers=headers or (), txn=self.txn
         )
+        return _Future(record)
+
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch(int(self.options.get("max_batch_size", 16384)))
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> Awaitable[Any]:
+        assert isinstance(batch, FakeBatch)
+        assert self.started
+        assert not self.stopped
+        assert not batch.sent, "a batch is sent once"
+        self._fenced()
+        self.broker.check("send")
+        if self.transactional_id is not None and self.txn is None:
+            raise IllegalStateError("send outside a transaction")
+        assert 0 <= partition < len(self.broker.logs[topic]), "send_batch needs an existing partition"
+        batch.sent = True
+        record = None
+        for key, value, headers in batch.records:
+            record = self.broker.append(
+                topic, value, key=key, partition=partition, headers=headers, txn=self.txn
+            )
+        assert record is not None, "an empty batch"
         return _Future(record)
 
     async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int], group_id: str) -> None:

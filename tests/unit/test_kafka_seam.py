@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaError
+from aiokafka.partitioner import murmur2 as aiokafka_murmur2
+from hypothesis import given
+from hypothesis import strategies as st
 from toolgate._config import Config, Partitions, Topics
-from toolgate.service._kafka import ensure_topics
+from toolgate.service._kafka import Outgoing, ensure_topics, murmur2, partition_for, send_records
 
 from tests.fakes.kafka import FakeBroker, FakeClients
 
@@ -118,3 +123,59 @@ class TestEnsureTopics:
         broker.fail("admin", KafkaConnectionError("no broker"))
         with pytest.raises(BrokerError, match=r"127\.0\.0\.1:19092"):
             await ensure_topics(self.CONFIG, clients=FakeClients(broker))
+
+
+class TestMurmur2:
+    @given(st.binary(max_size=300))
+    def test_equals_aiokafkas(self, data: bytes) -> None:
+        """The word-at-a-time murmur2 is aiokafka's (the Java client's) on any bytes."""
+        assert murmur2(data) == aiokafka_murmur2(data)
+
+    def test_known_values(self) -> None:
+        """Kafka's own test vectors (clients' UtilsTest, as unsigned 32 bits)."""
+        assert murmur2(b"21") & 0xFFFFFFFF == (-973932308) & 0xFFFFFFFF
+        assert murmur2(b"foobar") & 0xFFFFFFFF == (-790332482) & 0xFFFFFFFF
+        assert murmur2(b"a-little-bit-long-string") & 0xFFFFFFFF == (-985981536) & 0xFFFFFFFF
+
+    def test_partition_for_a_keyless_record_is_one_of_the_partitions(self) -> None:
+        assert {partition_for(None, 3) for _ in range(200)} == {0, 1, 2}
+
+
+class TestSendRecords:
+    async def _producer(self, broker: FakeBroker, batch_bytes: int) -> Any:
+        producer = FakeClients(broker).producer(transactional_id="t", max_batch_size=batch_bytes)
+        await producer.start()
+        return producer
+
+    async def test_one_batch_per_partition_in_order(self) -> None:
+        broker = FakeBroker()
+        broker.create_topic("out", 2)
+        producer = await self._producer(broker, 10_000)
+        records = [("out", i % 2, f"k{i}".encode(), f"v{i}".encode(), [("h", b"x")]) for i in range(10)]
+        async with producer.transaction():
+            await send_records(producer, records)
+        assert broker.calls["send"] == 2
+        for p in (0, 1):
+            got = [(r.key, r.value, r.headers) for r in broker.committed_values("out") if r.partition == p]
+            assert got == [(k, v, list(h)) for _, q, k, v, h in records if q == p]
+
+    async def test_a_full_batch_is_sent_and_a_new_one_started(self) -> None:
+        broker = FakeBroker()
+        broker.create_topic("out", 1)
+        producer = await self._producer(broker, 25)
+        records: list[Outgoing] = [("out", 0, b"k", b"x" * 10, []) for _ in range(5)]
+        records.append(("out", 0, b"k", b"y" * 100, []))
+        async with producer.transaction():
+            await send_records(producer, records)
+        assert broker.calls["send"] == 4  # 2 + 2 + 1 records of 11 bytes, then the large one alone
+        assert [r.value for r in broker.committed_values("out")] == [v for *_, v, _ in records]
+
+    async def test_a_failed_batch_raises(self) -> None:
+        broker = FakeBroker()
+        broker.create_topic("out", 1)
+        producer = await self._producer(broker, 1000)
+        broker.fail("send", times=1)
+        with pytest.raises(KafkaError):
+            async with producer.transaction():
+                await send_records(producer, [("out", 0, b"k", b"v", [])])
+        assert broker.committed_values("out") == []

@@ -147,6 +147,42 @@ class TestCommit:
         assert [r.partition for r in agent] == [record.partition]
         assert record.partition == partition_for(rid(1).encode(), PARTITIONS)
 
+    async def test_batches_that_fill_up_keep_every_record_once_in_order(self, world: World) -> None:
+        """Records go out in producer batches of at most ``producer_batch_bytes``: a batch that
+        fills up is sent and a new one started, every record once, each partition's in the
+        intake order; quarantine (one partition, not co-partitioned) where murmur2 puts the key."""
+        for i in range(12):
+            world.request(i)
+            world.result(i, decision="rejected!" if i % 4 == 3 else "approved")
+        worker = world.worker(burst=True, producer_batch_bytes=700)
+        stats = await worker.run()
+        assert (stats.decided, stats.rejected, stats.aborted) == (12, 3, 0)
+        assert worker.options.producer_batch_bytes == 700
+        producers = [p for p in world.clients.producers if p.transactional_id]
+        assert {p.options["max_batch_size"] for p in producers} == {700}
+        for p in range(PARTITIONS):
+            intake = [r.key for r in world.broker.logs[T.intake][p] if not r.control]
+            for topic in (T.agent, T.audit):
+                out = [r.key for r in world.broker.logs[topic][p] if not r.control]
+                assert out == intake, topic
+        quarantine = world.broker.committed_values(T.quarantine)
+        assert sorted(r.key or b"" for r in quarantine) == sorted(rid(i).encode() for i in (3, 7, 11))
+
+    async def test_a_topic_of_another_partition_count_gets_the_key_partition(self, gate: Gate) -> None:
+        """Quarantine with 2 partitions (intake 3): each record where murmur2 puts its key."""
+        w = World()
+        w.gate = gate
+        w.broker.logs[T.quarantine] = [[], []]
+        for i in range(8):
+            w.request(i)
+            w.result(i, decision="rejected!")
+        await w.worker(burst=True).run()
+        quarantine = w.broker.committed_values(T.quarantine)
+        assert len(quarantine) == 8
+        assert {r.partition for r in quarantine} == {0, 1}
+        for r in quarantine:
+            assert r.partition == partition_for(r.key or b"", 2)
+
     async def test_duplicate_after_commit_is_rejected(self, world: World) -> None:
         """The ledger remembers what a committed batch accepted: a second result is a duplicate."""
         world.request(1)

@@ -9,7 +9,10 @@ for every client. Only public aiokafka APIs are used (a unit test checks the tre
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import asyncio
+import random
+import struct
+from collections.abc import Awaitable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,8 +20,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
-from aiokafka.partitioner import murmur2
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError, TopicAlreadyExistsError, for_code
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError
@@ -27,9 +29,11 @@ from toolgate.service._transport import check_connection, tls_context
 __all__ = [
     "Admin",
     "AiokafkaClients",
+    "BatchBuilder",
     "Consumer",
     "KafkaClients",
     "NewTopic",
+    "Outgoing",
     "Producer",
     "RebalanceListener",
     "Record",
@@ -37,8 +41,11 @@ __all__ = [
     "TopicReport",
     "client_settings",
     "ensure_topics",
+    "murmur2",
+    "partition_for",
     "partition_of",
     "partitions_of",
+    "send_records",
     "topic_plan",
 ]
 
@@ -114,6 +121,22 @@ class Consumer(Protocol):
     async def seek_to_end(self, *partitions: TopicPartition) -> Any: ...
 
 
+class BatchBuilder(Protocol):
+    """A batch of records for one topic partition, filled before it is handed to the producer
+    (aiokafka's ``BatchBuilder``)."""
+
+    def append(
+        self,
+        *,
+        timestamp: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = ...,
+    ) -> Any:
+        """Add a record; None when the batch is full (a fresh batch takes any one record)."""
+        ...
+
+
 class Producer(Protocol):
     """What toolgate uses of a producer (transactional or not)."""
 
@@ -132,11 +155,51 @@ class Producer(Protocol):
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes]] | None = None,
     ) -> Awaitable[Any]: ...
+    def create_batch(self) -> BatchBuilder: ...
+    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> Awaitable[Any]: ...
     async def send_offsets_to_transaction(
         self, offsets: dict[TopicPartition, int], group_id: str
     ) -> None: ...
     async def partitions_for(self, topic: str) -> set[int]: ...
     async def flush(self) -> None: ...
+
+
+# One record to send: (topic, partition, key, value, headers).
+Outgoing = tuple[str, int, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]
+
+
+async def send_records(producer: Producer, records: Iterable[Outgoing]) -> None:
+    """Send ``records`` as one batch per topic partition (more when one fills up) and wait
+    until the broker has them all.
+
+    One future per batch instead of one per record: the records of a transaction are
+    appended to batches here and handed to the producer together, so they leave in as
+    few produce requests as the batch size allows. The order of the records of one
+    partition is kept. Inside a transaction, each batch's partition joins the
+    transaction as a single ``send`` would make it.
+
+    Raises:
+        KafkaError: a batch was not delivered (the transaction must abort), or one record
+            alone is larger than a batch may be.
+    """
+    open_batches: dict[tuple[str, int], BatchBuilder] = {}
+    ready: list[tuple[BatchBuilder, str, int]] = []  # in the order they filled up
+    create = producer.create_batch
+    for topic, partition, key, value, headers in records:
+        slot = (topic, partition)
+        batch = open_batches.get(slot)
+        if batch is None:
+            batch = open_batches[slot] = create()
+        if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
+            ready.append((batch, topic, partition))
+            batch = open_batches[slot] = create()
+            if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
+                raise MessageSizeTooLargeError(f"a record of {len(value or b'')} bytes fits no batch")
+    ready.extend((batch, topic, partition) for (topic, partition), batch in open_batches.items())
+    # A full batch goes before the next one of its partition: send_batch waits while an
+    # earlier batch of the same partition is queued, so their order is kept.
+    futures = [await producer.send_batch(batch, topic, partition=p) for batch, topic, p in ready]
+    await asyncio.gather(*futures)
 
 
 class Admin(Protocol):
@@ -258,10 +321,47 @@ async def partitions_of(
     return [TopicPartition(topic, p) for p in range(found[0] if found else 0)]
 
 
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes, _m: int = _M, _mask: int = _MASK) -> int:
+    """Kafka's murmur2 hash of ``data`` (the Java client's ``Utils.murmur2``, as aiokafka's
+    pure-Python one, unsigned 32 bits like it), a 4-byte word at a time instead of a byte."""
+    length = len(data)
+    h = 0x9747B28C ^ length
+    words = length // 4
+    for k in struct.unpack_from(f"<{words}I", data) if words else ():
+        k = (k * _m) & _mask
+        k = ((k ^ (k >> 24)) * _m) & _mask
+        h = ((h * _m) & _mask) ^ k
+    tail = length & 3
+    if tail:
+        end = length & ~3
+        if tail == 3:
+            h ^= data[end + 2] << 16
+        if tail >= 2:
+            h ^= data[end + 1] << 8
+        h ^= data[end]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h
+
+
 def partition_of(key: bytes, count: int) -> int:
     """The partition the Java client's and aiokafka's default partitioner (murmur2) picks for
     ``key`` among ``count``: where a request id's request and results must be."""
-    return int(murmur2(key) & 0x7FFFFFFF) % count
+    return (murmur2(key) & 0x7FFFFFFF) % count
+
+
+def partition_for(key: bytes | None, count: int) -> int:
+    """The partition aiokafka's default partitioner picks for a record with ``key`` among
+    ``count`` partitions: murmur2 of the key, a random one without a key."""
+    if key is None:
+        return random.randrange(count)  # noqa: S311 - spreading load, not a secret
+    return (murmur2(key) & 0x7FFFFFFF) % count
 
 
 @dataclass

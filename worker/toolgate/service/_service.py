@@ -26,7 +26,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,16 +38,20 @@ from toolgate._errors import ConfigError
 from toolgate.gate._batch import ShadowSampler, decide_batch
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
+from toolgate.gate._outputs import OutRecord
 from toolgate.gate._records import Message, request_key
 from toolgate.service._kafka import (
     AiokafkaClients,
     Consumer,
     KafkaClients,
+    Outgoing,
     Producer,
     RebalanceListener,
     TopicPartition,
+    partition_for,
     partition_of,
     partitions_of,
+    send_records,
 )
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
@@ -85,6 +89,10 @@ class WorkerOptions:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # None: from the configuration; 0: any free port
     max_record_bytes: int = 1024 * 1024
+    # A transaction's records go out in batches of up to this many bytes per partition (a
+    # produce request carries one batch per partition): 500 results of ~1 KB take one or
+    # two per topic, where aiokafka's default of 16 KB would take dozens.
+    producer_batch_bytes: int = 512 * 1024
     restore_wait_seconds: float = 30.0  # one restore attempt; retried with backoff after it
     # Test knob: awaited before each restore attempt with the partitions (a slow restore).
     restore_hook: Callable[[set[int]], Awaitable[None]] | None = None
@@ -172,6 +180,7 @@ class Worker:
         self._backoff = 0.0
         self._sampler = ShadowSampler(self.options.shadow_audit_per_minute)
         self._copartitioned: frozenset[str] = frozenset()
+        self._partition_counts: dict[str, int] = {}  # output topic -> its partition count
         self._reload_requested = False
         self._last_sweep = 0.0
         self._export_contracts(gate)
@@ -492,13 +501,9 @@ class Worker:
                 await self._transaction_failed(tp, exc)
                 return
             self.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
+        where = f"{tp.topic}/{tp.partition}/"
         messages = [
-            Message(
-                key=r.key,
-                value=r.value,
-                headers=list(r.headers or ()),
-                origin=f"{tp.topic}/{tp.partition}/{r.offset}",
-            )
+            Message(key=r.key, value=r.value, headers=r.headers or (), origin=where + str(r.offset))
             for r in records
         ]
         now = self.clock()
@@ -520,22 +525,9 @@ class Worker:
         ended = self._ended.pop(tp.partition, set())
         started = time.perf_counter()
         try:
+            outgoing = await self._outgoing(producer, tp, batch.records)
             async with producer.transaction():
-                # An explicit partition skips the producer's per-record key hashing (pure
-                # Python in aiokafka) where the output topic is co-partitioned with intake.
-                same = self._copartitioned
-                futures = [
-                    await producer.send(
-                        out.topic,
-                        out.value,
-                        key=out.key,
-                        headers=out.headers,
-                        partition=tp.partition if out.topic in same else None,
-                    )
-                    for out in batch.records
-                ]
-                futures += await self._send_state(producer, tp.partition, updates, ended)
-                await asyncio.gather(*futures)
+                await send_records(producer, outgoing + self._state_records(tp.partition, updates, ended))
                 await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.config.group_id)
         except ProducerFenced:
             await self._fenced(tp)
@@ -572,16 +564,12 @@ class Worker:
         request = self.requests.get(request_id)
         return None if request is None else request.expires_at
 
-    async def _send_state(
-        self, producer: Producer, partition: int, updates: list[StateUpdate], ended: set[str]
-    ) -> list[Any]:
-        """Send the changelog records and tombstones of ``partition`` in the open transaction."""
+    def _state_records(self, partition: int, updates: list[StateUpdate], ended: set[str]) -> list[Outgoing]:
+        """The changelog records and tombstones of ``partition``, for its open transaction."""
         topic = self.config.topics.state
-        futures = [await producer.send(topic, u.value(), key=u.key, partition=partition) for u in updates]
-        futures += [
-            await producer.send(topic, None, key=rid.encode(), partition=partition) for rid in sorted(ended)
-        ]
-        return futures
+        records: list[Outgoing] = [(topic, partition, u.key, u.value(), []) for u in updates]
+        records += [(topic, partition, rid.encode(), None, []) for rid in sorted(ended)]
+        return records
 
     async def _fenced(self, tp: TopicPartition) -> None:
         """Another owner started a producer with this partition's transactional id: we are a
@@ -609,7 +597,7 @@ class Worker:
                     continue
                 try:
                     async with producer.transaction():
-                        await asyncio.gather(*await self._send_state(producer, tp.partition, [], ended))
+                        await send_records(producer, self._state_records(tp.partition, [], ended))
                 except ProducerFenced:
                     await self._fenced(tp)
                 except (KafkaError, AssertionError) as exc:
@@ -617,6 +605,32 @@ class Worker:
                     await self._transaction_failed(tp, exc)
                 else:
                     self.metrics.state_tombstones.inc(len(ended))
+
+    async def _outgoing(
+        self, producer: Producer, tp: TopicPartition, records: Sequence[OutRecord]
+    ) -> list[Outgoing]:
+        """The batch's records with their partitions: the intake record's partition number in
+        a topic co-partitioned with intake (where murmur2 puts a correctly routed key), else
+        the one the default partitioner picks for the key."""
+        counts = self._partition_counts
+        for topic in {out.topic for out in records} - counts.keys():
+            # A topic the batch writes that is none of the three outputs: the same rule.
+            counts[topic] = len(await producer.partitions_for(topic))
+            assert self._consumer is not None
+            if counts[topic] == len(self._consumer.partitions_for_topic(tp.topic) or ()):
+                self._copartitioned |= {topic}
+        same = self._copartitioned
+        own = tp.partition
+        return [
+            (
+                out.topic,
+                own if out.topic in same else partition_for(out.key, counts[out.topic]),
+                out.key,
+                out.value,
+                out.headers,
+            )
+            for out in records
+        ]
 
     async def _transaction_failed(self, tp: TopicPartition, exc: Exception) -> None:
         """Abort path: count, log once per state change, back off, take the partition over again.
@@ -693,7 +707,9 @@ class Worker:
         intake = len(self._consumer.partitions_for_topic(topics.intake) or ())
         same = set()
         for topic in (topics.agent, topics.quarantine, topics.audit):
-            if intake and len(await producer.partitions_for(topic)) == intake:
+            count = len(await producer.partitions_for(topic))
+            self._partition_counts[topic] = count
+            if intake and count == intake:
                 same.add(topic)
         return frozenset(same)
 
@@ -702,6 +718,7 @@ class Worker:
             enable_idempotence=True,
             acks="all",
             max_request_size=self.options.max_record_bytes,
+            max_batch_size=min(self.options.producer_batch_bytes, self.options.max_record_bytes),
             transactional_id=f"{self.options.transactional_prefix}.{tp.topic}.{tp.partition}",
         )
         # start() runs init_transactions: fences the previous owner and settles its
