@@ -425,6 +425,8 @@ class FakeBatch:
         headers: Sequence[tuple[str, bytes]] = (),
     ) -> Any:
         assert not self.sent
+        if type(headers) is not list:  # as aiokafka's compiled builder: a TypeError
+            raise TypeError(f"Argument 'headers' has incorrect type (got {type(headers).__name__})")
         size = len(key or b"") + len(value or b"") + sum(len(n) + len(v) for n, v in headers)
         if self.records and self.used + size > self.size:
             return None

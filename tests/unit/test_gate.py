@@ -6,9 +6,12 @@ import json
 import textwrap
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from toolgate._errors import ContractError
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
@@ -547,6 +550,41 @@ class TestTimestamps:
         from toolgate.gate._rules import parse_timestamp
 
         assert parse_timestamp(text) is None
+
+    @settings(max_examples=600)
+    @given(
+        st.tuples(
+            st.integers(0, 9999),
+            st.integers(0, 13),
+            st.integers(0, 32),
+            st.sampled_from("Tt"),
+            st.integers(0, 25),
+            st.integers(0, 61),
+            st.integers(0, 61),
+            st.one_of(st.none(), st.text("0123456789", min_size=1, max_size=10)),
+            st.one_of(
+                st.sampled_from(["Z", "z"]),
+                st.tuples(st.sampled_from("+-"), st.integers(0, 25), st.integers(0, 99)).map(
+                    lambda o: f"{o[0]}{o[1]:02d}:{o[2]:02d}"
+                ),
+            ),
+        )
+    )
+    def test_the_fast_path_reads_what_the_fields_read(self, parts: tuple[Any, ...]) -> None:
+        """Timestamps the C parser reads give the datetime the field-by-field reading gives,
+        and those it refuses (or that the field reading refuses) come out None the same."""
+        from toolgate.gate._rules import _RFC3339, _from_fields, parse_timestamp
+
+        year, month, day, sep, hour, minute, second, fraction, offset = parts
+        text = f"{year:04d}-{month:02d}-{day:02d}{sep}{hour:02d}:{minute:02d}:{second:02d}"
+        text += (f".{fraction}" if fraction is not None else "") + offset
+        match = _RFC3339.fullmatch(text)
+        assert match is not None
+        expected = _from_fields(match)
+        got = parse_timestamp(text)
+        assert got == expected
+        if got is not None and expected is not None:
+            assert got.utcoffset() == expected.utcoffset()
 
 
 class TestAgentRequestId:

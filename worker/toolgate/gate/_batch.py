@@ -161,6 +161,7 @@ def decide_batch(
             trace = _span(tracer, message, verdict, seconds)
         if has_shadows and verdict.tool is not None:
             _shadow(gate, message, key, request, verdict, now, accepted, batch, sampler, topics)
+        replays = replay_count(message)
         try:
             records = outputs(
                 message,
@@ -172,6 +173,7 @@ def decide_batch(
                 max_record_bytes=max_record_bytes,
                 trace=trace,
                 answered=answered(verdict, key, request, accepted),
+                replays=replays,
             )
         except Exception:
             verdict = internal_error(message, "building the output records")
@@ -188,7 +190,7 @@ def decide_batch(
         if verdict.accepted and verdict.request_id and verdict.attempt is not None:
             accepted.add(verdict.request_id, verdict.attempt)
         batch.records.extend(records)
-        batch.decisions.append(Decision(verdict, len(message.value or b""), seconds, replay_count(message)))
+        batch.decisions.append(Decision(verdict, len(message.value or b""), seconds, replays))
     return batch
 
 

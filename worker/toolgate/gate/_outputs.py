@@ -27,6 +27,7 @@ quarantine copy of the headers.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -64,7 +65,7 @@ class OutRecord:
     topic: str
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: Sequence[tuple[str, bytes]]  # shared between a decision's records: never mutated
 
 
 class AuditEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -137,7 +138,7 @@ def shadow_record(
             "code": shadow.code,
         },
     )
-    return OutRecord(audit_topic, message.key, _encode_audit(event), [])
+    return OutRecord(audit_topic, message.key, _encode_audit(event), ())
 
 
 def replay_origin(message: Message) -> str | None:
@@ -174,6 +175,7 @@ def outputs(
     max_record_bytes: int = 1024 * 1024,
     trace: TraceContext | None = None,
     answered: bool = False,
+    replays: int | None = None,
 ) -> list[OutRecord]:
     """The records one decision produces: the agent envelope, the quarantine record when
     rejected, the audit event always.
@@ -183,24 +185,26 @@ def outputs(
     written, only the quarantine record and the audit event (``envelope: false``).
     ``trace`` is the decision span's context when tracing is on; otherwise the intake
     record's own (its headers first, then an MCP result's ``_meta``) is carried.
+    ``replays``: :func:`replay_count` of the message, when the caller has it already.
     """
     if answered and verdict.accepted:
         raise ValueError("an accepted verdict always has its agent envelope")
     if trace is None:
         trace = message_trace(message, verdict)
-    trace_headers = trace.headers() if trace is not None else []
-    records = [] if answered else [OutRecord(agent_topic, message.key, verdict.agent, list(trace_headers))]
+    trace_headers: Sequence[tuple[str, bytes]] = trace.headers() if trace is not None else ()
+    records = [] if answered else [OutRecord(agent_topic, message.key, verdict.agent, trace_headers)]
     if not verdict.accepted:
         records.append(
             quarantine_record(message, verdict, quarantine_topic, decided_at, max_record_bytes, trace)
         )
     event = audit_event(verdict, message.origin, decided_at)
-    replays = replay_count(message)
+    if replays is None:
+        replays = replay_count(message)
     if replays:
         event = msgspec.structs.replace(event, replay=replays, replay_of=replay_origin(message))
     if answered:
         event = msgspec.structs.replace(event, envelope=False)
-    records.append(OutRecord(audit_topic, message.key, _encode_audit(event), list(trace_headers)))
+    records.append(OutRecord(audit_topic, message.key, _encode_audit(event), trace_headers))
     return records
 
 

@@ -186,6 +186,8 @@ async def send_records(producer: Producer, records: Iterable[Outgoing]) -> None:
     ready: list[tuple[BatchBuilder, str, int]] = []  # in the order they filled up
     create = producer.create_batch
     for topic, partition, key, value, headers in records:
+        if type(headers) is not list:  # aiokafka's compiled batch builder takes a list only
+            headers = list(headers)
         slot = (topic, partition)
         batch = open_batches.get(slot)
         if batch is None:

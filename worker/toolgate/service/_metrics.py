@@ -174,6 +174,9 @@ class Metrics:
             registry=r,
         )
         self._children: dict[tuple[str, ...], tuple[Callable[[], None], ...]] = {}
+        # Histogram children's observe by label value (labels() is slow per message).
+        self._evaluation_observe: dict[str, Callable[[float], None]] = {}
+        self._bytes_observe: dict[str, Callable[[float], None]] = {}
 
     def initialise(self, contracts: Sequence[tuple[str, str, str, str]]) -> None:
         """Export every series a dashboard or alert watches, at 0, before its first event.
@@ -201,11 +204,19 @@ class Metrics:
     def decided_batch(self, decisions: Sequence[Decision]) -> None:
         """Count a committed batch: one ``inc(n)`` per label set, not one per result."""
         counts: collections.Counter[tuple[str, str, Stage | None, str]] = collections.Counter()
+        evaluation, size = self._evaluation_observe, self._bytes_observe
         for decision in decisions:
             v = decision.verdict
             tool = v.tool or "unknown"
-            self.evaluation.labels(v.stage or "project").observe(decision.seconds)
-            self.result_bytes.labels(tool).observe(decision.size)
+            reached = v.stage or "project"
+            observe = evaluation.get(reached)
+            if observe is None:
+                observe = evaluation[reached] = self.evaluation.labels(reached).observe
+            observe(decision.seconds)
+            observe = size.get(tool)
+            if observe is None:
+                observe = size[tool] = self.result_bytes.labels(tool).observe
+            observe(decision.size)
             if decision.replays:
                 # A replay is counted apart: an operator's replay of answered results must not
                 # look like an attack or a drift to the alerts that read the live series.
