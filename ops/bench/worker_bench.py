@@ -22,8 +22,9 @@ transactional producer per intake partition (3 partitions).
   this script, no toolgate code: consume, produce the same records per result as
   the worker (agent + audit, quarantine per rejection: the bytes ``decide_batch``
   wrote for a sample result), send the offsets, commit; the same poll size and
-  wait and one transactional producer per partition. The relay against it is the
-  loop's own overhead.
+  wait, one transactional producer per partition, and the same send path as the
+  worker (aiokafka's batch API, ``create_batch``/``send_batch``, one batch of up to
+  512 KiB per topic partition). The relay against it is the loop's own overhead.
 * ``relay``: the ceiling. The same ``Worker`` loop with a gate that returns a
   precomputed verdict (accepted, or rejected for every tenth result): the same
   consumer, batches, transactions and records (agent + audit per result,
@@ -118,6 +119,7 @@ sys.path.insert(0, str(SCRIPT.parent))
 
 import msgspec  # noqa: E402
 from aiokafka import TopicPartition  # noqa: E402
+from aiokafka.partitioner import murmur2 as aiokafka_murmur2  # noqa: E402
 from toolgate._config import LOCAL_BOOTSTRAP, Config, Partitions, Topics  # noqa: E402
 from toolgate.service._kafka import AiokafkaClients, Producer, RebalanceListener, ensure_topics  # noqa: E402
 
@@ -576,6 +578,7 @@ def _copier_main(spec: dict[str, Any]) -> int:
 
     state: dict[str, Any] = {"share": None, "decided": 0, "rejected": 0, "committed": 0, "first": None}
     producers: dict[TopicPartition, Producer] = {}
+    counts: dict[str, int] = {}  # output topic -> partitions
     stop = asyncio.Event()
     settings = spec["settings"]
     # Plaintext only (checked by the parent): the bootstrap and client id are all there is.
@@ -584,21 +587,30 @@ def _copier_main(spec: dict[str, Any]) -> int:
     )
 
     async def process(tp: TopicPartition, records: list[Any], same: set[str]) -> None:
+        # aiokafka's batch API, as the worker sends: one batch per topic partition (a new one
+        # when it fills up), one future per batch; the partition from the key's murmur2 where
+        # the topic is not co-partitioned (aiokafka's own partitioner function).
         producer = producers[tp]
         async with producer.transaction():
-            futures = []
+            batches: dict[tuple[str, int], Any] = {}
+            ready = []
             for record in records:
                 kind = "rejected" if record.key.endswith(b"9") else "accepted"
                 for topic, value, headers in templates[kind]:
-                    futures.append(
-                        await producer.send(
-                            topic,
-                            value,
-                            key=record.key,
-                            headers=headers,
-                            partition=tp.partition if topic in same else None,
-                        )
+                    partition = (
+                        tp.partition
+                        if topic in same
+                        else (aiokafka_murmur2(record.key) & 0x7FFFFFFF) % counts[topic]
                     )
+                    batch = batches.get((topic, partition))
+                    if batch is None:
+                        batch = batches[topic, partition] = producer.create_batch()
+                    if batch.append(timestamp=None, key=record.key, value=value, headers=headers) is None:
+                        ready.append((batch, topic, partition))
+                        batch = batches[topic, partition] = producer.create_batch()
+                        batch.append(timestamp=None, key=record.key, value=value, headers=headers)
+            ready.extend((batch, topic, partition) for (topic, partition), batch in batches.items())
+            futures = [await producer.send_batch(b, t, partition=p) for b, t, p in ready]
             await asyncio.gather(*futures)
             await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, spec["group_id"])
         state["committed"] += 1
@@ -627,6 +639,7 @@ def _copier_main(spec: dict[str, Any]) -> int:
                     producer = clients.producer(
                         enable_idempotence=True,
                         acks="all",
+                        max_batch_size=spec["producer_batch_bytes"],
                         transactional_id=f"{spec['transactional_prefix']}.copier.{tp.topic}.{tp.partition}",
                     )
                     await producer.start()
@@ -659,11 +672,9 @@ def _copier_main(spec: dict[str, Any]) -> int:
                 if same is None:
                     intake = len(consumer.partitions_for_topic(topics["intake"]) or ())
                     any_producer = next(iter(producers.values()))
-                    same = {
-                        topic
-                        for topic in (topics["agent"], topics["quarantine"], topics["audit"])
-                        if len(await any_producer.partitions_for(topic)) == intake
-                    }
+                    for topic in (topics["agent"], topics["quarantine"], topics["audit"]):
+                        counts[topic] = len(await any_producer.partitions_for(topic))
+                    same = {topic for topic, count in counts.items() if count == intake}
                 if state["first"] is None:
                     state["first"] = (time.time(), time.process_time())
                 await asyncio.gather(*(process(tp, records, same) for tp, records in work))
@@ -835,6 +846,7 @@ class Child:
 
 WORKER_BATCH_SIZE = 500  # WorkerOptions' defaults, which the worker runs use
 WORKER_LINGER_MS = 20
+WORKER_PRODUCER_BATCH_BYTES = 512 * 1024
 
 
 def plan(variant: str) -> tuple[str, int, int]:
@@ -985,6 +997,7 @@ class Bench:
                 "transactional_prefix": self.prefix,
                 "batch_size": WORKER_BATCH_SIZE,
                 "linger_ms": WORKER_LINGER_MS,
+                "producer_batch_bytes": WORKER_PRODUCER_BATCH_BYTES,
             }
             flag = "--copier"
         elif variant == BASELINE:
