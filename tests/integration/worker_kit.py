@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from toolgate._config import Config, Partitions, Topics
 from toolgate.gate._signing import Keyring
-from toolgate.service._kafka import client_settings, ensure_topics
+from toolgate.service._kafka import AiokafkaClients, client_settings, ensure_topics, partitions_of
 from toolgate.tools._traffic import Sample, TrafficGenerator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,6 +99,20 @@ class Record:
     headers: dict[str, bytes] = field(default_factory=dict)
 
 
+async def topic_partitions(config: Config, topic: str, seconds: float = 30) -> list[TopicPartition]:
+    """Every partition of ``topic`` as the controller describes it (a client's metadata can
+    lack a fresh topic, or leave out a partition whose leader it does not know yet)."""
+    clients = AiokafkaClients(config)
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        tps = await partitions_of(clients, topic)
+        if tps or asyncio.get_running_loop().time() > deadline:
+            if not tps:
+                raise AssertionError(f"topic {topic} has no partitions after {seconds:g} s")
+            return tps
+        await asyncio.sleep(0.1)  # polling the cluster until the topic is described
+
+
 async def read_all(config: Config, topic: str, *, isolation: str = "read_committed") -> list[Record]:
     """Every record of ``topic`` visible at this isolation level, up to the end offsets now."""
     consumer = AIOKafkaConsumer(
@@ -111,8 +125,7 @@ async def read_all(config: Config, topic: str, *, isolation: str = "read_committ
     await consumer.start()
     out: list[Record] = []
     try:
-        cluster = await consumer._client.fetch_all_metadata()
-        tps = [TopicPartition(topic, p) for p in sorted(cluster.partitions_for_topic(topic) or ())]
+        tps = await topic_partitions(config, topic)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
