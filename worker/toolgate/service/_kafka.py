@@ -382,12 +382,13 @@ def topic_plan(config: Config) -> list[NewTopic]:
     # the latest record per outstanding request and drops finished ones.
     compacted = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
     # The state changelog: one record per live request with accepted results, tombstoned when
-    # the request ends. Hour-long segments let the cleaner drop ended requests within hours (it
-    # never compacts the active segment), and tombstones are kept an hour.
+    # the request ends. The cleaner never compacts the active segment: 10-minute segments and
+    # tombstones kept 10 minutes bound what a restore reads beyond the live entries to the
+    # requests that ended in the last 10-20 minutes (plus the cleaner's own lag).
     changelog = {
         "cleanup.policy": "compact",
-        "segment.ms": "3600000",
-        "delete.retention.ms": "3600000",
+        "segment.ms": "600000",
+        "delete.retention.ms": "600000",
         "min.cleanable.dirty.ratio": "0.25",
     }
     return [
