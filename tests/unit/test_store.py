@@ -189,3 +189,19 @@ class TestTopicReaderFromATime:
         finally:
             await reader.stop()
         assert seen == [b"new"]
+
+
+class TestRequestTableReads:
+    def test_membership_and_expiry_without_rebuilding(self) -> None:
+        """``in`` and expires_at() answer from the stored form, equal to the rebuilt record's."""
+        table = RequestTable()
+        table.apply(b"req.a", request_bytes("req.a", minutes=7))
+        assert "req.a" in table
+        assert "req.b" not in table
+        record = table.get("req.a")
+        assert record is not None
+        assert table.expires_at("req.a") == record.expires_at == NOW + timedelta(minutes=7)
+        assert table.expires_at("req.b") is None
+        table.apply(b"req.a", None)
+        assert "req.a" not in table
+        assert table.expires_at("req.a") is None

@@ -491,7 +491,8 @@ class Worker:
                     extra={"partition": tp.partition, "expected": expected, "got": records[0].offset},
                 )
         lookup = self._lookup(tp, records)
-        if any(lookup(request_key(r.key)) is None for r in records):
+        held = self.requests
+        if any(request_key(r.key) not in held for r in records):  # membership: nothing rebuilt
             assert self._request_reader is not None
             try:
                 caught_up = await self._request_reader.catch_up(self.options.request_wait_seconds)
@@ -561,8 +562,7 @@ class Worker:
                 self.stats.by_code[verdict.code or ""] = self.stats.by_code.get(verdict.code or "", 0) + 1
 
     def _expires_of(self, request_id: str) -> datetime | None:
-        request = self.requests.get(request_id)
-        return None if request is None else request.expires_at
+        return self.requests.expires_at(request_id)
 
     def _state_records(self, partition: int, updates: list[StateUpdate], ended: set[str]) -> list[Outgoing]:
         """The changelog records and tombstones of ``partition``, for its open transaction."""

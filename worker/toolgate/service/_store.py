@@ -188,6 +188,15 @@ class RequestTable:
     def __len__(self) -> int:
         return len(self._requests)
 
+    def __contains__(self, request_id: object) -> bool:
+        """Whether a request with this id is held (no record rebuilt)."""
+        return request_id in self._requests
+
+    def expires_at(self, request_id: str) -> datetime | None:
+        """The held request's expiry (read from its packed form; no record rebuilt)."""
+        stored = self._requests.get(request_id)
+        return None if stored is None else _expires_at(stored)
+
     def drop_partitions(self, partitions: set[int], count: int) -> int:
         """Forget the requests whose key the default partitioner puts in ``partitions`` of
         ``count`` (a revoked intake partition's requests); return how many."""
