@@ -520,7 +520,8 @@ class RelayGate:
 
     The verdicts are the real gate's on the first accepted and the first rejected
     result, so the records written have the real sizes. Every tenth request id
-    (ending in 9) gets the rejected one, as the backlog's rejections.
+    (ending in 9) gets the rejected one, as the backlog's rejections; an accepted one
+    is a copy naming the result's own request id.
     """
 
     def __init__(self, real: Any, message_type: Any, verdict_type: Any) -> None:
@@ -543,7 +544,11 @@ class RelayGate:
         assert isinstance(self.accepted, verdict_type)
 
     def evaluate(self, message: Any, request: Any, now: Any, ledger: Any = None, **_: Any) -> Any:
-        return self.rejected if message.key.endswith(b"9") else self.accepted
+        if message.key.endswith(b"9"):
+            return self.rejected
+        # An acceptance names the message's own request (the state changelog records the
+        # accepted attempts of live requests, and a request must be there for that).
+        return msgspec.structs.replace(self.accepted, request_id=message.key.decode())
 
 
 # ----------------------------------------------------------------- copier process
