@@ -5,7 +5,7 @@
    was selected, by tool and code, before doing anything.
 2. **Dry run** (the default): re-evaluate each selected record with today's
    contracts, the request record it names (from the requests topic), the accepted
-   ledger (from the audit topic) and the real clock. Nothing is written. The table
+   ledger (from the state changelog) and the real clock. Nothing is written. The table
    says which would now pass, which are still rejected with the same code, and which
    with another code; ``REQUEST_EXPIRED`` means a fresh tool call is needed instead.
 3. **Apply**: re-publish the original key, bytes and headers to the intake topic,
