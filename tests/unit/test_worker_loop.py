@@ -795,3 +795,38 @@ class TestStateChangelog:
         first.request_stop()
         second.request_stop()
         await asyncio.gather(task, task2)
+
+
+class TestAssignment:
+    async def test_assigned_partitions_are_taken_over_together(self, world: World) -> None:
+        """Every assigned partition's producer is started (fencing its previous owner) before
+        any of them has finished: many partitions cost about one round, not one each. The
+        worker is not ready until all are taken over and restored."""
+        release = asyncio.Event()
+        starting: list[int] = []
+        make = world.clients.producer
+
+        def slow_producer(**options: Any) -> Any:
+            producer = make(**options)
+            start = producer.start
+
+            async def held_start() -> None:
+                starting.append(1)
+                await release.wait()
+                await start()
+
+            producer.start = held_start  # type: ignore[method-assign]
+            return producer
+
+        world.clients.producer = slow_producer  # type: ignore[method-assign]
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(lambda: len(starting) == PARTITIONS)
+        assert not worker.ready()
+        assert worker.status() == "restoring"
+        release.set()
+        await until(worker.ready)
+        worker.request_stop()
+        await task
+        (group,) = [c for c in world.clients.consumers if c.group is not None]
+        assert group.options["session_timeout_ms"] == CONFIG.session_timeout_ms

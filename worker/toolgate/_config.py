@@ -93,6 +93,11 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     # Outstanding requests a worker holds at most; beyond it the oldest are dropped
     # (their results fail closed as UNKNOWN_REQUEST). TOOLGATE_MAX_REQUESTS.
     max_requests: int = 1_000_000
+    # The consumer group's session timeout. Taking assigned partitions over and restoring their
+    # state happens while the group waits for this member (no heartbeats meanwhile): it must
+    # fit in the session, or the group drops the member and rebalances again.
+    # TOOLGATE_SESSION_TIMEOUT_MS.
+    session_timeout_ms: int = 10_000
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)

@@ -339,6 +339,7 @@ class Worker:
         them; retried with backoff while the cluster does not answer (logged once per change)."""
         reader = self._request_reader
         if not partitions or reader is None:
+            self._restoring -= partitions
             return
         self._restoring |= partitions
         self.metrics.restoring.set(len(self._restoring))
@@ -392,6 +393,8 @@ class Worker:
             enable_auto_commit=False,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
+            session_timeout_ms=self.config.session_timeout_ms,
+            heartbeat_interval_ms=max(100, self.config.session_timeout_ms // 3),
         )
         self._consumer = consumer
         await consumer.start()
@@ -761,18 +764,39 @@ class Worker:
 
     async def _assign(self, partitions: set[TopicPartition]) -> None:
         assert self._consumer is not None
+        started = time.perf_counter()
         async with self._lock:
-            for tp in sorted(partitions):
-                try:
-                    await self._take_over(tp)
-                except KafkaError as exc:
+            # Not ready until taken over and restored (the take-overs below run as tasks: the
+            # loop may turn between the last one's end and the restore's start).
+            self._restoring |= {tp.partition for tp in partitions}
+            self.metrics.restoring.set(len(self._restoring))
+            # Each partition has its own transactional producer: they are started (and fence
+            # their previous owners) together, so many partitions cost about one round.
+            ordered = sorted(partitions)
+            outcomes = await asyncio.gather(*(self._take_over(tp) for tp in ordered), return_exceptions=True)
+            for tp, outcome in zip(ordered, outcomes, strict=True):
+                if isinstance(outcome, KafkaError):
                     # Raising here would end the listener with the remaining partitions
                     # assigned but never decided; they are taken over before their next batch.
                     log.warning(
                         "taking over a partition failed; retried before its next batch",
-                        extra={"partition": tp.partition, "error": repr(exc)[:300]},
+                        extra={"partition": tp.partition, "error": repr(outcome)[:300]},
                     )
+                elif isinstance(outcome, BaseException):
+                    raise outcome
             await self._restore({tp.partition for tp in partitions})
+        seconds = time.perf_counter() - started
+        session = self.config.session_timeout_ms / 1000
+        if seconds > session / 2:
+            log.warning(
+                "taking partitions over took more than half the group session timeout",
+                extra={
+                    "seconds": round(seconds, 3),
+                    "session_timeout_s": session,
+                    "hint": "raise TOOLGATE_SESSION_TIMEOUT_MS (no heartbeats while partitions are "
+                    "taken over and restored) or spread the partitions over more workers",
+                },
+            )
         log.info("partitions assigned", extra={"partitions": sorted(p.partition for p in partitions)})
         self.metrics.ready.set(1 if self.ready() else 0)
 
