@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import msgspec
+
 from toolgate._config import Topics
 from toolgate._errors import RejectedInput
 from toolgate.gate._contracts import version_label
@@ -28,9 +30,13 @@ Lookup = Callable[[str], RequestRecord | None]
 DecisionTracer = Callable[[Message, Verdict, int, int], TraceContext | None]
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One message's verdict and what the metrics need about it."""
+class Decision(msgspec.Struct, frozen=True, gc=False):
+    """One message's verdict and what the metrics need about it.
+
+    A msgspec struct, not a frozen dataclass: one is built per result, and a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``. It holds a
+    verdict and numbers only (gc=False, as the verdict).
+    """
 
     verdict: Verdict
     size: int

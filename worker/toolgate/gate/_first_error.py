@@ -38,7 +38,7 @@ _DRAFT_2020_12 = (
     "https://json-schema.org/draft/2020-12/schema",
     "https://json-schema.org/draft/2020-12/schema#",
 )
-_REFERENCES = ("$ref", "$dynamicRef")
+_REFERENCES = frozenset({"$ref", "$dynamicRef"})
 
 
 class Branches:
@@ -72,7 +72,7 @@ class Branches:
             return None  # the branch is valid (oneOf: valid under two): the reference decides
         error = _descend(first)
         path = list(error.schema_path)
-        if any(step in _REFERENCES for step in error.evaluation_path):
+        if not _REFERENCES.isdisjoint(error.evaluation_path):
             return error, path  # through a reference: from the schema resource's root
         return error, [self._keyword, meant, *path]  # from the branch: from the root
 

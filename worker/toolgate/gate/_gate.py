@@ -316,6 +316,9 @@ class Gate:
             out = failure(plan.tool, request_id, code, retryable)
             projector.check(out)
         agent = _encode(out)
+        # The same bytes have the same digest: a result that is already its own projection
+        # (the declared fields, in order) is hashed once.
+        projected = known.digest if agent == known.raw else _sha256(agent).hexdigest()
         headers = known.headers
         return Verdict(
             accepted=True,
@@ -328,7 +331,7 @@ class Gate:
             attempt=attempt,
             agent=agent,
             raw_sha256=known.digest,
-            projected_sha256=_sha256(agent).hexdigest(),
+            projected_sha256=projected,
             adapter=headers.get("tg-adapter"),
             adapter_version=headers.get("tg-adapter-version"),
             source=headers.get("tg-source"),
@@ -583,6 +586,13 @@ def _instance_pointer(path: Sequence[str | int], declared: frozenset[str]) -> st
 
 
 def _json_pointer(path: Sequence[str | int]) -> str:
+    if not path:
+        return ""
+    # The common case at once: no token is cut, and none holds "~" or "/" (the joined
+    # text is short, has no "~", and no "/" but the separators).
+    joined = "/".join([p if type(p) is str else str(p) for p in path])
+    if len(joined) <= 64 and "~" not in joined and joined.count("/") == len(path) - 1:
+        return "/" + joined
     return "".join("/" + str(p)[:64].replace("~", "~0").replace("/", "~1") for p in path)
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 import msgspec
@@ -58,9 +57,14 @@ _DROPPED_ORIGINALS = DIAGNOSTIC_HEADERS | {TRACEPARENT, TRACESTATE}
 _QUARANTINE_HEADROOM = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class OutRecord:
-    """One record to produce."""
+class OutRecord(msgspec.Struct, frozen=True, gc=False):
+    """One record to produce.
+
+    A msgspec struct, not a frozen dataclass: two or three are built per result, and a
+    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``. It
+    holds only bytes, text and a list of (text, bytes) pairs: it cannot be part of a
+    reference cycle (gc=False).
+    """
 
     topic: str
     key: bytes | None

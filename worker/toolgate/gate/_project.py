@@ -97,6 +97,7 @@ class Projector:
         "flat",
         "integer_fields",
         "integer_items",
+        "integers",
         "is_valid",
         "tool",
         "validator",
@@ -111,6 +112,10 @@ class Projector:
         self.display = contract.display
         self.integer_fields = contract.integer_fields
         self.integer_items = contract.integer_items
+        # (pointer tokens, holds an array of integers), gathered once for _integers.
+        self.integers = tuple((t, False) for t in self.integer_fields) + tuple(
+            (t, True) for t in self.integer_items
+        )
         self.validator = compile_schema(output_schema(contract))
         self.is_valid = self.validator.is_valid
 
@@ -130,7 +135,7 @@ class Projector:
                     data[name] = list(value) if isinstance(value, list) else value
         else:
             self._copy_nested(envelope, data)
-        if self.integer_fields or self.integer_items:
+        if self.integers:
             self._integers(data)
         out: dict[str, Any] = {
             "tool": self.tool,
@@ -164,9 +169,7 @@ class Projector:
 
     def _integers(self, data: dict[str, Any]) -> None:
         """Integer-typed fields hold ints: 1.0, 1e0 and -0.0 become 1, 1 and 0."""
-        for tokens, items in [(t, False) for t in self.integer_fields] + [
-            (t, True) for t in self.integer_items
-        ]:
+        for tokens, items in self.integers:
             node: Any = data
             for token in tokens[1:-1]:
                 node = node.get(token) if isinstance(node, dict) else None

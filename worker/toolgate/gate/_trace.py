@@ -113,16 +113,20 @@ def make_context(traceparent: Any, tracestate: Any) -> TraceContext | None:
 
 def from_headers(headers: Iterable[tuple[str, bytes | None]]) -> TraceContext | None:
     """The context of an intake record's headers; None when absent, repeated or malformed."""
-    parents: list[bytes | None] = []
-    states: list[bytes | None] = []
+    # One pass, counting: runs for every decision.
+    parent: bytes | None = None
+    state: bytes | None = None
+    parents = states = 0
     for name, value in headers:
         if name == TRACEPARENT:
-            parents.append(value)
+            parents += 1
+            parent = value
         elif name == TRACESTATE:
-            states.append(value)
-    if len(parents) != 1:
+            states += 1
+            state = value
+    if parents != 1:
         return None  # a second traceparent: which one is the parent is anyone's guess
-    return make_context(parents[0], states[0] if len(states) == 1 else None)
+    return make_context(parent, state if states == 1 else None)
 
 
 def from_meta(meta: Any) -> TraceContext | None:
