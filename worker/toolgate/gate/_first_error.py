@@ -71,10 +71,9 @@ class Branches:
         if first is None:
             return None  # the branch is valid (oneOf: valid under two): the reference decides
         error = _descend(first)
-        path = list(error.schema_path)
         if not _REFERENCES.isdisjoint(error.evaluation_path):
-            return error, path  # through a reference: from the schema resource's root
-        return error, [self._keyword, meant, *path]  # from the branch: from the root
+            return error, list(error.schema_path)  # through a reference: from the schema resource's root
+        return error, [self._keyword, meant, *error.schema_path]  # from the branch: from the root
 
 
 def branches_for(schema: Any) -> Branches | None:

@@ -197,13 +197,15 @@ def outputs(
         trace = message_trace(message, verdict)
     trace_headers: Sequence[tuple[str, bytes]] = trace.headers() if trace is not None else ()
     records = [] if answered else [OutRecord(agent_topic, message.key, verdict.agent, trace_headers)]
-    if not verdict.accepted:
-        records.append(
-            quarantine_record(message, verdict, quarantine_topic, decided_at, max_record_bytes, trace)
-        )
-    event = audit_event(verdict, message.origin, decided_at)
     if replays is None:
         replays = replay_count(message)
+    if not verdict.accepted:
+        records.append(
+            quarantine_record(
+                message, verdict, quarantine_topic, decided_at, max_record_bytes, trace, replays
+            )
+        )
+    event = audit_event(verdict, message.origin, decided_at)
     if replays:
         event = msgspec.structs.replace(event, replay=replays, replay_of=replay_origin(message))
     if answered:
@@ -248,8 +250,10 @@ def quarantine_record(
     decided_at: datetime,
     max_record_bytes: int,
     trace: TraceContext | None = None,
+    replays: int | None = None,
 ) -> OutRecord:
-    """The dead-letter record of a rejected message."""
+    """The dead-letter record of a rejected message (``replays``: :func:`replay_count` of
+    the message, when the caller has it already)."""
     diagnostics = verdict.diagnostics
     detail = json.dumps(
         msgspec.to_builtins(diagnostics) if diagnostics is not None else {},
@@ -259,7 +263,7 @@ def quarantine_record(
     headers = [
         (name, value)
         for name, value in message.headers
-        if name.lower() not in _DROPPED_ORIGINALS and not name.lower().startswith(CONNECT_PREFIX)
+        if (lower := name.lower()) not in _DROPPED_ORIGINALS and not lower.startswith(CONNECT_PREFIX)
     ]
     headers += [
         ("tg-error-stage", (verdict.stage or "").encode()),
@@ -270,7 +274,7 @@ def quarantine_record(
         ("tg-contract", (verdict.contract or "").encode()),
         ("tg-worker-version", __version__.encode()),
         ("tg-rejected-at", decided_at.isoformat().encode()),
-        ("tg-replay-count", str(replay_count(message)).encode()),
+        ("tg-replay-count", str(replay_count(message) if replays is None else replays).encode()),
         *connect_headers(message, verdict),
     ]
     if trace is not None:

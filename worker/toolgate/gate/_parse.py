@@ -36,13 +36,7 @@ from toolgate.gate._contracts import TextPattern
 # whether the nesting could exceed the limit and whether any number could overflow a
 # double.
 _SHAPE = bytes(
-    ord("[")
-    if chr(b) in "[{"
-    else ord("0")
-    if chr(b).isdigit()
-    else ord("e")
-    if chr(b) in "eE"
-    else ord(" ")
+    ord("[") if chr(b) in "[{" else ord("0") if chr(b).isdigit() else ord("e") if chr(b) in "eE" else ord(" ")
     for b in range(256)
 )
 _SIGNS = b"+-"
