@@ -231,7 +231,13 @@ class TestProjectionOverlaps:
             ContractSet.load(tmp_path)
         assert caught.value.path == "$.display_text[1].pointer"
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        derandomize=True,
+    )
     @given(
         projection=st.lists(st.lists(st.sampled_from("abc"), min_size=1, max_size=3), min_size=1, max_size=4),
         display=st.lists(st.lists(st.sampled_from("abcd"), min_size=1, max_size=2), max_size=2),

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from toolgate._errors import RejectedInput
 from toolgate.gate._contracts import ContractSet
@@ -196,8 +196,23 @@ def test_agent_sees_only_projected_structured_content(mcp_gate: tuple[Gate, Requ
     projected = {"environment", "revision", "state", "note"}
     seen = {"success": 0, "failure": 0}
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    # Derandomized, with one accepted success and one accepted failure among the examples, so the
+    # counts below do not depend on what a random run happens to draw.
+    @settings(
+        max_examples=300,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        derandomize=True,
+    )
     @given(_result)
+    @example(
+        {
+            "content": [{"type": "text", "text": "ok"}],
+            "structuredContent": {"environment": "staging", "revision": "a83f19c", "state": "healthy"},
+        }
+    )
+    @example({"content": [{"type": "text", "text": "upstream said no"}], "isError": True})
     def check(value: dict[str, Any]) -> None:
         message = Message(
             key=b"req.1234567890",
