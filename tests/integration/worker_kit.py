@@ -113,8 +113,28 @@ async def topic_partitions(config: Config, topic: str, seconds: float = 30) -> l
         await asyncio.sleep(0.1)  # polling the cluster until the topic is described
 
 
+async def high_watermarks(config: Config, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """The partitions' high watermarks (a ``read_uncommitted`` consumer's end offsets)."""
+    consumer = AIOKafkaConsumer(
+        **client_settings(config), group_id=None, isolation_level="read_uncommitted", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+        return ends
+    finally:
+        await consumer.stop()
+
+
 async def read_all(config: Config, topic: str, *, isolation: str = "read_committed") -> list[Record]:
-    """Every record of ``topic`` visible at this isolation level, up to the end offsets now."""
+    """Every record of ``topic`` visible at this isolation level, up to the end offsets now.
+
+    The end is the high watermark, not the last stable offset: a commit's answer comes before its
+    markers reach the partitions, so right after a worker's last commit the last stable offset can
+    still be short of its records. A ``read_committed`` read waits (bounded, 30 s) until the
+    transactions below the high watermark are settled; a transaction left open longer (a killed
+    producer's, until the broker's transaction timeout) ends the read with what is settled.
+    """
     consumer = AIOKafkaConsumer(
         **client_settings(config),
         group_id=None,
@@ -128,11 +148,17 @@ async def read_all(config: Config, topic: str, *, isolation: str = "read_committ
         tps = await topic_partitions(config, topic)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
+        stable = await consumer.end_offsets(tps)
+        ends = await high_watermarks(config, tps) if isolation == "read_committed" else stable
+        deadline = asyncio.get_running_loop().time() + 30
         while True:
             positions = {tp: await consumer.position(tp) for tp in tps}
             if all(positions[tp] >= ends[tp] for tp in tps):
                 break
+            if asyncio.get_running_loop().time() > deadline and all(
+                positions[tp] >= stable[tp] for tp in tps
+            ):
+                break  # a transaction still open: what is settled is the answer
             batches = await consumer.getmany(timeout_ms=500, max_records=5000)
             for tp, records in batches.items():
                 for r in records:
