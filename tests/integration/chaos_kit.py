@@ -2,7 +2,8 @@
 applied to toolgate, on a private broker that the run restarts.
 
 A producer feeds intake (request records first, some results *before* their request
-record) while worker subprocesses (``python -m toolgate.cli run``) decide it; meanwhile
+record) while worker subprocesses (``toolgate run`` through ``tests/integration/chaos_worker.py``,
+which holds each transaction open a moment before its commit) decide it; meanwhile
 the run SIGKILLs workers at random points (when a transaction is open, if it catches
 one), has a second worker join and leave (SIGTERM), and restarts the broker (optionally
 after an outage: longer than the clients' 40 s request timeout, the workers' own
@@ -175,6 +176,9 @@ class Plan:
     late_share: float = 0.02  # results published before their request record
     stall_seconds: float = 150.0  # no progress for this long (plus the outage) fails the run
     drain_seconds: float = 300.0  # the --burst worker must finish within this
+    # Each transaction is held open this long before its commit (tests/integration/chaos_worker.py),
+    # so a kill sent when a batch's records are seen lands inside the transaction.
+    hold_commit_ms: int = 50
 
 
 @dataclass
@@ -474,7 +478,15 @@ class ChaosRun:
         assert self.config is not None
         name = f"worker-{len(self.workers) + 1}"
         log = self.workdir / f"{name}.log"
-        popen = start_worker(self.config, "--batch-size", str(self.plan.batch_size), *args, log=log)
+        popen = start_worker(
+            self.config,
+            "--batch-size",
+            str(self.plan.batch_size),
+            *args,
+            log=log,
+            launcher="tests.integration.chaos_worker",
+            env={"CHAOS_HOLD_COMMIT_MS": str(self.plan.hold_commit_ms)},
+        )
         proc = WorkerProc(name, popen, log)
         self.workers.append(proc)
         self.report.workers_started += 1

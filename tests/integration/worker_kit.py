@@ -222,13 +222,20 @@ def worker_env(config: Config) -> dict[str, str]:
     return env
 
 
-def start_worker(config: Config, *args: str, log: Path) -> subprocess.Popen[bytes]:
-    """A ``toolgate run`` subprocess on a private configuration, logging to ``log``."""
+def start_worker(
+    config: Config,
+    *args: str,
+    log: Path,
+    launcher: str = "toolgate.cli",
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """A ``toolgate run`` subprocess on a private configuration, logging to ``log``
+    (``launcher``: the module run with ``-m``; ``env``: variables added to the worker's)."""
     with log.open("ab") as handle:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "toolgate.cli", "run", *args],
+            [sys.executable, "-m", launcher, "run", *args],
             cwd=ROOT,
-            env=worker_env(config),
+            env={**worker_env(config), **(env or {})},
             stdout=handle,
             stderr=subprocess.STDOUT,
         )
