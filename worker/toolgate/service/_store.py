@@ -586,24 +586,16 @@ class TopicReader:
 
     async def restore(self, partitions: set[int], wait_seconds: float) -> bool:
         """Wait until these partitions are applied up to their end offsets read now; False on timeout."""
-        assert self._consumer is not None
-        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-        targets = await self._consumer.end_offsets(tps)
-
-        def reached() -> bool:
-            return all(self._positions.get(tp, 0) >= end for tp, end in targets.items())
-
-        async with self._progress:
-            try:
-                await asyncio.wait_for(self._progress.wait_for(reached), wait_seconds)
-            except TimeoutError:
-                return False
-        return True
+        return await self._reach([TopicPartition(self.topic, p) for p in sorted(partitions)], wait_seconds)
 
     async def catch_up(self, wait_seconds: float) -> bool:
         """Wait until everything written before now has been applied; False on timeout."""
+        return await self._reach(list(self._positions), wait_seconds)
+
+    async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
+        """Wait until ``tps`` are applied up to their end offsets read now; False on timeout."""
         assert self._consumer is not None
-        targets = await self._consumer.end_offsets(list(self._positions))
+        targets = await self._consumer.end_offsets(tps)
 
         def reached() -> bool:
             return all(self._positions.get(tp, 0) >= end for tp, end in targets.items())
