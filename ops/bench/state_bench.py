@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "worker"))
 
 from toolgate._config import LOCAL_BOOTSTRAP, Config, Partitions, Topics  # noqa: E402
-from toolgate.service._kafka import AiokafkaClients, ensure_topics  # noqa: E402
+from toolgate.service._kafka import AiokafkaClients, delete_topics, ensure_topics  # noqa: E402
 from toolgate.service._store import RequestTable  # noqa: E402
 
 
@@ -202,16 +202,6 @@ async def fill(config: Config, past: int, live: int, past_state: int = 0) -> flo
     return time.monotonic() - started
 
 
-async def drop(config: Config) -> None:
-    admin = AiokafkaClients(config).admin()
-    await admin.start()
-    try:
-        t = config.topics
-        await admin.delete_topics(t.names())
-    finally:
-        await admin.close()
-
-
 def table_bytes_per_request(live: int) -> float:
     """The request table's allocations per live request (decoded records and the index)."""
     now = datetime.now(UTC)
@@ -273,9 +263,9 @@ def main() -> None:
             first.stop()
         per_request = table_bytes_per_request(args.live)
     finally:
-        asyncio.run(drop(empty))
-        asyncio.run(drop(full))
-        asyncio.run(drop(dirty))
+        asyncio.run(delete_topics(empty))
+        asyncio.run(delete_topics(full))
+        asyncio.run(delete_topics(dirty))
     print(f"partitions {args.partitions}; past decisions {args.past:,}; live requests {args.live:,}")
     print(f"filling (b): {fill_seconds:.1f} s")
     print(f"(a) empty topics:        start to ready {a_seconds:6.2f} s   peak RSS {a_rss:6.1f} MiB")

@@ -42,7 +42,7 @@ from pathlib import Path
 from toolgate._config import Config, Partitions, Topics, load_config
 from toolgate.gate._records import Message
 from toolgate.gate._signing import Keyring, signed_message
-from toolgate.service._kafka import AiokafkaClients, ensure_topics
+from toolgate.service._kafka import AiokafkaClients, delete_topics, ensure_topics
 from toolgate.tools._traffic import Sample, TrafficGenerator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,16 +159,6 @@ async def traffic(config: Config, seconds: float, drift_at: float, rate: int, se
     return sent
 
 
-async def drop(config: Config) -> None:
-    admin = AiokafkaClients(config).admin()
-    await admin.start()
-    try:
-        t = config.topics
-        await admin.delete_topics(t.names())
-    finally:
-        await admin.close()
-
-
 def stop(process: subprocess.Popen[bytes] | None) -> None:
     if process is None or process.poll() is not None:
         return
@@ -274,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop(prometheus)
         stop(worker)
-        asyncio.run(drop(config))
+        asyncio.run(delete_topics(config))
         shutil.rmtree(work, ignore_errors=True)
 
 

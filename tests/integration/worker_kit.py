@@ -15,10 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from toolgate._config import Config, Partitions, Topics
 from toolgate.gate._signing import Keyring
-from toolgate.service._kafka import AiokafkaClients, client_settings, ensure_topics, partitions_of
+from toolgate.service._kafka import (
+    AiokafkaClients,
+    client_settings,
+    delete_topics,
+    ensure_topics,
+    partitions_of,
+)
 from toolgate.tools._traffic import Sample, TrafficGenerator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,13 +51,7 @@ async def private_config(bootstrap: str, *, partitions: int = 3) -> Config:
 
 async def drop_topics(config: Config) -> None:
     """Delete a private configuration's topics."""
-    admin = AIOKafkaAdminClient(**client_settings(config))
-    await admin.start()
-    try:
-        t = config.topics
-        await admin.delete_topics(t.names())
-    finally:
-        await admin.close()
+    await delete_topics(config)
 
 
 def samples(count: int, *, seed: int = 11) -> list[Sample]:

@@ -13,7 +13,14 @@ from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 from toolgate._config import Config, Partitions, Topics
-from toolgate.service._kafka import Outgoing, ensure_topics, murmur2, partition_for, send_records
+from toolgate.service._kafka import (
+    Outgoing,
+    delete_topics,
+    ensure_topics,
+    murmur2,
+    partition_for,
+    send_records,
+)
 
 from tests.fakes.kafka import FakeBroker, FakeClients
 
@@ -106,6 +113,15 @@ class TestEnsureTopics:
         assert sorted(report.created) == ["a", "au", "q", "r", "s"]
         assert (len(broker.logs["s"]), len(broker.logs["r"])) == (6, 6)
         assert report.warnings == ["i has 6 partitions, configuration says 4 (left as it is)"]
+
+    async def test_delete_topics_removes_every_configured_topic(self) -> None:
+        """delete_topics drops exactly the topics the configuration names."""
+        broker = FakeBroker()
+        broker.create_topic("other", 1)
+        clients = FakeClients(broker)
+        await ensure_topics(self.CONFIG, clients=clients)
+        await delete_topics(self.CONFIG, clients=clients)
+        assert sorted(broker.logs) == ["other"]
 
     async def test_a_different_partition_count_is_a_warning(self) -> None:
         """An existing topic with another partition count is left as it is, with a warning."""

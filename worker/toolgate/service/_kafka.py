@@ -309,6 +309,16 @@ class AiokafkaClients:
         await check_connection(self.config, self.settings, within_s=within_s)
 
 
+async def delete_topics(config: Config, *, clients: KafkaClients | None = None) -> None:
+    """Delete every topic ``config`` names (private topics of a test, a benchmark or a demo)."""
+    admin = (clients or AiokafkaClients(config)).admin()
+    await admin.start()
+    try:
+        await admin.delete_topics(config.topics.names())
+    finally:
+        await admin.close()
+
+
 async def partitions_of(
     clients: KafkaClients, topic: str, *, timeout_ms: int = 30000
 ) -> list[TopicPartition]:
