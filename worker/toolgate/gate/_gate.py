@@ -47,9 +47,10 @@ from toolgate.gate._contracts import (
     Limits,
     serves,
 )
+from toolgate.gate._depth import depth_bound
 from toolgate.gate._first_error import Branches, branches_for, reference_error
 from toolgate.gate._mcp import read_result
-from toolgate.gate._parse import extract_text, parse_json
+from toolgate.gate._parse import check_parsed, extract_text, parse_json
 from toolgate.gate._project import Projector, failure
 from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Evidence, Ledger, SemanticRule, build_rules
@@ -201,7 +202,16 @@ class Gate:
             if known.message.value is None:
                 raise RejectedInput("parse", "MALFORMED_JSON", "the value is null")
             max_depth = deciding.limits.max_depth if deciding else DEFAULT_LIMITS.max_depth
-            value = parse_json(known.raw, max_depth)
+            # The schema refuses every value the checks after jiter would (too deep, an
+            # infinite number): they run only once it has (Gate.schema), where the
+            # contract stage cannot reject first.
+            known.checks_deferred = (
+                deciding is not None
+                and deciding.checks_implied
+                and known.tool is not None
+                and not known.header_problem
+            )
+            value = parse_json(known.raw, max_depth, checked=not known.checks_deferred)
             if deciding is None or deciding.mcp is None:
                 return value
             mcp = deciding.mcp  # an MCP CallToolResult: read into the envelope (gate/_mcp.py)
@@ -245,6 +255,10 @@ class Gate:
         """``schema``: the contract's Draft 2020-12 schema."""
         known.stage = "schema"
         if not plan.validator.is_valid(envelope):
+            if known.checks_deferred:  # the parse's verdict first, as without the deferral
+                known.stage, known.contract = "parse", None
+                check_parsed(known.raw, envelope, plan.limits.max_depth)
+                known.stage, known.contract = "schema", plan.key
             raise _schema_rejection(plan, envelope)
 
     def correlate(
@@ -358,6 +372,7 @@ class _Known(msgspec.Struct, gc=False):
     attempt: int | None = None
     text: str | None = None  # an MCP result's text blocks, for untrusted_text
     trace: TraceContext | None = None  # an MCP result's _meta trace context
+    checks_deferred: bool = False  # the parse left its checks to the schema (_Plan.checks_implied)
 
     def rejected(self, exc: Exception, request: RequestRecord | None) -> Verdict:
         """The rejected verdict for ``exc`` raised at the stage reached."""
@@ -391,6 +406,7 @@ class _Plan:
 
     __slots__ = (
         "_branches",
+        "checks_implied",
         "content_type",
         "declared_names",
         "key",
@@ -421,6 +437,11 @@ class _Plan:
         self.retryable_codes = contract.retryable_codes
         self.declared_names = contract.declared_names
         self._branches: Branches | bool | None = False  # False: not built yet
+        # Every value the schema accepts is within the depth limit and holds no infinite
+        # number (gate/_depth.py): the parse's checks after jiter need not run on a value
+        # the schema is about to accept.
+        bound = None if self.mcp is not None else depth_bound(contract.schema)
+        self.checks_implied = bound is not None and bound <= spec.limits.max_depth
 
     def branches(self) -> Branches | None:
         """The per-branch validators for a rejection's first error (built on the first

@@ -16,6 +16,8 @@ jiter does the parse (Rust, with duplicate detection). The depth and infinity ch
 walk the parsed value only when a cheap byte scan says they could fail: most results
 have fewer brackets than the depth limit and no exponent. When no number can
 overflow, the depth alone is checked, a level at a time, without visiting leaves.
+The gate defers both checks (:func:`check_parsed`) past the schema stage where the
+contract's schema already refuses whatever they would (gate/_depth.py).
 """
 
 from __future__ import annotations
@@ -50,8 +52,15 @@ _DUPLICATE = re.compile(r'^Detected duplicate key ".*" at (line \d+ column \d+)$
 _from_json = jiter.from_json
 
 
-def parse_json(raw: bytes, max_depth: int) -> Any:
+def parse_json(raw: bytes, max_depth: int, *, checked: bool = True) -> Any:
     """Parse ``raw`` strictly (see the module docstring).
+
+    Args:
+        raw: the value's bytes.
+        max_depth: the deepest nesting allowed.
+        checked: False leaves :func:`check_parsed` (infinite numbers, depth) to the
+            caller: for one whose schema refuses every value those checks would, and
+            that runs them once the schema has refused a value (gate/_depth.py).
 
     Raises:
         RejectedInput: stage ``parse`` with the code for what was wrong.
@@ -60,6 +69,17 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
         value = _from_json(raw, allow_inf_nan=False, catch_duplicate_keys=True, cache_mode="keys")
     except ValueError as exc:
         raise _parse_error(str(exc)) from None
+    if checked:
+        check_parsed(raw, value, max_depth)
+    return value
+
+
+def check_parsed(raw: bytes, value: Any, max_depth: int) -> None:
+    """The checks after jiter: no number overflowed to infinity, nesting within the limit.
+
+    Raises:
+        RejectedInput: stage ``parse``, ``NUMBER_OUT_OF_RANGE`` or ``NESTING_TOO_DEEP``.
+    """
     # Signs deleted: "0e+000" reads as "0e000", one search for both exponent shapes
     # (deleting can only join runs, so it finds every overflow the two searches did).
     shape = raw.translate(_SHAPE, _SIGNS)
@@ -67,7 +87,6 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
         _walk(value, max_depth)
     elif (brackets := shape.count(b"[")) > max_depth:
         _check_depth(value, max_depth, brackets)
-    return value
 
 
 def _parse_error(message: str) -> RejectedInput:
