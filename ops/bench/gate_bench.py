@@ -64,6 +64,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "worker"))  # this checkout's package, not the editable install's
 
 import jiter  # noqa: E402
 import jsonschema  # noqa: E402

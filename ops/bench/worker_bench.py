@@ -115,6 +115,9 @@ from typing import Any
 SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parents[2]
 sys.path.insert(0, str(ROOT))
+# This checkout's own package first: a --baseline-worktree child imports its checkout's
+# toolgate, not the one the virtualenv's editable install points at.
+sys.path.insert(0, str(ROOT / "worker"))
 sys.path.insert(0, str(SCRIPT.parent))
 
 import msgspec  # noqa: E402
