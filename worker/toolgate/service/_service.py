@@ -52,6 +52,7 @@ from toolgate.service._kafka import (
     partition_of,
     partitions_of,
     send_records,
+    send_with_offsets,
 )
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
@@ -531,8 +532,12 @@ class Worker:
         try:
             outgoing = await self._outgoing(producer, tp, batch.records)
             async with producer.transaction():
-                await send_records(producer, outgoing + self._state_records(tp.partition, updates, ended))
-                await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.config.group_id)
+                await send_with_offsets(
+                    producer,
+                    outgoing + self._state_records(tp.partition, updates, ended),
+                    {tp: records[-1].offset + 1},
+                    self.config.group_id,
+                )
         except ProducerFenced:
             await self._fenced(tp)
             return
