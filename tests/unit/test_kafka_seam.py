@@ -3,13 +3,11 @@ private attributes of aiokafka or prometheus-client."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 from aiokafka.producer import sender as aiokafka_sender
@@ -25,7 +23,6 @@ from toolgate.service._kafka import (
     murmur2,
     partition_for,
     send_records,
-    send_with_offsets,
 )
 
 from tests.fakes.kafka import FakeBroker, FakeClients
@@ -201,57 +198,6 @@ class TestSendRecords:
             async with producer.transaction():
                 await send_records(producer, [("out", 0, b"k", b"v", [])])
         assert broker.committed_values("out") == []
-
-
-OFFSETS = {TopicPartition("in", 0): 1}
-
-
-class TestSendWithOffsets:
-    """The records and the consumed offsets join one transaction at once."""
-
-    async def _producer(self, broker: FakeBroker) -> Any:
-        broker.create_topic("out", 1)
-        broker.create_topic("in", 1)
-        producer = FakeClients(broker).producer(transactional_id="t")
-        await producer.start()
-        return producer
-
-    async def test_offsets_join_while_the_records_are_in_flight(self) -> None:
-        """A send acknowledged only once the offsets were sent: done together, not in turn
-        (one after the other, this waits for ever and the timeout fails the test)."""
-        broker = FakeBroker()
-        producer = await self._producer(broker)
-        offsets_sent = asyncio.Event()
-        send_batch, send_offsets = producer.send_batch, producer.send_offsets_to_transaction
-
-        async def acknowledged_after_offsets(batch: Any, topic: str, *, partition: int) -> Any:
-            await send_batch(batch, topic, partition=partition)
-            return asyncio.ensure_future(offsets_sent.wait())
-
-        async def offsets(offsets: dict[TopicPartition, int], group_id: str) -> None:
-            await send_offsets(offsets, group_id)
-            offsets_sent.set()
-
-        producer.send_batch, producer.send_offsets_to_transaction = acknowledged_after_offsets, offsets
-        async with asyncio.timeout(5), producer.transaction():
-            await send_with_offsets(producer, [("out", 0, b"k", b"v", [])], {TopicPartition("in", 0): 7}, "g")
-        assert [r.value for r in broker.committed_values("out")] == [b"v"]
-        assert broker.group_offsets[("g", TopicPartition("in", 0))] == 7
-
-    @pytest.mark.parametrize("failing", ["send", "send_offsets"])
-    async def test_either_failure_raises_and_nothing_commits(self, failing: str) -> None:
-        """A failed send or a failed offset commit raises (the transaction aborts): no record
-        and no offset becomes visible."""
-        broker = FakeBroker()
-        producer = await self._producer(broker)
-        broker.fail(failing, times=1)
-        with pytest.raises(KafkaError):
-            async with producer.transaction():
-                await send_with_offsets(
-                    producer, [("out", 0, b"k", b"v", [])], {TopicPartition("in", 0): 1}, "g"
-                )
-        assert broker.committed_values("out") == []
-        assert broker.group_offsets == {}
 
 
 class TestTransactionRetry:

@@ -10,7 +10,6 @@ for every client. Only public aiokafka APIs are used (a unit test checks the tre
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import struct
 from collections.abc import Awaitable, Iterable, Sequence
@@ -204,30 +203,6 @@ async def send_records(producer: Producer, records: Iterable[Outgoing]) -> None:
     # earlier batch of the same partition is queued, so their order is kept.
     futures = [await producer.send_batch(batch, topic, partition=p) for batch, topic, p in ready]
     await asyncio.gather(*futures)
-
-
-async def send_with_offsets(
-    producer: Producer, records: Iterable[Outgoing], offsets: dict[TopicPartition, int], group_id: str
-) -> None:
-    """:func:`send_records` and ``send_offsets_to_transaction`` of one open transaction, the
-    two at once: the offsets join the transaction (AddOffsetsToTxn, TxnOffsetCommit) while
-    the records are on their way, instead of after their acknowledgement; a round trip or
-    two less per transaction. Returns once both are done, so the commit that follows is
-    sent only after every record was acknowledged, as before.
-
-    Raises:
-        KafkaError: either failed (the transaction must abort); a failed send first.
-    """
-    sending = asyncio.ensure_future(send_records(producer, records))
-    joining = asyncio.ensure_future(producer.send_offsets_to_transaction(offsets, group_id))
-    try:
-        await sending
-    except BaseException:
-        joining.cancel()
-        with contextlib.suppress(BaseException):
-            await joining
-        raise
-    await joining
 
 
 class Admin(Protocol):

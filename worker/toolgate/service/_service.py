@@ -52,7 +52,6 @@ from toolgate.service._kafka import (
     partition_of,
     partitions_of,
     send_records,
-    send_with_offsets,
 )
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
@@ -532,12 +531,11 @@ class Worker:
         try:
             outgoing = await self._outgoing(producer, tp, batch.records)
             async with producer.transaction():
-                await send_with_offsets(
-                    producer,
-                    outgoing + self._state_records(tp.partition, updates, ended),
-                    {tp: records[-1].offset + 1},
-                    self.config.group_id,
-                )
+                await send_records(producer, outgoing + self._state_records(tp.partition, updates, ended))
+                # After the records' acknowledgement, not beside it: sent while they were in
+                # flight, the offsets' requests made the live worker's transactions longer
+                # (ops/bench/worker_bench.py latency, measured both ways).
+                await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.config.group_id)
         except ProducerFenced:
             await self._fenced(tp)
             return
