@@ -24,7 +24,6 @@ import json
 import statistics
 import sys
 import time
-import tracemalloc
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "worker"))
 sys.path.insert(0, str(ROOT / "ops" / "bench"))
 
-from state_bench import request_value  # noqa: E402
+from state_bench import filled_traced, request_value  # noqa: E402
 from toolgate.gate._records import RequestRecord, decode_request  # noqa: E402
 from toolgate.service._store import RequestTable  # noqa: E402
 
@@ -84,17 +83,6 @@ def records(kind: str, live: int, now: datetime) -> list[tuple[bytes, bytes]]:
 Table = Callable[[], "RequestTable | DecodedTable"]
 
 
-def bytes_per_request(make: Table, values: list[tuple[bytes, bytes]]) -> float:
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    table = make()
-    for key, value in values:
-        table.apply(key, value)
-    after = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    return (after - before) / len(values)
-
-
 def per_op(run: Callable[[], int]) -> float:
     """CPU seconds of one call of ``run`` (which returns how many operations it did) per operation."""
     gc.collect()
@@ -142,8 +130,8 @@ def measure(values: list[tuple[bytes, bytes]], now: datetime, repeat: int) -> di
             figures.setdefault("get2_us", []).append(per_op(get_twice) * 1e6)
             figures.setdefault("sweep_ms", []).append(per_op(sweep) * 1e3)
     rows = {name: {k: statistics.median(v) for k, v in figures.items()} for name, figures in samples.items()}
-    rows["decoded"]["bytes"] = bytes_per_request(DecodedTable, values)
-    rows["packed"]["bytes"] = bytes_per_request(RequestTable, values)
+    rows["decoded"]["bytes"] = filled_traced(DecodedTable, values)[1]
+    rows["packed"]["bytes"] = filled_traced(RequestTable, values)[1]
     return rows
 
 

@@ -32,8 +32,10 @@ import tracemalloc
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "worker"))
@@ -202,19 +204,26 @@ async def fill(config: Config, past: int, live: int, past_state: int = 0) -> flo
     return time.monotonic() - started
 
 
-def table_bytes_per_request(live: int) -> float:
-    """The request table's allocations per live request (decoded records and the index)."""
-    now = datetime.now(UTC)
-    values = [(f"req.live{i:09d}".encode(), request_value(f"req.live{i:09d}", now)) for i in range(live)]
+def filled_traced(make: Callable[[], Any], values: list[tuple[bytes, bytes]]) -> tuple[Any, float]:
+    """A table from ``make`` with every (key, value) applied, and tracemalloc's count of its
+    allocations per applied record."""
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    table = RequestTable()
+    table = make()
     for key, value in values:
         table.apply(key, value)
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
+    return table, (after - before) / len(values)
+
+
+def table_bytes_per_request(live: int) -> float:
+    """The request table's allocations per live request (decoded records and the index)."""
+    now = datetime.now(UTC)
+    values = [(f"req.live{i:09d}".encode(), request_value(f"req.live{i:09d}", now)) for i in range(live)]
+    table, per_request = filled_traced(RequestTable, values)
     assert len(table) == live
-    return (after - before) / live
+    return per_request
 
 
 def start_up(config: Config, log: Path) -> tuple[float, float]:

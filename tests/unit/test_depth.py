@@ -26,6 +26,7 @@ from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
 from toolgate.tools._fixtures import fixtures_keyring
 
+from tests.properties import DERANDOMIZED
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, message, review_request
 from tests.unit.test_corpus import CASES, CORPUS, corpus_contracts, corpus_message, corpus_request
 from tests.unit.test_corpus import NOW as CORPUS_NOW
@@ -179,7 +180,7 @@ class TestBoundHolds:
         accepted = [0] * len(validators)
 
         # Derandomized: the counts below do not depend on a random draw.
-        @settings(max_examples=400, derandomize=True, database=None, deadline=None)
+        @settings(DERANDOMIZED, max_examples=400, suppress_health_check=[])
         @given(value=_json)
         def check(value: Any) -> None:
             for index, (validator, bound) in enumerate(validators):

@@ -18,15 +18,12 @@ from toolgate.gate._contracts import Contract, compile_schema
 from toolgate.gate._first_error import Branches, branches_for, reference_error
 
 from tests.fuzzing import CONTRACTS, fuzz_gate, scenarios, targets
+from tests.properties import DERANDOMIZED
 
 GATE = fuzz_gate()
 JSON_TARGETS = [c for c in targets(GATE) if c.spec.content_type == "application/json"]
 _ci = settings(
-    max_examples=600,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    DERANDOMIZED, max_examples=600, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
 
 

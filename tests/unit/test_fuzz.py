@@ -29,17 +29,14 @@ from tests.fuzzing import (
     scenarios,
     targets,
 )
+from tests.properties import DERANDOMIZED
 
 GATE = fuzz_gate()
 TARGETS = targets(GATE)
 ORACLES: dict[str, Oracle] = {}
 JSON_TARGETS = [c for c in TARGETS if c.spec.content_type == "application/json"]
 _ci = settings(
-    max_examples=250,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    DERANDOMIZED, max_examples=250, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
 
 json_values = st.recursive(

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolgate import cli
 from toolgate._errors import ContractError
@@ -25,6 +25,7 @@ from toolgate.gate._signing import Keyring, signed_message, signed_message_v2
 from toolgate.tools._fixtures import fixtures_keyring
 from toolgate.tools._lint import lint_contracts
 
+from tests.properties import DERANDOMIZED
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, message, review_request, review_value
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,13 +232,7 @@ class TestProjectionOverlaps:
             ContractSet.load(tmp_path)
         assert caught.value.path == "$.display_text[1].pointer"
 
-    @settings(
-        max_examples=60,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        database=None,
-        derandomize=True,
-    )
+    @settings(DERANDOMIZED, max_examples=60)
     @given(
         projection=st.lists(st.lists(st.sampled_from("abc"), min_size=1, max_size=3), min_size=1, max_size=4),
         display=st.lists(st.lists(st.sampled_from("abcd"), min_size=1, max_size=2), max_size=2),

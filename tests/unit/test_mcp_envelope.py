@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from toolgate._errors import RejectedInput
 from toolgate.gate._contracts import ContractSet
@@ -21,6 +21,7 @@ from toolgate.gate._trace import TraceContext
 from toolgate.tools._mcp_import import fetch_listing, import_listing
 
 from tests import mcp_kit
+from tests.properties import DERANDOMIZED
 
 GOOD = mcp_kit.GOOD
 
@@ -198,13 +199,7 @@ def test_agent_sees_only_projected_structured_content(mcp_gate: tuple[Gate, Requ
 
     # Derandomized, with one accepted success and one accepted failure among the examples, so the
     # counts below do not depend on what a random run happens to draw.
-    @settings(
-        max_examples=300,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        database=None,
-        derandomize=True,
-    )
+    @settings(DERANDOMIZED, max_examples=300)
     @given(_result)
     @example(
         {

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import jsonschema
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolgate._errors import ConfigError
 from toolgate.gate._contracts import ContractSet, compile_schema, load_contract
@@ -23,6 +23,7 @@ from toolgate.tools._mcp_import import (
 )
 
 from tests import mcp_kit
+from tests.properties import DERANDOMIZED
 
 
 @pytest.fixture(scope="module")
@@ -220,13 +221,7 @@ def test_imported_contract_accepts_only_what_the_output_schema_accepts(
     sdk_check = jsonschema.Draft202012Validator(original)  # how the SDK validates: no format
     accepted = 0
 
-    @settings(
-        max_examples=400,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        database=None,
-        derandomize=True,
-    )
+    @settings(DERANDOMIZED, max_examples=400)
     @given(_values(original, original))
     def check(value: Any) -> None:
         nonlocal accepted

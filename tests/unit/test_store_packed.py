@@ -13,15 +13,10 @@ from hypothesis import strategies as st
 from toolgate.gate._records import RequestRecord, decode_request
 from toolgate.service._store import RequestTable, pack_request, unpack_request
 
+from tests.properties import DERANDOMIZED
 from tests.unit.builders import NOW
 
-_ci = settings(
-    max_examples=300,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+_ci = settings(DERANDOMIZED, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 
 ids = st.text(st.characters(codec="utf-8"), min_size=1, max_size=128)
 zones = st.one_of(
@@ -79,14 +74,20 @@ def same(got: RequestRecord | None, want: RequestRecord) -> None:
     assert [type(v) for v in got.bind.values()] == [type(v) for v in want.bind.values()]
 
 
+def _applied(raw: bytes) -> tuple[RequestRecord, RequestTable]:
+    """The record ``raw`` decodes to, and a table holding it under its own key."""
+    want = decode_request(raw)
+    table = RequestTable()
+    table.apply(want.request_id.encode(), raw)
+    return want, table
+
+
 class TestPackedForm:
     @_ci
     @given(requests())
     def test_get_returns_the_record_applied(self, raw: bytes) -> None:
         """Whatever valid request is applied, get() returns the record decode_request gives."""
-        want = decode_request(raw)
-        table = RequestTable()
-        table.apply(want.request_id.encode(), raw)
+        want, table = _applied(raw)
         same(table.get(want.request_id), want)
         same(unpack_request(want.request_id, pack_request(want)), want)
 
@@ -94,9 +95,7 @@ class TestPackedForm:
     @given(requests())
     def test_expiry_is_read_from_the_packed_form(self, raw: bytes) -> None:
         """A request is evicted at its expires_at, not a microsecond earlier, whatever its offset."""
-        want = decode_request(raw)
-        table = RequestTable()
-        table.apply(want.request_id.encode(), raw)
+        want, table = _applied(raw)
         assert table.evict_expired(want.expires_at - timedelta(microseconds=1)) == 0
         assert table.get(want.request_id) is not None
         assert table.evict_expired(want.expires_at) == 1
