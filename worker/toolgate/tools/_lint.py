@@ -722,13 +722,15 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
             findings.extend(lint_schema(contract.schema, file=file))
             doc = SchemaDocument(contract.schema)
             strip = 0
+            sized = False
         else:
             upstream, skeleton = imported
             findings.extend(_lint_imported(contract.schema, upstream, skeleton, file))
             doc, strip = SchemaDocument(upstream), 1
+            sized = _closure_fits(skeleton)
         findings.extend(_check_pointers(contract, doc, strip))
         findings.extend(_check_free_text(contract, doc, strip))
-        findings.extend(_check_envelope_fit(contract, doc, strip))
+        findings.extend(_check_envelope_fit(contract, doc, strip, sized=sized))
         if contract.spec.status == "draft":
             findings.append(
                 Finding(
@@ -851,7 +853,24 @@ def _contract_pointers(contract: Contract) -> Iterator[tuple[str, str]]:
         yield f"$.rules[{i}].pointer", rule.pointer
 
 
-def _check_envelope_fit(contract: Contract, doc: SchemaDocument, strip: int) -> Iterator[Finding]:
+def _closure_fits(skeleton: dict[str, Any]) -> bool:
+    """Whether an imported closure bounds every string and array within the envelope's leaf
+    (only a closure lint re-derived counts: :func:`_lint_imported` reports any other)."""
+    from toolgate.tools._mcp_close import BOUNDS_KEY
+
+    bounds = skeleton.get(BOUNDS_KEY)
+    return (
+        isinstance(bounds, dict)
+        and _is_count(bounds.get("max_string"))
+        and _is_count(bounds.get("max_items"))
+        and bounds["max_string"] <= _ENVELOPE_STRING
+        and bounds["max_items"] <= _ENVELOPE_ITEMS
+    )
+
+
+def _check_envelope_fit(
+    contract: Contract, doc: SchemaDocument, strip: int, *, sized: bool
+) -> Iterator[Finding]:
     """Projected fields must fit the agent envelope's leaf: a scalar, a string of at most
     4096 characters, an array of at most 1000 items (gate/_project.py); otherwise the
     projection refuses a result the schema accepted (an INTERNAL_ERROR). Judged
@@ -866,7 +885,8 @@ def _check_envelope_fit(contract: Contract, doc: SchemaDocument, strip: int) -> 
                 ("array", f"an array of more than {_ENVELOPE_ITEMS} items"),
                 ("items", "an array holding objects or arrays"),
             )
-            if any(_admits(doc, p, n, kind, frozenset()) for p, n in entries)
+            if not (sized and kind in ("string", "array"))
+            and any(_admits(doc, p, n, kind, frozenset()) for p, n in entries)
         ]
         if problems:
             yield Finding(
