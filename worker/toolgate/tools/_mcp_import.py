@@ -548,14 +548,17 @@ class Refused(ConfigError):
 
 
 def _refuse(name: str, why: str) -> Refused:
-    line = " ".join(why.split())  # one line, whatever the schema or the tool's name holds
-    return Refused(f"tool {name!r}: {line}"[:400])
+    """One line, whatever the schema or the tool's name holds (ascii() escapes controls,
+    direction marks and every other non-ASCII character of the name)."""
+    line = " ".join(why.split())
+    return Refused(f"tool {ascii(name)[:140]}: {line}"[:400])
 
 
 def _check_name(name: Any) -> str:
-    if not isinstance(name, str) or MCP_TOOL_NAME.fullmatch(name) is None:
-        shown = ascii(name)[:140] if isinstance(name, str) else type(name).__name__
-        raise _refuse(shown, f"not an MCP tool name ({MCP_TOOL_NAME.pattern})")
+    if not isinstance(name, str):
+        raise _refuse(f"<{_json_type(name)}>", f"not an MCP tool name ({MCP_TOOL_NAME.pattern})")
+    if MCP_TOOL_NAME.fullmatch(name) is None:
+        raise _refuse(name, f"not an MCP tool name ({MCP_TOOL_NAME.pattern})")
     return name
 
 
