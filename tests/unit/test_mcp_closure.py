@@ -64,7 +64,12 @@ class TestIssueExamples:
         contains = {
             "type": "object",
             "properties": {
-                "l": {"type": "array", "items": {"type": "string"}, "contains": {"const": "x"}, "maxContains": 1}
+                "l": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "contains": {"const": "x"},
+                    "maxContains": 1,
+                }
             },
         }
         assert not _close(contains).is_valid({"l": ["x", "x"]})
@@ -76,8 +81,17 @@ class TestIssueExamples:
             {"type": "object", "properties": STATE, "allOf": [{"properties": {"x": {"type": "string"}}}]},
             {"type": "object", "properties": STATE, "anyOf": [{"properties": {"x": {"type": "string"}}}]},
             {"type": "object", "properties": STATE, "oneOf": [{"properties": {"x": {"type": "string"}}}]},
-            {"type": "object", "if": {"required": ["state"]}, "then": {"properties": STATE}, "else": {"properties": STATE}},
-            {"type": "object", "properties": STATE, "dependentSchemas": {"state": {"properties": {"x": {"type": "string"}}}}},
+            {
+                "type": "object",
+                "if": {"required": ["state"]},
+                "then": {"properties": STATE},
+                "else": {"properties": STATE},
+            },
+            {
+                "type": "object",
+                "properties": STATE,
+                "dependentSchemas": {"state": {"properties": {"x": {"type": "string"}}}},
+            },
             {"type": "object", "allOf": [{"$ref": "#/$defs/s"}], "$defs": {"s": {"properties": STATE}}},
             {"type": "object", "properties": STATE, "additionalProperties": True},
             {"type": "object", "properties": STATE, "patternProperties": {"^x_": {"type": "string"}}},
@@ -128,26 +142,46 @@ class TestIssueExamples:
     @pytest.mark.parametrize(
         ("upstream", "reason"),
         [
-            ({"type": "object", "$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}, "declares no member"),
+            (
+                {"type": "object", "$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
+                "declares no member",
+            ),
             ({"type": "object", "properties": {"a": {}}}, "declares no member"),
             ({"type": "object", "properties": {"a": True}}, "declares no member"),
             ({"type": "object", "additionalProperties": {"type": "string"}}, "free-form map"),
             ({"type": "object", "unevaluatedProperties": {"type": "string"}}, "free-form map"),
             ({"type": "object", "properties": {"l": {"type": "array"}}}, "items no schema constrains"),
-            ({"type": "object", "properties": {"l": {"type": "array", "contains": {"type": "string"}}}}, "items"),
-            ({"type": "object", "properties": {"a": {"$ref": "https://example.invalid/s.json"}}}, "not a local"),
+            (
+                {"type": "object", "properties": {"l": {"type": "array", "contains": {"type": "string"}}}},
+                "items",
+            ),
+            (
+                {"type": "object", "properties": {"a": {"$ref": "https://example.invalid/s.json"}}},
+                "not a local",
+            ),
             ({"type": "object", "properties": {"a": {"$ref": "#anchor"}}}, "not a local"),
             ({"type": "object", "properties": {"a": {"$dynamicRef": "#meta"}}}, "$dynamicRef"),
             ({"type": "object", "properties": {"a": {"$id": "urn:x", "type": "string"}}}, "nested $id"),
             ({"type": "object", "properties": {"a": {"const": {"k": 1}}}}, "object or array value"),
             ({"type": "object", "properties": {"a": {"type": "string", "minLength": 5}}}, "exceed the bound"),
-            ({"type": "object", "properties": {"l": {"type": "array", "items": {"type": "integer"}, "minItems": 9}}}, "exceed"),
-            ({"type": "object", "patternProperties": {"(?=a)": {"type": "string"}}, "properties": STATE}, "compile"),
+            (
+                {
+                    "type": "object",
+                    "properties": {"l": {"type": "array", "items": {"type": "integer"}, "minItems": 9}},
+                },
+                "exceed",
+            ),
+            (
+                {"type": "object", "patternProperties": {"(?=a)": {"type": "string"}}, "properties": STATE},
+                "compile",
+            ),
         ],
     )
-    def test_what_cannot_be_closed_is_refused_with_the_place(self, upstream: dict[str, Any], reason: str) -> None:
+    def test_what_cannot_be_closed_is_refused_with_the_place(
+        self, upstream: dict[str, Any], reason: str
+    ) -> None:
         """Closing refuses a shape it cannot close soundly, naming where and why."""
-        with pytest.raises(Unclosable, match="^/") as caught:
+        with pytest.raises(Unclosable, match=r"^/") as caught:
             closed(upstream, "t", max_string=MAX_STRING, max_items=MAX_ITEMS)
         assert reason in str(caught.value)
 
@@ -292,7 +326,7 @@ def _bounded(value: Any) -> bool:
 
 
 class TestClosingProperty:
-    """Over generated schemas using every applicator: closed accepts a subset, and rejects every unknown member."""
+    """Over schemas using every applicator: closed accepts a subset and rejects every unknown member."""
 
     def test_closed_is_a_subset_that_rejects_unknown_members_everywhere(self) -> None:
         """For each schema closing accepts: every value closed accepts, the upstream accepts,

@@ -22,9 +22,7 @@ _COMPILED = re.compile(r"""^(\w+)\s*=\s*re\.compile\(\s*r?["'](\^[^"']*\$)["']""
 def _anchored_patterns() -> list[tuple[Path, str]]:
     """Every module-level ``NAME = re.compile(r"^...$")`` in the package."""
     return [
-        (path, match[1])
-        for path in PACKAGE.rglob("*.py")
-        for match in _COMPILED.finditer(path.read_text())
+        (path, match[1]) for path in PACKAGE.rglob("*.py") for match in _COMPILED.finditer(path.read_text())
     ]
 
 
@@ -87,7 +85,10 @@ class TestTrailingNewlines:
             ),
             ({"tool": "srv.job_status", "mcp": {"server": "srv", "tool": "job_status\n"}}, "$.mcp.tool"),
             (
-                {"tool": "srv.job_status", "mcp": {"server": "srv", "tool": "job_status", "error_code": "E\n"}},
+                {
+                    "tool": "srv.job_status",
+                    "mcp": {"server": "srv", "tool": "job_status", "error_code": "E\n"},
+                },
                 "$.mcp.error_code",
             ),
         ],

@@ -147,7 +147,9 @@ def read_result(
     has_structured = "structuredContent" in value
     structured = value.get("structuredContent")
     if has_structured and not isinstance(structured, dict):
-        raise _malformed(f"structuredContent is {_type_name(structured)}, not an object", "/structuredContent")
+        raise _malformed(
+            f"structuredContent is {_type_name(structured)}, not an object", "/structuredContent"
+        )
     texts: list[str] = []
     for i, block in enumerate(content):
         where = f"/content/{i}"

@@ -74,6 +74,7 @@ entry within ``contract.yaml`` (``$.projection[1]``), as
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterator
 from typing import Any, Final, Literal, NamedTuple
@@ -925,7 +926,13 @@ def _too_big(value: Any, kind: str) -> bool:
     return isinstance(value, list) and any(isinstance(v, dict | list) for v in value)  # items
 
 
-_KIND_TYPE: Final = {"object": "object", "string": "string", "array": "array", "any-array": "array", "items": "array"}
+_KIND_TYPE: Final = {
+    "object": "object",
+    "string": "string",
+    "array": "array",
+    "any-array": "array",
+    "items": "array",
+}
 
 
 def _admits(doc: SchemaDocument, pointer: str, node: Any, kind: str, seen: frozenset[str]) -> bool:
@@ -943,7 +950,8 @@ def _admits(doc: SchemaDocument, pointer: str, node: Any, kind: str, seen: froze
     if types is not None and _KIND_TYPE[kind] not in types:
         return False
     if kind == "string" and (
-        _at_most(node, "maxLength", _ENVELOPE_STRING) or _pattern_at_most(node.get("pattern"), _ENVELOPE_STRING)
+        _at_most(node, "maxLength", _ENVELOPE_STRING)
+        or _pattern_at_most(node.get("pattern"), _ENVELOPE_STRING)
     ):
         return False
     if kind == "array" and _at_most(node, "maxItems", _ENVELOPE_ITEMS):
@@ -981,8 +989,7 @@ def _pattern_at_most(pattern: Any, limit: int) -> bool:
     if not isinstance(pattern, str) or scan_pattern(pattern) != (True, True):
         return False
     try:
-        import re._parser as parser  # the widths of the pattern's pieces
-
+        parser = importlib.import_module("re._parser")  # the widths of the pattern's pieces
         longest = parser.parse(pattern).getwidth()[1]
     except (re.error, ValueError, TypeError, OverflowError, RecursionError):
         return False
@@ -991,7 +998,7 @@ def _pattern_at_most(pattern: Any, limit: int) -> bool:
 
 def _at_most(node: dict[str, Any], keyword: str, limit: int) -> bool:
     value = node.get(keyword)
-    return _is_count(value) and value <= limit
+    return isinstance(value, int) and _is_count(value) and value <= limit
 
 
 def _check_pointers(contract: Contract, doc: SchemaDocument, strip: int) -> Iterator[Finding]:

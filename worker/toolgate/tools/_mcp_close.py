@@ -155,7 +155,9 @@ class _Closer:
                 branches = node.get(keyword)
                 if isinstance(branches, list):
                     result &= {
-                        t for i in range(len(branches)) for t in self.types(_join(pointer, keyword, i), depth + 1)
+                        t
+                        for i in range(len(branches))
+                        for t in self.types(_join(pointer, keyword, i), depth + 1)
                     }
             target = self.ref_target(pointer, node)
             if target is not None:
@@ -309,7 +311,9 @@ class _Closer:
             if isinstance(node.get("contains"), dict | bool):
                 entries.add(_join(pointer, "contains"))
         if not constrained:
-            raise Unclosable(where, "may be an array whose items no schema constrains (declare type and items)")
+            raise Unclosable(
+                where, "may be an array whose items no schema constrains (declare type and items)"
+            )
         if longest > self.max_items:
             raise Unclosable(where, f"arrays of at least {longest} items exceed the bound")
         out: dict[str, Any] = {"maxItems": self.max_items}

@@ -435,9 +435,7 @@ def _result(structured: Any, *, text: str | None = None, **extra: Any) -> dict[s
     return {"content": [{"type": "text", "text": body}], "structuredContent": structured, **extra}
 
 
-def _fixtures(
-    tool: str, schema: dict[str, Any], good: Any, *, text_only: bool
-) -> dict[str, dict[str, Any]]:
+def _fixtures(tool: str, schema: dict[str, Any], good: Any, *, text_only: bool) -> dict[str, dict[str, Any]]:
     validator = compile_schema(schema)
     files: dict[str, dict[str, Any]] = {
         "defaults.json": {
