@@ -46,9 +46,9 @@ def rows(stdout: str) -> dict[tuple[str, str, str, str], tuple[int, str, str]]:
     out = {}
     for line in stdout.splitlines()[2:]:
         cells = line.split()
-        # tool code adapter path count first-date first-time last-date last-time
+        # tool code adapter path count replayed resolved first-date first-time last-date last-time
         tool, code, adapter, path, count = cells[:5]
-        out[(tool, code, adapter, path)] = (int(count), " ".join(cells[5:7]), " ".join(cells[7:9]))
+        out[(tool, code, adapter, path)] = (int(count), " ".join(cells[7:9]), " ".join(cells[9:11]))
     return out
 
 

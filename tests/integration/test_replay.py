@@ -17,6 +17,7 @@ from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
 from toolgate.service._service import Worker, WorkerOptions
+from toolgate.tools._quarantine import Filters, format_summary, summary
 from toolgate.tools._replay import Selection, apply, read_quarantine, run_replay
 
 from tests.integration.worker_kit import (
@@ -259,6 +260,31 @@ class TestReplay:
         await run_replay(config, fixed, Selection(), apply_it=False, max_replays=3, now=later, out=out)
         assert "REQUEST_EXPIRED" in out.getvalue()
         assert f"{len(has_comment)} answer requests that have expired" in out.getvalue()
+
+
+class TestSummaryMarks:
+    async def test_replayed_resolved_and_unreplayed(self, config: Config, tmp_path: Path) -> None:
+        """summary marks a replay rejected again as replayed, an accepted one as resolved;
+        --unreplayed counts what is left: the untouched record and the new copy of the failed replay."""
+        started = datetime.now(UTC) - timedelta(minutes=1)
+        await publish_reviews(config, 6, comment_every=2)  # 3 results with `comment`: quarantined
+        await decide_all(config, gate_for(CONTRACTS), 6)
+        quarantined, _ = await read_quarantine(config, Selection())
+        assert len(quarantined) == 3
+        first, second, _ = sorted(quarantined, key=lambda r: (r.partition, r.offset))
+        await apply(config, [first], 3)
+        await decide_all(config, gate_for(CONTRACTS), 1)  # not fixed: quarantined again
+        await apply(config, [second], 3)
+        await decide_all(config, gate_for(contracts_with_v2(tmp_path / "fixed", "active")), 1)
+
+        rows, read = await summary(config, filters=Filters(), replays_since=started)
+        assert read == 4
+        assert [(r.count, r.replayed, r.resolved) for r in rows] == [(4, 2, 1)]
+        title = format_summary(rows, read, config.topics.quarantine)[0]
+        assert title.endswith("4 of 4 quarantine records matched (2 replayed, 1 resolved by a replay)")
+
+        left, _ = await summary(config, filters=Filters(unreplayed=True), replays_since=started)
+        assert [(r.count, r.replayed, r.resolved) for r in left] == [(2, 0, 0)]
 
 
 class TestShadowLive:
