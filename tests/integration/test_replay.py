@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client import generate_latest
 from toolgate._config import Config
@@ -23,7 +24,9 @@ from toolgate.tools._replay import Selection, apply, read_quarantine, run_replay
 from tests.integration.worker_kit import (
     CONTRACTS,
     KEYRING,
+    high_watermarks,
     read_all,
+    topic_partitions,
 )
 
 
@@ -40,6 +43,12 @@ def contracts_with_v2(root: Path, status: str) -> Path:
     schema["$defs"]["reviewStatus"]["properties"]["comment"] = {"type": "string", "maxLength": 200}
     (folder / "schema.json").write_text(json.dumps(schema))
     return root
+
+
+async def quarantine_offsets(config: Config) -> int:
+    """The offsets the quarantine topic holds (its partitions' high watermarks, from offset 0)."""
+    tps = await topic_partitions(config, config.topics.quarantine)
+    return sum((await high_watermarks(config, tps)).values())
 
 
 def gate_for(root: Path) -> Gate:
@@ -205,6 +214,22 @@ class TestReplay:
         assert len(replays) == 2 * len(commented)  # the accepted replays and the refused ones
         assert all(e["replay_of"].startswith(f"{config.topics.quarantine}/") for e in replays)
         assert all(e["replay"] == 0 for e in audit if e not in replays)
+
+    async def test_progress_counts_records_not_offsets(
+        self, config: Config, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The quarantine, written in transactions, has markers between its records: the
+        progress line ends with the records read, not the offsets."""
+        await publish_reviews(config, 6, comment_every=1)
+        await decide_all(config, gate_for(CONTRACTS), 6)
+        capsys.readouterr()
+        records, read = await read_quarantine(config, Selection())
+        err = capsys.readouterr().err
+        assert read == len(records) == 6
+        offsets = await quarantine_offsets(config)  # records and the transactions' commit markers
+        assert offsets > read
+        assert err.splitlines()[-1].startswith("reading quarantine: 6 records in ")
+        assert f"/{offsets}" not in err
 
     async def test_no_match_says_so(self, config: Config) -> None:
         """A selection that matches nothing says so instead of stopping silently."""
