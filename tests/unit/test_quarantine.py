@@ -204,6 +204,21 @@ class TestReplayMarks:
         lines = format_summary([row], 3, "q")
         assert lines[0] == "q: 3 of 3 quarantine records matched (2 replayed, 1 resolved by a replay)"
         assert lines[2].split()[4:7] == ["3", "2", "1"]
+        assert (
+            lines[-1]
+            == "its values: toolgate quarantine tail --tool job_status --code SCHEMA_VIOLATION --value -n 5"
+        )
+
+    def test_the_values_command_quotes_what_the_adapter_chose(self) -> None:
+        """A made-up tool name reaches the suggested command quoted and printable, never as shell."""
+        from toolgate.tools._quarantine import format_summary, summarise
+
+        (row,) = summarise([record(**{"tg-contract": "", "tg-tool": "x; rm -rf ~\x1b[2J"})], Filters())
+        hint = format_summary([row], 1, "q")[-1]
+        assert (
+            hint == "its values: toolgate quarantine tail --tool 'x; rm -rf ~?[2J' --code SCHEMA_VIOLATION"
+            " --value -n 5"
+        )
 
     def test_unreplayed_leaves_them_out(self) -> None:
         """--unreplayed counts only the records no replay decided or resolved."""

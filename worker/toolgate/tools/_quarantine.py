@@ -24,6 +24,7 @@ import collections
 import contextlib
 import heapq
 import json
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -449,6 +450,11 @@ def format_summary(rows: list[SummaryRow], read: int, topic: str) -> list[str]:
                 for i, cell in enumerate(cells)
             ).rstrip()
         )
+    # The values stay out of the table (adapter-chosen text, docs/design.md, Decisions and why);
+    # the command that shows the top row's, escaped and bounded, one record at a time.
+    top = rows[0]
+    command = ["toolgate", "quarantine", "tail", "--tool", _clean(top.tool), "--code", _clean(top.code)]
+    lines += ["", "its values: " + shlex.join([*command, "--value", "-n", "5"])]
     return lines
 
 
