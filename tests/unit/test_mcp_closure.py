@@ -162,6 +162,11 @@ class TestIssueExamples:
             ({"type": "object", "properties": {"a": {"$ref": "#anchor"}}}, "not a local"),
             ({"type": "object", "properties": {"a": {"$dynamicRef": "#meta"}}}, "$dynamicRef"),
             ({"type": "object", "properties": {"a": {"$id": "urn:x", "type": "string"}}}, "nested $id"),
+            (
+                {"type": "object", "$defs": {"x": {"$schema": "http://json-schema.org/draft-07/schema#"}}},
+                "nested",
+            ),
+            ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}, "not Draft 2020-12"),
             ({"type": "object", "properties": {"a": {"const": {"k": 1}}}}, "object or array value"),
             ({"type": "object", "properties": {"a": {"type": "string", "minLength": 5}}}, "exceed the bound"),
             (
@@ -184,6 +189,19 @@ class TestIssueExamples:
         with pytest.raises(Unclosable, match=r"^/") as caught:
             closed(upstream, "t", max_string=MAX_STRING, max_items=MAX_ITEMS)
         assert reason in str(caught.value)
+
+    def test_work_is_bounded_by_positions_and_nesting(self) -> None:
+        """A long $ref chain or a shape of too many positions is refused, never a RecursionError."""
+        chain: dict[str, Any] = {
+            f"d{i}": {"type": "object", "properties": {"n": {"$ref": f"#/$defs/d{i + 1}"}}}
+            for i in range(200)
+        }
+        chain["d200"] = {"type": "string"}
+        with pytest.raises(Unclosable, match="nested deeper than 64"):
+            closed({"type": "object", "$ref": "#/$defs/d0", "$defs": chain}, "t", max_string=4, max_items=3)
+        many = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(2100)}}
+        with pytest.raises(Unclosable, match="more than 2000 positions"):
+            closed(many, "t", max_string=4, max_items=3)
 
     def test_a_written_closure_is_recognised_and_re_derived(self) -> None:
         """split() finds the two parts and rederive() tells an edited closure apart."""

@@ -108,8 +108,6 @@ class _Closer:
         return target
 
     def check_node(self, pointer: str, node: dict[str, Any]) -> None:
-        if pointer and "$id" in node:
-            raise Unclosable(pointer, "a nested $id changes how references resolve: not analysed")
         for keyword in ("const", "enum"):
             if keyword not in node:
                 continue
@@ -326,6 +324,27 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+_DRAFT_2020_12: Final = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _no_nested_resources(upstream: dict[str, Any]) -> None:
+    """Refuse a ``$id`` or ``$schema`` below the root anywhere in the document: references
+    inside such a resource resolve against another base, or in another dialect, than the
+    one this analysis reads them in. (A member *named* ``$id`` is refused too: rare, and
+    telling it apart would need the analysis this refuses to guess at.)"""
+    stack: list[tuple[str, Any]] = [("", upstream)]
+    while stack:
+        pointer, node = stack.pop()
+        if isinstance(node, dict):
+            if pointer and ("$id" in node or "$schema" in node):
+                raise Unclosable(
+                    pointer, "a nested $id or $schema changes how references resolve: not analysed"
+                )
+            stack.extend((_join(pointer, k), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((_join(pointer, i), v) for i, v in enumerate(node))
+
+
 def closure(upstream: Any, tool: str, *, max_string: int, max_items: int) -> dict[str, Any]:
     """The closure of ``upstream`` (see the module docstring).
 
@@ -334,6 +353,7 @@ def closure(upstream: Any, tool: str, *, max_string: int, max_items: int) -> dic
     """
     if not isinstance(upstream, dict):
         raise Unclosable("", "an outputSchema is a JSON object")
+    _no_nested_resources(upstream)
     closer = _Closer(upstream, max_string, max_items)
     start = closer.skeleton(frozenset({""}), "", 0)
     return {
@@ -345,7 +365,14 @@ def closure(upstream: Any, tool: str, *, max_string: int, max_items: int) -> dic
 
 
 def closed(upstream: dict[str, Any], tool: str, *, max_string: int, max_items: int) -> dict[str, Any]:
-    """``{"allOf": [upstream, closure]}``: what the written contract validates ``data`` with."""
+    """``{"allOf": [upstream, closure]}``: what the written contract validates ``data`` with.
+
+    Raises:
+        Unclosable: see :func:`closure`; also a ``$schema`` other than Draft 2020-12.
+    """
+    dialect = upstream.get("$schema", _DRAFT_2020_12)
+    if dialect not in (_DRAFT_2020_12, _DRAFT_2020_12 + "#"):
+        raise Unclosable("", f"$schema {str(dialect)[:80]!r} is not Draft 2020-12, which the gate validates")
     embedded = {k: v for k, v in upstream.items() if k not in ("$schema", "$id")}
     return {
         "allOf": [

@@ -510,10 +510,10 @@ def _fixtures(tool: str, schema: dict[str, Any], good: Any, *, text_only: bool) 
     return files
 
 
-def _contract_yaml(spec: dict[str, Any], server: str, mcp_tool: str) -> str:
+def _contract_yaml(spec: dict[str, Any], server: str, mcp_tool: str, *, text_only: bool) -> str:
     what = (
         "the tool declares no outputSchema: only its text blocks pass, as bounded untrusted_text"
-        if spec["projection"] == []
+        if text_only
         else "the schema is its outputSchema, closed and bounded"
     )
     header = (
@@ -660,7 +660,7 @@ def import_tool(
     folder = root / qualified / f"v{major}"
     files = {
         "schema.json": json.dumps(schema, indent=2) + "\n",
-        "contract.yaml": _contract_yaml(spec, server, name),
+        "contract.yaml": _contract_yaml(spec, server, name, text_only=text_only),
     }
     for relative, content in _fixtures(qualified, schema, good, text_only=text_only).items():
         files[f"fixtures/{relative}"] = json.dumps(content, indent=2) + "\n"
