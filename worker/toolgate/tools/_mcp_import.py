@@ -44,6 +44,7 @@ import yaml
 
 from toolgate._errors import ConfigError, ContractError, RejectedInput
 from toolgate.gate._contracts import (
+    MASK,
     MAX_DEPTH_CEILING,
     MAX_QUALIFIED_NAME,
     MCP_SERVER_NAME,
@@ -631,7 +632,8 @@ def import_tool(
         try:
             validator = compile_schema(schema)
         except ValueError as exc:
-            raise _refuse(name, f"its outputSchema does not compile: {exc}") from exc
+            why = str(exc).split("Failed validating")[0].strip().replace(MASK, "a value")
+            raise _refuse(name, f"its outputSchema does not compile as the gate compiles it: {why}") from exc
         try:
             good = example(output_schema, max_string=max_string, max_items=max_items)
         except ValueError:
