@@ -366,6 +366,12 @@ class TestRefusedTools:
         with pytest.raises(ConfigError, match="not valid JSON"):
             _run(tmp_path, text, capsys)
 
+    @pytest.mark.parametrize("depth", [300, 3000])
+    def test_a_deep_schema_from_a_live_server_is_refused(self, tmp_path: Path, depth: int) -> None:
+        """A listing a live server's parser accepted, nested past the bound: refused, no recursion."""
+        lines = _import(tmp_path, [{"name": "deep", "outputSchema": _nested(depth)}])
+        assert lines[0] == "refused: tool 'deep': outputSchema nests deeper than 64"
+
     def test_patterns_are_served_with_the_gate_semantics(self, tmp_path: Path) -> None:
         """A Unicode class and a pattern that backtracks in Python re are fine, and bounded."""
         schema = {
