@@ -122,7 +122,7 @@ class TestAnswers:
         finally:
             worker.request_stop()
             await task
-        assert accepted.outcome == "success"
+        assert accepted.outcome == "success", world.codes()
         assert not accepted.rejected
         assert accepted.data == review_value()["data"]
         assert rejected.rejected
@@ -307,3 +307,17 @@ class TestPublicApi:
         """``toolgate.client`` is in ``__all__`` and resolves to the module."""
         assert "client" in toolgate.__all__
         assert toolgate.client.Client is Client
+
+
+class TestRequestIds:
+    async def test_generated_ids_fit_the_contracts_request_id_pattern(
+        self, world: World, clock: Clock
+    ) -> None:
+        """Generated request ids match the pattern bundled and imported schemas give request ids."""
+        import re
+
+        pattern = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{7,63}$")
+        async with Client(CONFIG, clients=world.clients, clock=clock) as client:
+            ids = [(await client.issue("review_status")).request_id for _ in range(200)]
+        assert all(pattern.fullmatch(i) for i in ids)
+        assert len(set(ids)) == 200

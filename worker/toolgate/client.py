@@ -86,6 +86,8 @@ DEFAULT_MAX_PENDING = 10_000
 EXPIRY_GRACE_S = 5.0
 # The reader's poll: how late, at most, an expired wait is noticed.
 POLL_MS = 100
+# The agent consumer's long poll at the broker (aiokafka's default is 500 ms).
+FETCH_WAIT_MS = 20
 # A request record or result not acknowledged within this is an outage for the caller.
 SEND_TIMEOUT_S = 10.0
 INVALID_RESPONSE = "INVALID_RESPONSE"
@@ -277,7 +279,11 @@ class Client:
         """
         topic = self.config.topics.agent
         producer = self._clients.producer(acks="all", enable_idempotence=True)
-        consumer = self._clients.consumer(isolation_level="read_committed", enable_auto_commit=False)
+        # A short fetch wait: an envelope is handed over as soon as its transaction commits,
+        # not when the broker's default 500 ms long poll ends.
+        consumer = self._clients.consumer(
+            isolation_level="read_committed", enable_auto_commit=False, fetch_max_wait_ms=FETCH_WAIT_MS
+        )
         try:
             tps = await partitions_of(self._clients, topic, timeout_ms=int(self._send_timeout_s * 1000))
             if not tps:
@@ -345,7 +351,9 @@ class Client:
             seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
             expires_at = now + timedelta(seconds=seconds)
         request = Request(
-            request_id=request_id or f"req.{secrets.token_urlsafe(12)}",
+            # Letters and digits only: contract schemas commonly pattern request ids as
+            # ^[A-Za-z0-9][A-Za-z0-9_.]{7,63}$ (the bundled and imported ones do).
+            request_id=request_id or f"req.{secrets.token_hex(10)}",
             tool=tool,
             issued_at=now,
             expires_at=expires_at,

@@ -241,19 +241,34 @@ class Proxy:
         spec = served.contract.spec
         traceparent = (meta or {}).get("traceparent")
         tracestate = (meta or {}).get("tracestate")
-        try:
-            request = await self.client.issue(
+        # The request record is written while the upstream works: its acknowledgement is
+        # awaited before the result is published, so the record still comes first.
+        issuing = asyncio.ensure_future(
+            self.client.issue(
                 spec.tool,
                 bind=call_arguments_bind(arguments),
                 ttl=options.ttl_s,
                 max_attempts=options.max_attempts,
                 wait_s=options.wait_s,
             )
+        )
+        first = asyncio.ensure_future(self._upstream_call(name, arguments, meta))
+        try:
+            request = await issuing
         except (BrokerError, ClientClosed) as exc:
+            first.cancel()
             _log.warning("issuing the request record for %s: %s", spec.tool, exc)
             return self._fixed("BROKER_UNAVAILABLE")
+        except BaseException:
+            first.cancel()
+            raise
+        upstream_call: asyncio.Future[dict[str, Any] | str] | None = first
         while True:
-            raw = await self._upstream_call(name, arguments, meta)
+            if upstream_call is not None:
+                raw = await upstream_call
+                upstream_call = None
+            else:
+                raw = await self._upstream_call(name, arguments, meta)
             if isinstance(raw, str):
                 return self._fixed(raw, request.request_id)
             try:
