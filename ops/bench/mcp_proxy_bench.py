@@ -3,17 +3,18 @@
 Usage::
 
     .venv/bin/python ops/bench/mcp_proxy_bench.py [--calls 200] [--concurrency 1 10 100]
-        [--linger-ms 20] [--waits 1000]
+        [--linger-ms 20] [--waits 1000] [--in-process]
 
 On the local broker (TOOLGATE_BOOTSTRAP, default 127.0.0.1:19092), private topics, a
 ``toolgate run`` subprocess (``--linger-ms`` passed to it) on the contract
 ``toolgate contracts import-mcp`` writes for the upstream's tool:
 
 1. **Added latency.** The same MCP host (the SDK's client) calls the same upstream tool
-   (an in-process SDK server) directly and through the proxy, interleaved per
-   concurrency level (1, 10, 100 calls at once; ``--calls`` calls each); printed: p50
-   and p99 of each and their difference. Target at 10 concurrent: added p50 <= 15 ms and
-   p99 <= 50 ms.
+   (an SDK server) directly and through the proxy, each a process of its own over stdio, as
+   hosts start them (``--in-process``: all three in this process, plus the median of each phase
+   of a proxied call), interleaved per concurrency level (1, 10, 100 calls at once;
+   ``--calls`` calls each); printed: p50 and p99 of each and their
+   difference. Target at 10 concurrent: added p50 <= 15 ms and p99 <= 50 ms.
 2. **Client answers per second.** ``--waits`` requests issued and awaited at once by one
    client; the same number of envelopes committed to the agent topic in one transaction
    (as the worker writes them); printed: answers per second from the commit to the last
@@ -68,6 +69,49 @@ TOOL = types.Tool(
         "required": ["environment", "revision", "state"],
     },
 )
+
+
+class Phases:
+    """Per-call phase timings (ms) of the proxied calls: request record acknowledged, result
+    acknowledged, and from that acknowledgement to the decided envelope."""
+
+    def __init__(self, client: Client) -> None:
+        self.samples: dict[str, list[float]] = {
+            "request record ack": [],
+            "result ack": [],
+            "decision after result": [],
+        }
+        issue, publish, answer = client.issue, client.publish_result, client.answer
+
+        async def timed_issue(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await issue(*args, **kwargs)
+            finally:
+                self.samples["request record ack"].append((time.perf_counter() - start) * 1000)
+
+        async def timed_publish(*args: Any, **kwargs: Any) -> None:
+            start = time.perf_counter()
+            await publish(*args, **kwargs)
+            self.samples["result ack"].append((time.perf_counter() - start) * 1000)
+            self._published = time.perf_counter()
+
+        async def timed_answer(request: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await answer(request)
+            finally:
+                self.samples["decision after result"].append((time.perf_counter() - start) * 1000)
+
+        client.issue = timed_issue  # type: ignore[method-assign]
+        client.publish_result = timed_publish  # type: ignore[method-assign]
+        client.answer = timed_answer  # type: ignore[method-assign]
+
+    def take(self) -> dict[str, float]:
+        out = {name: statistics.median(values) for name, values in self.samples.items() if values}
+        for values in self.samples.values():
+            values.clear()
+        return out
 
 
 def upstream() -> Server[Any]:
@@ -143,9 +187,11 @@ async def latency(
             "deployer", up, client, ContractSet.load(contracts), options=ProxyOptions(max_concurrent=128)
         )
         await proxy.load_tools()
+        phases = Phases(client)
         async with McpClient(proxy.mcp_server()) as host:
             await timed_calls(host, 20, 1)  # warm-up: connections, metadata, the worker's first batches
             await timed_calls(direct, 20, 1)
+            phases.take()
             for level in levels:
                 plain: list[float] = []
                 proxied: list[float] = []
@@ -153,6 +199,7 @@ async def latency(
                     plain += await timed_calls(direct, calls // 2, level)
                     proxied += await timed_calls(host, calls // 2, level)
                 figures[level] = {
+                    **{f"phase {name}": value for name, value in phases.take().items()},
                     "direct_p50": statistics.median(plain),
                     "direct_p99": pct(plain, 0.99),
                     "proxy_p50": statistics.median(proxied),
@@ -161,54 +208,101 @@ async def latency(
     return figures
 
 
+async def latency_processes(
+    config: Config, contracts: Path, calls: int, levels: list[int]
+) -> dict[int, dict[str, float]]:
+    """The shape MCP hosts run: the host here starts the upstream server, or `toolgate
+    mcp-proxy` (which starts the upstream server), each a process of its own over stdio."""
+    from mcp import StdioServerParameters
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+    env.update(TOOLGATE_BOOTSTRAP=config.bootstrap, PYTHONPATH=str(ROOT / "worker"), **config.topics.env())
+    serve = f"{sys.executable} {__file__} --serve-upstream"
+    direct_server = StdioServerParameters(
+        command=sys.executable, args=[__file__, "--serve-upstream"], env=env
+    )
+    proxy_server = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m", "toolgate", "mcp-proxy", "--server", "deployer", "--contracts", str(contracts),
+            "--upstream-command", serve, "--max-concurrent", "128",
+        ],
+        env=env,
+        cwd=str(ROOT),
+    )  # fmt: skip
+    figures: dict[int, dict[str, float]] = {}
+    async with McpClient(direct_server) as direct, McpClient(proxy_server) as host:
+        await timed_calls(host, 20, 1)
+        await timed_calls(direct, 20, 1)
+        for level in levels:
+            plain: list[float] = []
+            proxied: list[float] = []
+            for _ in range(2):
+                plain += await timed_calls(direct, calls // 2, level)
+                proxied += await timed_calls(host, calls // 2, level)
+            figures[level] = {
+                "direct_p50": statistics.median(plain),
+                "direct_p99": pct(plain, 0.99),
+                "proxy_p50": statistics.median(proxied),
+                "proxy_p99": pct(proxied, 0.99),
+            }
+    return figures
+
+
+async def _serve_stdio() -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = upstream()
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
 async def answers_per_second(config: Config, waits: int) -> tuple[float, float]:
-    """(client answers/s, bare read_committed consumer records/s) over the same records."""
+    """(client answers/s, bare read_committed consumer records/s): both reading live from the
+    agent topic's end when one transaction commits ``waits`` envelopes, timed from the commit."""
     agent = config.topics.agent
     async with Client(config) as client:
         requests = await asyncio.gather(*(client.issue("bench.tool", ttl=120) for _ in range(waits)))
+        bare = AIOKafkaConsumer(
+            **client_settings(config), isolation_level="read_committed", fetch_max_wait_ms=20
+        )
         producer = AIOKafkaProducer(
             **client_settings(config), transactional_id=f"bench-{uuid.uuid4().hex[:8]}"
         )
+        await bare.start()
         await producer.start()
         try:
             count = len(await producer.partitions_for(agent))
-            start_offsets = {}
-            probe = AIOKafkaConsumer(**client_settings(config), isolation_level="read_committed")
-            await probe.start()
             tps = [TopicPartition(agent, p) for p in range(count)]
-            start_offsets = await probe.end_offsets(tps)
-            await probe.stop()
+            bare.assign(tps)
+            await bare.seek_to_end(*tps)
+            for tp in tps:
+                await bare.position(tp)
+
+            async def read_bare() -> float:
+                seen = 0
+                while seen < waits:
+                    batches = await bare.getmany(timeout_ms=100)
+                    seen += sum(len(v) for v in batches.values())
+                return time.perf_counter()
+
+            async def read_client() -> float:
+                await asyncio.gather(*(client.answer(r) for r in requests))
+                return time.perf_counter()
+
+            readers = asyncio.gather(read_bare(), read_client())
             async with producer.transaction():
                 for request in requests:
-                    envelope = {
-                        "tool": "bench.tool",
-                        "request_id": request.request_id,
-                        "outcome": "success",
-                        "data": {},
-                    }
+                    envelope = {"tool": "bench.tool", "request_id": request.request_id, "outcome": "success"}
                     key = request.request_id.encode()
-                    await producer.send(
-                        agent, json.dumps(envelope).encode(), key=key, partition=partition_of(key, count)
-                    )
+                    value = json.dumps({**envelope, "data": {}}).encode()
+                    await producer.send(agent, value, key=key, partition=partition_of(key, count))
             committed = time.perf_counter()
-            await asyncio.gather(*(client.answer(r) for r in requests))
-            client_s = time.perf_counter() - committed
+            bare_done, client_done = await readers
         finally:
             await producer.stop()
-    reader = AIOKafkaConsumer(**client_settings(config), isolation_level="read_committed")
-    await reader.start()
-    try:
-        reader.assign(tps)
-        for tp, offset in start_offsets.items():
-            reader.seek(tp, offset)
-        start, seen = time.perf_counter(), 0
-        while seen < waits:
-            batches = await reader.getmany(timeout_ms=100)
-            seen += sum(len(v) for v in batches.values())
-        floor_s = time.perf_counter() - start
-    finally:
-        await reader.stop()
-    return waits / client_s, waits / floor_s
+            await bare.stop()
+    return waits / (client_done - committed), waits / (bare_done - committed)
 
 
 async def main() -> int:
@@ -217,6 +311,11 @@ async def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 10, 100])
     parser.add_argument("--linger-ms", type=int, default=20, help="the worker's --linger-ms")
     parser.add_argument("--waits", type=int, default=1000)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="host, proxy and upstream in this process (adds the per-phase medians)",
+    )
     args = parser.parse_args()
     tag = uuid.uuid4().hex[:8]
     config = Config(
@@ -231,14 +330,16 @@ async def main() -> int:
         import_listing(contracts, "deployer", tools, out=lambda _line: None)
         worker, _port = start_worker(config, contracts, args.linger_ms)
         try:
-            figures = await latency(config, contracts, args.calls, args.concurrency)
+            measure = latency if args.in_process else latency_processes
+            figures = await measure(config, contracts, args.calls, args.concurrency)
             client_rate, floor_rate = await answers_per_second(config, args.waits)
         finally:
             worker.terminate()
             worker.wait(30)
             await delete_topics(config)
+    shape = "host, proxy and upstream in one process" if args.in_process else "separate processes, stdio"
     print(
-        f"mcp-proxy added latency (worker --linger-ms {args.linger_ms}, "
+        f"mcp-proxy added latency ({shape}; worker --linger-ms {args.linger_ms}, "
         f"{args.calls} calls per level and path)"
     )
     heads = ("concurrent", "direct p50", "proxy p50", "added p50", "direct p99", "proxy p99", "added p99")
@@ -253,6 +354,11 @@ async def main() -> int:
             f["proxy_p99"] - f["direct_p99"],
         )
         print(f"{level:>11} " + " ".join(f"{c:>9.1f}ms" for c in cells))
+    if args.in_process:
+        print("proxied calls, median per phase (the request record is written while the upstream works):")
+    for level, f in figures.items() if args.in_process else ():
+        parts = [f"{name[6:]} {value:.1f} ms" for name, value in f.items() if name.startswith("phase ")]
+        print(f"{level:>11} concurrent: " + ", ".join(parts))
     ten = figures.get(10)
     if ten is not None:
         p50 = ten["proxy_p50"] - ten["direct_p50"]
@@ -261,11 +367,14 @@ async def main() -> int:
         print(f"target at 10 concurrent: added p99 {p99:.1f} ms <= 50: {'met' if p99 <= 50 else 'not met'}")
     print(
         f"toolgate.client, {args.waits} concurrent waits: {client_rate:,.0f} answers/s; "
-        f"a bare read_committed consumer of the same records: {floor_rate:,.0f} records/s "
+        f"a bare read_committed consumer reading them live beside it: {floor_rate:,.0f} records/s "
         f"({client_rate / floor_rate:.2f}x)"
     )
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve-upstream"]:  # the upstream process of the default shape
+        asyncio.run(_serve_stdio())
+        sys.exit(0)
     sys.exit(asyncio.run(main()))
