@@ -228,7 +228,7 @@ class TestVerdicts:
             result = await host.call_tool(
                 "deploy_status",
                 {"case": "flaky", "key": "k1", "environment": "staging"},
-                meta={"traceparent": HOST_TRACEPARENT},
+                meta=types.RequestParamsMeta(traceparent=HOST_TRACEPARENT),  # type: ignore[typeddict-unknown-key]
             )
         assert not result.is_error
         assert result.structured_content == mcp_kit.GOOD
