@@ -228,8 +228,11 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     except ImportError:
         raise ConfigError("mcp-proxy needs the MCP SDK: pip install 'toolgate[mcp]'") from None
     from toolgate.gate._signing import Keyring
-    from toolgate.tools._mcp_proxy import serve
+    from toolgate.tools._mcp_proxy import options_from, parse_listen, serve, upstream_target
 
+    options_from(args)  # every option checked before anything connects
+    parse_listen(args.listen, allow_remote=args.allow_remote)
+    upstream_target(args)
     keyring_file = _keyring_file(args, config)
     keyring = Keyring.load(keyring_file) if keyring_file else None
     _check_broker(config)
