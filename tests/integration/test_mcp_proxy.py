@@ -369,3 +369,40 @@ class TestCommand:
         assert [t.name for t in listed.tools] == ["deploy_status"]
         assert result.structured_content == mcp_kit.GOOD
         assert error_of(banner) == {"code": "INVALID_RESPONSE", "retryable": False}
+
+    async def test_http_host_reads_a_validated_result(self, cfg: Config) -> None:
+        """`--listen http://127.0.0.1:PORT/mcp`: a streamable HTTP host gets the same answers."""
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+        env.update(TOOLGATE_BOOTSTRAP=cfg.bootstrap, PYTHONPATH=str(ROOT), **cfg.topics.env())
+        command = [
+            sys.executable, "-m", "toolgate", "mcp-proxy", "--server", "deployer",
+            "--contracts", cfg.contracts_dir, "--upstream-command", f"{sys.executable} -m tests.mcp_kit",
+            "--listen", f"http://127.0.0.1:{port}/mcp",
+        ]  # fmt: skip
+        proxy = await asyncio.create_subprocess_exec(*command, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+        try:
+            async with running_worker(cfg):
+                async with asyncio.timeout(60):
+                    while True:
+                        try:
+                            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                        except OSError:
+                            assert proxy.returncode is None, "toolgate mcp-proxy exited"
+                            await asyncio.sleep(0.1)
+                            continue
+                        writer.close()
+                        break
+                async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
+                    result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
+                    extra = await host.call_tool("deploy_status", {"case": "extra", "environment": "staging"})
+        finally:
+            proxy.terminate()
+            await proxy.wait()
+        assert result.structured_content == mcp_kit.GOOD
+        assert error_of(extra) == {"code": "INVALID_RESPONSE", "retryable": False}
+        assert "approve_production" not in seen_by_host(extra)
