@@ -247,6 +247,7 @@ class TestBadInput:
             ("check",): ["r.json"],
             ("contracts", "diff"): ["a", "b"],
             ("contracts", "import-mcp"): ["--server", "s", "--tools-list", "t.json"],
+            ("mcp-proxy",): ["--server", "s", "--upstream-url", "http://127.0.0.1:1/mcp"],
         }.get(words, [])
         code, _, err = _run([*words, *positionals, "--no-such-option"], capsys)
         assert code == 2

@@ -23,6 +23,7 @@ EXPORTED = [
     "ToolgateError",
     "Verdict",
     "__version__",
+    "client",
     "decide_batch",
     "decode_request",
     "load_config",

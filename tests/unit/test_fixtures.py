@@ -36,3 +36,14 @@ class TestCoverage:
             if not verdict.accepted:
                 assert b'"INVALID_RESPONSE"' in verdict.agent
                 assert b'"data"' not in verdict.agent
+
+
+class TestKeyring:
+    def test_a_missing_signing_key_names_the_keyring_setting(self) -> None:
+        """A signed fixture without its key says which key, and --keyring / TOOLGATE_KEYRING."""
+        from toolgate._errors import ContractError
+        from toolgate.gate._signing import Keyring
+
+        (deploy,) = [c for c in _CONTRACTS if c.key == "deploy_status@v1"]
+        with pytest.raises(ContractError, match=r"'deploy-adapter-2026'.*--keyring FILE or TOOLGATE_KEYRING"):
+            load_cases(deploy, Keyring())

@@ -242,6 +242,28 @@ toolgate_replayed_results_total{outcome="rejected",tool="job_status"} 1.0
 )
 
 
+class TestMisrouted:
+    """Results a producer put in the wrong partition are named on the screen, with the cause."""
+
+    MISROUTED = (
+        FIRST
+        + "# HELP toolgate_misrouted_results_total Misrouted.\n"
+        + "# TYPE toolgate_misrouted_results_total counter\n"
+        + "toolgate_misrouted_results_total 3.0\n"
+    )
+
+    def test_misrouted_results_name_the_partitioner(self) -> None:
+        """A non-zero count says misrouted, how many and the setting that fixes it, in 80 columns."""
+        text = render(parse(self.MISROUTED, 1.0), None, url="u")
+        assert "MISROUTED results" in text
+        assert "partitioner=murmur2_random" in text
+        assert all(len(line) <= 80 for line in text.splitlines())
+
+    def test_nothing_said_without_misrouted_results(self) -> None:
+        """No count, no line."""
+        assert "MISROUTED" not in render(parse(FIRST, 1.0), None, url="u")
+
+
 class TestShadowAndReplays:
     """The screen shows shadow disagreements and replays when there are any."""
 

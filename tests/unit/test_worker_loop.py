@@ -668,6 +668,21 @@ class TestPartitionLocalState:
         await worker.run()
         assert world.codes() == ["UNKNOWN_REQUEST"]
         assert worker.metrics.misrouted._value.get() == 1
+        (quarantined,) = world.broker.committed_values(T.quarantine)
+        detail = json.loads(dict(quarantined.headers)["tg-error-detail"])["message"]
+        assert f"misrouted, in intake partition {(right + 1) % PARTITIONS} while murmur2" in detail
+        assert f"in {right};" in detail
+        assert "partitioner=murmur2_random" in detail
+
+    async def test_an_unknown_request_in_its_own_partition_is_not_called_misrouted(
+        self, world: World
+    ) -> None:
+        """A result where murmur2 puts its key, for no request: the plain detail."""
+        world.result(2)
+        worker = world.worker(burst=True, request_wait_seconds=0.01)
+        await worker.run()
+        (quarantined,) = world.broker.committed_values(T.quarantine)
+        assert json.loads(dict(quarantined.headers)["tg-error-detail"])["message"] == "no outstanding request"
 
     async def test_state_is_restored_before_deciding_an_assigned_partition(self, world: World) -> None:
         """What the previous owner accepted (the state changelog) must be held before the

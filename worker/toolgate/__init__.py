@@ -11,6 +11,9 @@ Example::
 
     gate = toolgate.Gate(toolgate.ContractSet.load("contracts"))
     verdict = gate.evaluate(message, request, datetime.now(UTC))
+
+:mod:`toolgate.client` is the Kafka side for platforms and adapters: issue a request,
+publish a result, await the decided answer.
 """
 
 from toolgate._config import Config, load_config
@@ -49,7 +52,18 @@ __all__ = [
     "ToolgateError",
     "Verdict",
     "__version__",
+    "client",
     "decide_batch",
     "decode_request",
     "load_config",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``toolgate.client`` (the Kafka client for platforms and adapters) loads on first use:
+    ``import toolgate`` alone stays free of Kafka."""
+    if name == "client":
+        import importlib
+
+        return importlib.import_module("toolgate.client")
+    raise AttributeError(f"module 'toolgate' has no attribute {name!r}")

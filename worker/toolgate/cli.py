@@ -222,6 +222,30 @@ def _contracts_import_mcp_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
+def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ConfigError("mcp-proxy needs the MCP SDK: pip install 'toolgate[mcp]'") from None
+    from toolgate.gate._signing import Keyring
+    from toolgate.tools._mcp_proxy import options_from, parse_listen, serve, upstream_target
+
+    options_from(args)  # every option checked before anything connects
+    parse_listen(args.listen, allow_remote=args.allow_remote)
+    upstream_target(args)
+    keyring_file = _keyring_file(args, config)
+    keyring = Keyring.load(keyring_file) if keyring_file else None
+    _check_broker(config)
+    asyncio.run(serve(args, config, keyring))
+    return EXIT_OK
+
+
+def _mcp_proxy_arguments(p: argparse.ArgumentParser) -> None:
+    from toolgate.tools._mcp_proxy import add_arguments
+
+    add_arguments(p)
+
+
 def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-messages", type=_positive_int, metavar="N", help="stop after deciding N results")
     p.add_argument(
@@ -928,6 +952,28 @@ COMMANDS: tuple[Command, ...] = (
         _contracts_import_mcp,
         ("contracts",),
         _contracts_import_mcp_arguments,
+    ),
+    Command(
+        ("mcp-proxy",),
+        "an MCP server in front of an MCP server: hosts read only validated results",
+        "Serve an MCP host (stdio, or streamable HTTP on the loopback) in front of an\n"
+        "upstream MCP server. tools/list lists the upstream tools that have an active\n"
+        "contract <server>.<tool>, with the contract's projected, closed output schema.\n"
+        "tools/call issues a request record, calls the upstream, publishes its\n"
+        "CallToolResult to intake and answers with what toolgate decided: the projected\n"
+        "data, or isError with a fixed code and retryable flag (INVALID_RESPONSE for a\n"
+        "rejected result). An upstream error, a timeout or a broker outage is isError\n"
+        "with a fixed code (UPSTREAM_ERROR, UPSTREAM_TIMEOUT, GATE_TIMEOUT,\n"
+        "BROKER_UNAVAILABLE, PROXY_BUSY, UNKNOWN_TOOL). Needs a running worker\n"
+        "(toolgate run) and pip install 'toolgate[mcp]'.",
+        (
+            'toolgate mcp-proxy --server deployer --upstream-command "python -m deployer_mcp"',
+            "toolgate mcp-proxy --server deployer --upstream-url http://127.0.0.1:8000/mcp "
+            "--listen http://127.0.0.1:8100/mcp",
+        ),
+        _mcp_proxy,
+        ("contracts", "keyring", "bootstrap"),
+        _mcp_proxy_arguments,
     ),
     Command(
         ("run",),

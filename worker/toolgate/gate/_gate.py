@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -87,6 +87,10 @@ class Gate:
         contracts: the loaded contract set.
         keyring: keys for contracts that require an adapter signature.
     """
+
+    # Set by the Kafka service: the intake partition Kafka's default partitioner (murmur2)
+    # gives a key, so that a result found elsewhere is named misrouted. None: not said.
+    home_partition: Callable[[bytes], int] | None = None
 
     def __init__(self, contracts: ContractSet, keyring: Keyring | None = None) -> None:
         self.contracts = contracts
@@ -283,7 +287,7 @@ class Gate:
             )
         known.request_id = claimed
         if request is None or request.request_id != claimed:
-            raise RejectedInput("correlate", "UNKNOWN_REQUEST", "no outstanding request")
+            raise RejectedInput("correlate", "UNKNOWN_REQUEST", self._unknown_request(known.message))
         if request.tool != plan.tool:
             raise RejectedInput("correlate", "TOOL_MISMATCH", "the request was issued for another tool")
         if now >= request.expires_at:
@@ -292,6 +296,26 @@ class Gate:
         attempt = request.attempt if header is None else _attempt(header, request)
         known.attempt = attempt
         return attempt
+
+    def _unknown_request(self, message: Message) -> str:
+        """The detail of ``UNKNOWN_REQUEST``: names a result in another intake partition than
+        the one its key belongs in (a producer with another partitioner than murmur2)."""
+        home = self.home_partition
+        topic_partition = message.origin.split("/")
+        if home is None or message.key is None or len(topic_partition) != 3:
+            return "no outstanding request"
+        try:
+            partition = int(topic_partition[1])
+        except ValueError:
+            return "no outstanding request"
+        expected = home(message.key)
+        if expected == partition:
+            return "no outstanding request"
+        return (
+            f"no outstanding request: misrouted, in intake partition {partition} while murmur2 puts "
+            f"this key (and its request) in {expected}; the producer's partitioner is not murmur2 "
+            "(librdkafka clients: partitioner=murmur2_random)"
+        )
 
     def semantic(
         self,

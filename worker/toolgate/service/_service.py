@@ -209,6 +209,7 @@ class Worker:
             )
             return False
         self.gate = gate
+        gate.home_partition = self._home_partition
         self._export_contracts(gate)
         log.info("contracts reloaded", extra={"contracts": ",".join(c.key for c in gate.contracts)})
         return True
@@ -299,6 +300,10 @@ class Worker:
                 key.decode("utf-8", "replace")
             )
 
+    def _home_partition(self, key: bytes) -> int:
+        """The intake partition of ``key`` by murmur2 (where its request is)."""
+        return partition_of(key, self._intake_count)
+
     def _lookup(self, tp: TopicPartition, records: list[Any]) -> Callable[[str], Any]:
         """The request lookup for a batch of ``tp``: a result in another intake partition than
         the default (murmur2) partitioner puts its key has no request here, whichever worker
@@ -333,6 +338,7 @@ class Worker:
                     "they must be equal (state is restored per intake partition)"
                 )
         self._intake_count = intake
+        self.gate.home_partition = self._home_partition
 
     async def _restore(self, partitions: set[int]) -> None:
         """Read the owned partitions' requests up to the end offsets read now, before deciding

@@ -139,7 +139,13 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any], k
         spec = contract.spec.signature
         key = keyring.get(spec.key_id) if spec else None
         if key is None:
-            raise ContractError(where, "$.sign", "no signature key for this contract in the keyring")
+            key_id = spec.key_id if spec else "?"
+            raise ContractError(
+                where,
+                "$.sign",
+                f"no signature key {key_id!r} for this contract in the keyring "
+                "(--keyring FILE or TOOLGATE_KEYRING names the keyring that holds it)",
+            )
         # The attempt the gate binds: tg-attempt when given, else the request's current one.
         attempt = request.attempt if request is not None else 1
         if str(headers.get("tg-attempt", "")).isdigit():

@@ -494,6 +494,14 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
         f"batches that waited for requests: {_num(waits['caught_up'])} caught up, "
         f"{_num(waits['timeout'])} timed out",
     ]
+    misrouted = current.value("toolgate_misrouted_results_total") or 0.0
+    if misrouted:
+        r = rate(current, previous, "toolgate_misrouted_results_total", {})
+        lines += [
+            f"MISROUTED results {_num(misrouted)} ({_rate(r)}/s): in another intake partition than",
+            "  murmur2 puts their key (a producer with another partitioner; librdkafka clients need",
+            "  partitioner=murmur2_random): decided UNKNOWN_REQUEST, see README Partitioning",
+        ]
     return "\n".join(_fit(line) for line in lines) + "\n"
 
 

@@ -1,0 +1,408 @@
+"""`toolgate mcp-proxy` on the real broker: the MCP SDK's own client as the host, the SDK's
+server (tests/mcp_kit.py) as the upstream, the real worker deciding.
+
+The contract is what `toolgate contracts import-mcp` writes for ``deploy_status``, made
+active with a ``bind`` rule on the environment the host asks about and a retry policy for
+the upstream's ``isError``. Every verdict class goes through the proxy and back, checked
+against the worker's audit events; the host's answers are checked to hold nothing the gate
+did not pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import msgspec
+import pytest
+import yaml
+from mcp import Client as McpClient
+from mcp import StdioServerParameters
+from mcp.server import Server
+from toolgate._config import Config
+from toolgate.client import Client
+from toolgate.gate._contracts import ContractSet
+from toolgate.tools._mcp_import import fetch_listing, import_listing
+from toolgate.tools._mcp_proxy import Proxy, ProxyOptions
+
+from tests import mcp_kit
+from tests.integration.test_worker import make_worker
+from tests.integration.worker_kit import ROOT, read_all, start_worker
+
+TOOL = "deployer.deploy_status"
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+HOST_TRACEPARENT = f"00-{TRACE_ID}-b7ad6b7169203331-01"
+
+
+@pytest.fixture(scope="module")
+def proxy_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The imported deploy_status contract, reviewed: active, bound to the asked environment,
+    the upstream's isError retryable."""
+    root = tmp_path_factory.mktemp("proxy-contracts")
+    tools = anyio.run(fetch_listing, mcp_kit.server())
+    import_listing(root, mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
+    path = root / TOOL / "v1" / "contract.yaml"
+    spec = yaml.safe_load(path.read_text())
+    spec["status"] = "active"
+    spec["rules"] = [{"kind": "bind", "pointer": "/data/environment", "request_key": "environment"}]
+    spec["mcp"]["error_retryable"] = True
+    spec["retry"] = {"retryable_codes": ["TOOL_ERROR"]}
+    spec.pop("free_text", None)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    ContractSet.load(root)  # loads as the worker will
+    return root
+
+
+class Upstream:
+    """mcp_kit's server plus a tool call that fails once then succeeds (``flaky``) and one
+    that waits for the test (``hold``)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.flaky_seen: set[str] = set()
+        self.release = asyncio.Event()
+        self.holding = asyncio.Event()
+
+    def server(self) -> Server[Any]:
+        async def list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
+            return types.ListToolsResult(tools=mcp_kit.TOOLS)
+
+        async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> Any:
+            self.calls += 1
+            arguments = params.arguments or {}
+            case = str(arguments.get("case", "ok"))
+            if case == "flaky":
+                key = str(arguments.get("key"))
+                if key not in self.flaky_seen:
+                    self.flaky_seen.add(key)
+                    return mcp_kit._result("error")
+                case = "ok"
+            if case == "hold":
+                self.holding.set()
+                await self.release.wait()
+                case = "ok"
+            if case == "protocol_error":
+                raise ValueError("upstream internals: /srv/deployer/secret.py line 12")
+            return mcp_kit._result(case)
+
+        return Server(mcp_kit.SERVER, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+@asynccontextmanager
+async def running_worker(cfg: Config) -> AsyncIterator[None]:
+    worker = make_worker(cfg)
+    task = asyncio.create_task(worker.run())
+    try:
+        async with asyncio.timeout(60):
+            while not worker.ready():
+                await asyncio.wait({task}, timeout=0.05)
+                assert not task.done(), "the worker stopped"
+        yield
+    finally:
+        worker.request_stop()
+        await task
+
+
+@asynccontextmanager
+async def proxied(
+    cfg: Config, upstream: Upstream, options: ProxyOptions | None = None
+) -> AsyncIterator[tuple[McpClient, Proxy]]:
+    """A host connected to a proxy in front of ``upstream``, on ``cfg``'s topics."""
+    opts = options or ProxyOptions(wait_s=30, max_attempts=2)
+    async with Client(cfg) as client, McpClient(upstream.server()) as up:
+        proxy = Proxy(mcp_kit.SERVER, up, client, ContractSet.load(cfg.contracts_dir), options=opts)
+        assert await proxy.load_tools() == ["deploy_status"]
+        async with McpClient(proxy.mcp_server()) as host:
+            yield host, proxy
+
+
+def seen_by_host(result: types.CallToolResult) -> str:
+    """Everything of a result the host can read, as one string."""
+    return json.dumps(result.model_dump(by_alias=True, mode="json"))
+
+
+def request_id_of(result: types.CallToolResult) -> str:
+    meta = result.meta or {}
+    rid = meta.get("io.toolgate/request_id")
+    assert isinstance(rid, str)
+    return rid
+
+
+async def decisions(cfg: Config) -> dict[str, list[str]]:
+    """Request id -> the worker's decisions, as outcome or stage/code, in order."""
+    out: dict[str, list[str]] = {}
+    for record in await read_all(cfg, cfg.topics.audit):
+        event = json.loads(record.value or b"")
+        if event.get("kind") != "decision":
+            continue
+        got = event["outcome"] if event["outcome"] != "rejected" else f"{event['stage']}/{event['code']}"
+        out.setdefault(record.key, []).append(got)
+    return out
+
+
+def error_of(result: types.CallToolResult) -> dict[str, Any]:
+    assert result.is_error
+    assert result.structured_content is None
+    (block,) = result.content
+    assert isinstance(block, types.TextContent)
+    body: dict[str, Any] = json.loads(block.text)["error"]
+    return body
+
+
+@pytest.fixture
+def cfg(config: Config, proxy_contracts: Path) -> Config:
+    return msgspec.structs.replace(config, contracts_dir=str(proxy_contracts))
+
+
+class TestVerdicts:
+    """Every verdict class round-trips through the proxy; the host sees only what passed."""
+
+    async def test_every_verdict_class(self, cfg: Config) -> None:
+        """Accepted, upstream isError, schema violation, binding mismatch, conflicting views,
+        oversized, incomplete; the forged member, the banner and upstream text never reach the host."""
+        upstream = Upstream()
+        cases = {
+            "ok": ({"case": "ok", "environment": "staging"}, "success"),
+            "error": ({"case": "error"}, "failure"),
+            "banner": ({"case": "banner"}, "schema/SCHEMA_VIOLATION"),
+            "extra": ({"case": "extra"}, "schema/SCHEMA_VIOLATION"),
+            "binding": ({"case": "ok", "environment": "production"}, "semantic/BINDING_MISMATCH"),
+            "mismatch": ({"case": "mismatch"}, "parse/CONFLICTING_VIEWS"),
+            "oversized": ({"case": "oversized"}, "limits/PAYLOAD_TOO_LARGE"),
+            "input_required": ({"case": "input_required"}, "parse/RESULT_NOT_COMPLETE"),
+        }
+        async with running_worker(cfg), proxied(cfg, upstream, ProxyOptions(max_attempts=1)) as (host, _p):
+            listed = await host.list_tools()
+            results = {name: await host.call_tool("deploy_status", args) for name, (args, _) in cases.items()}
+        (tool,) = listed.tools
+        assert tool.output_schema is not None
+        assert tool.output_schema["additionalProperties"] is False
+        assert set(tool.output_schema["properties"]) == {"environment", "revision", "state", "note"}
+        audit = await decisions(cfg)
+        for name, (_args, want) in cases.items():
+            assert audit[request_id_of(results[name])] == [want], name
+        ok = results["ok"]
+        assert not ok.is_error
+        assert ok.structured_content == mcp_kit.GOOD
+        (block,) = ok.content
+        assert isinstance(block, types.TextContent)
+        assert json.loads(block.text) == mcp_kit.GOOD
+        assert error_of(results["error"]) == {"code": "TOOL_ERROR", "retryable": False}
+        for name in ("banner", "extra", "binding", "mismatch", "oversized", "input_required"):
+            assert error_of(results[name]) == {"code": "INVALID_RESPONSE", "retryable": False}, name
+        everything = "".join(seen_by_host(r) for r in results.values())
+        for forbidden in ("approve_production", "MAINTENANCE", "banner", "503", "deploy log line", "confirm"):
+            assert forbidden not in everything
+
+    async def test_a_duplicate_result_is_not_a_second_answer(self, cfg: Config) -> None:
+        """A second result for the answered attempt is DUPLICATE_RESULT; the host's answer stands."""
+        upstream = Upstream()
+        async with running_worker(cfg), proxied(cfg, upstream) as (host, proxy):
+            first = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
+            rid = request_id_of(first)
+            forged = {"content": [], "structuredContent": {**mcp_kit.GOOD, "state": "failed"}}
+            await proxy.client.publish_result(rid, 1, forged, tool=TOOL, adapter_version="1.0.0")
+            async with asyncio.timeout(30):
+                while len((await decisions(cfg)).get(rid, [])) < 2:  # noqa: ASYNC110 - the broker has no event
+                    await asyncio.sleep(0.2)
+        assert (await decisions(cfg))[rid] == ["success", "semantic/DUPLICATE_RESULT"]
+        envelopes = [r for r in await read_all(cfg, cfg.topics.agent) if r.key == rid]
+        assert len(envelopes) == 1
+        assert first.structured_content == mcp_kit.GOOD
+
+    async def test_retry_follows_the_contract_and_traceparent_is_carried(self, cfg: Config) -> None:
+        """A retryable upstream isError moves the request to attempt 2; the host's _meta
+        traceparent is the intake record's, and so the agent record's trace."""
+        upstream = Upstream()
+        async with running_worker(cfg), proxied(cfg, upstream) as (host, _p):
+            result = await host.call_tool(
+                "deploy_status",
+                {"case": "flaky", "key": "k1", "environment": "staging"},
+                meta=types.RequestParamsMeta(traceparent=HOST_TRACEPARENT),  # type: ignore[typeddict-unknown-key]
+            )
+        assert not result.is_error
+        assert result.structured_content == mcp_kit.GOOD
+        rid = request_id_of(result)
+        assert (await decisions(cfg))[rid] == ["failure", "success"]
+        intake = [r for r in await read_all(cfg, cfg.topics.intake) if r.key == rid]
+        assert [r.headers["tg-attempt"] for r in intake] == [b"1", b"2"]
+        assert all(r.headers["traceparent"] == HOST_TRACEPARENT.encode() for r in intake)
+        agent = [r for r in await read_all(cfg, cfg.topics.agent) if r.key == rid]
+        assert all(r.headers["traceparent"].decode().split("-")[1] == TRACE_ID for r in agent)
+
+    async def test_upstream_protocol_error_is_a_fixed_code(self, cfg: Config) -> None:
+        """The upstream's own error text stays in the proxy; unknown tools are not served."""
+        upstream = Upstream()
+        async with running_worker(cfg), proxied(cfg, upstream) as (host, _p):
+            failed = await host.call_tool("deploy_status", {"case": "protocol_error"})
+            unknown = await host.call_tool("echo", {})
+        assert error_of(failed) == {"code": "UPSTREAM_ERROR", "retryable": True}
+        assert "secret.py" not in seen_by_host(failed)
+        assert error_of(unknown) == {"code": "UNKNOWN_TOOL", "retryable": False}
+
+    async def test_a_hundred_concurrent_calls_are_each_answered_once(self, cfg: Config) -> None:
+        """100 calls at once through one proxy (20 in flight at a time): 100 answers, 100 requests."""
+        upstream = Upstream()
+        options = ProxyOptions(max_concurrent=20, max_attempts=1)
+        async with running_worker(cfg), proxied(cfg, upstream, options) as (host, proxy):
+            results = await asyncio.gather(
+                *(
+                    host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
+                    for _ in range(100)
+                )
+            )
+            assert proxy.client.pending == 0
+        assert all(r.structured_content == mcp_kit.GOOD for r in results)
+        rids = [request_id_of(r) for r in results]
+        assert len(set(rids)) == 100
+        audit = await decisions(cfg)
+        assert all(audit[rid] == ["success"] for rid in rids)
+        assert upstream.calls == 100
+
+
+class TestFailures:
+    """A worker killed mid-call or a broker that is down: a fixed answer, never a hang."""
+
+    async def test_worker_killed_mid_call(self, cfg: Config, tmp_path: Path) -> None:
+        """SIGKILL while the upstream works: GATE_TIMEOUT within the timeout; the next call,
+        with a worker back, is answered."""
+        upstream = Upstream()
+        env = {"TOOLGATE_CONTRACTS_DIR": cfg.contracts_dir, "TOOLGATE_KEYRING": ""}
+        worker = start_worker(cfg, log=tmp_path / "worker.log", env=env)
+        try:
+            async with proxied(cfg, upstream, ProxyOptions(wait_s=4, max_attempts=1)) as (host, _p):
+                call = asyncio.create_task(
+                    host.call_tool("deploy_status", {"case": "hold", "environment": "staging"})
+                )
+                await asyncio.wait_for(upstream.holding.wait(), 30)
+                worker.send_signal(signal.SIGKILL)
+                worker.wait(30)
+                upstream.release.set()
+                started = asyncio.get_running_loop().time()
+                timed_out = await asyncio.wait_for(call, 30)
+                waited = asyncio.get_running_loop().time() - started
+                assert error_of(timed_out) == {"code": "GATE_TIMEOUT", "retryable": True}
+                assert waited < 4 + 5
+                async with running_worker(cfg):
+                    again = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
+                assert again.structured_content == mcp_kit.GOOD
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(30)
+
+    def test_broker_down_is_one_line(self, proxy_contracts: Path) -> None:
+        """`toolgate mcp-proxy` with no broker: exit 2 and one line naming the address."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+        env.update(TOOLGATE_BOOTSTRAP="127.0.0.1:1", PYTHONPATH=str(ROOT))
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "toolgate",
+                "mcp-proxy",
+                "--server",
+                "deployer",
+                "--contracts",
+                str(proxy_contracts),
+                "--upstream-command",
+                f"{sys.executable} -m tests.mcp_kit",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        assert done.returncode == 2
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1
+        assert "127.0.0.1:1" in lines[0]
+        assert lines[0].startswith("toolgate: ")
+
+
+class TestCommand:
+    """The command itself over stdio, as an MCP host starts it."""
+
+    async def test_stdio_host_reads_a_validated_result(self, cfg: Config) -> None:
+        """`toolgate mcp-proxy --upstream-command ...` started by the SDK's stdio client."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+        env.update(
+            TOOLGATE_BOOTSTRAP=cfg.bootstrap,
+            PYTHONPATH=str(ROOT),
+            **cfg.topics.env(),
+        )
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=[
+                "-m",
+                "toolgate",
+                "mcp-proxy",
+                "--server",
+                "deployer",
+                "--contracts",
+                cfg.contracts_dir,
+                "--upstream-command",
+                f"{sys.executable} -m tests.mcp_kit",
+                "--timeout",
+                "20",
+            ],
+            env=env,
+            cwd=str(ROOT),
+        )
+        async with running_worker(cfg), McpClient(params) as host:
+            listed = await host.list_tools()
+            result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
+            banner = await host.call_tool("deploy_status", {"case": "banner"})
+        assert [t.name for t in listed.tools] == ["deploy_status"]
+        assert result.structured_content == mcp_kit.GOOD
+        assert error_of(banner) == {"code": "INVALID_RESPONSE", "retryable": False}
+
+    async def test_http_host_reads_a_validated_result(self, cfg: Config) -> None:
+        """`--listen http://127.0.0.1:PORT/mcp`: a streamable HTTP host gets the same answers."""
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+        env.update(TOOLGATE_BOOTSTRAP=cfg.bootstrap, PYTHONPATH=str(ROOT), **cfg.topics.env())
+        command = [
+            sys.executable, "-m", "toolgate", "mcp-proxy", "--server", "deployer",
+            "--contracts", cfg.contracts_dir, "--upstream-command", f"{sys.executable} -m tests.mcp_kit",
+            "--listen", f"http://127.0.0.1:{port}/mcp",
+        ]  # fmt: skip
+        proxy = await asyncio.create_subprocess_exec(*command, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+        try:
+            async with running_worker(cfg):
+                async with asyncio.timeout(60):
+                    while True:
+                        try:
+                            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                        except OSError:
+                            assert proxy.returncode is None, "toolgate mcp-proxy exited"
+                            await asyncio.sleep(0.1)
+                            continue
+                        writer.close()
+                        break
+                async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
+                    result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
+                    extra = await host.call_tool("deploy_status", {"case": "extra", "environment": "staging"})
+        finally:
+            proxy.terminate()
+            await proxy.wait()
+        assert result.structured_content == mcp_kit.GOOD
+        assert error_of(extra) == {"code": "INVALID_RESPONSE", "retryable": False}
+        assert "approve_production" not in seen_by_host(extra)
