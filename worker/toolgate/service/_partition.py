@@ -41,15 +41,21 @@ log = logging.getLogger("toolgate.worker")
 
 @dataclass
 class OpenTransaction:
-    """The transaction in flight: what it writes besides the decisions, and its last offset.
+    """The transaction in flight: its batch, what it writes besides the decisions, and the
+    offset it commits (-1: it commits none, state tombstones only).
 
     Its tombstones go back to the partition when it aborts (they are written with the
-    next one); its state updates join the accepted ledger only once it committed.
+    next one); its state updates join the accepted ledger only once it committed. When
+    its commit failed with the outcome unknown (a timeout), it stays open until the next
+    take-over reads the committed offset, which says whether it committed.
     """
 
+    batch: Batch | None
     updates: list[StateUpdate]
     tombstones: set[str]
     next_offset: int
+    size: int = 0
+    seconds: float = 0.0
 
 
 @dataclass
@@ -96,16 +102,35 @@ class OwnedPartition:
             raise
         self.next_offset = committed
         self.producer = producer
+        self._settle(committed)
+
+    def _settle(self, committed: int) -> None:
+        """The transaction whose commit failed: committed when the committed offset (final
+        after the fence) reached its offset, else aborted."""
+        txn, self.open = self.open, None
+        if txn is None:
+            return
+        if txn.batch is not None and committed >= txn.next_offset:
+            # The commit went through and only its answer was lost (a timeout): its
+            # acceptances are the ledger's, or a duplicate result would be accepted again.
+            self.worker._committed(txn.batch, txn.updates, txn.size, txn.seconds)
+        else:
+            self.tombstones |= txn.tombstones  # written with the next transaction
+
+    @property
+    def transactional_id(self) -> str:
+        """``<prefix>.<topic>.<partition>``: the same for every owner of the partition, so each
+        new owner's producer fences the previous one."""
+        return f"{self.worker.options.transactional_prefix}.{self.tp.topic}.{self.tp.partition}"
 
     async def _start_producer(self) -> Producer:
         worker = self.worker
-        tp = self.tp
         producer = worker._clients.producer(
             enable_idempotence=True,
             acks="all",
             max_request_size=worker.options.max_record_bytes,
             max_batch_size=min(worker.options.producer_batch_bytes, worker.options.max_record_bytes),
-            transactional_id=f"{worker.options.transactional_prefix}.{tp.topic}.{tp.partition}",
+            transactional_id=self.transactional_id,
         )
         # start() runs init_transactions: fences the previous owner and settles its
         # open transaction, so the committed offset read next is final.
@@ -162,23 +187,26 @@ class OwnedPartition:
         # The changelog records of what the batch accepted, and the tombstones due in this
         # partition, go in the same transaction as the decisions.
         updates = worker.ledger.updates(batch.view, worker._expires_of)
-        self.open = OpenTransaction(updates, self.tombstones, records[-1].offset + 1)
+        next_offset = records[-1].offset + 1
+        txn = self.open = OpenTransaction(batch, updates, self.tombstones, next_offset, len(records))
         self.tombstones = set()
         started = time.perf_counter()
         try:
-            await self._commit(producer, batch, self.open)
+            await self._commit(producer, batch, txn)
         except ProducerFenced:
             self.open = None
             await self.fence()
             return
         except (KafkaError, AssertionError) as exc:
             # AssertionError: aiokafka's transaction manager in an invalid state after a
-            # failure mid-transaction; the batch is decided again either way.
+            # failure mid-transaction. The take-over after it says whether it committed;
+            # if not, the batch is decided again.
+            txn.seconds = time.perf_counter() - started
             await self.abort(exc)
             return
-        done, self.open = self.open, None
-        self.next_offset = done.next_offset
-        worker._committed(batch, done.updates, len(records), time.perf_counter() - started)
+        self.open = None
+        self.next_offset = txn.next_offset
+        worker._committed(batch, updates, len(records), time.perf_counter() - started)
 
     def _fresh(self, records: list[Any]) -> list[Any]:
         """The records at or after the offset to continue from (a gap is logged)."""
@@ -235,7 +263,7 @@ class OwnedPartition:
         if not self.tombstones or producer is None or self.restoring:
             return
         worker = self.worker
-        txn = self.open = OpenTransaction([], self.tombstones, -1)
+        txn = self.open = OpenTransaction(None, [], self.tombstones, -1)
         self.tombstones = set()
         try:
             async with producer.transaction():
@@ -257,14 +285,12 @@ class OwnedPartition:
         The producer is replaced because after a failed commit or abort its transaction
         state is unknown; the new one's ``init_transactions`` settles whatever the old one
         left open, and only then is the committed offset read and the consumer moved back
-        to it (so a commit whose answer was lost is not decided twice). While the cluster
+        to it (so a commit whose answer was lost is not decided twice, and its acceptances
+        join the accepted ledger: :meth:`_settle`). While the cluster
         does not answer, the partition stays owned without a producer and is taken over
         again before its next batch: a stopped producer is never used again (a
         transaction on it waits forever).
         """
-        if self.open is not None:
-            self.tombstones |= self.open.tombstones  # written with the next transaction
-            self.open = None
         worker = self.worker
         worker._count_abort(self.tp, exc)
         await worker._sleep(worker._backoff)  # back off before retrying a failing cluster
@@ -292,6 +318,7 @@ class OwnedPartition:
         worker = self.worker
         worker.stats.aborted += 1
         worker.metrics.transactions.labels("aborted").inc()
+        self.open = None
         if self.owned:
             del worker._partitions[self.tp]
         self.next_offset = None
