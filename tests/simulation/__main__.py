@@ -1,6 +1,6 @@
 """Run the deterministic simulation: schedules, planted bugs, and replays of failures.
 
-Each schedule is one seed (tests/simulation/world.py): the seed decides the traffic, the
+Each schedule is one seed (tests/simulation/world.py): that number decides the traffic, the
 order of every ready callback, every latency and every fault. A schedule that breaks an
 invariant is shrunk (its non-default choices, delta-debugged) and written to
 ``.simulation/`` with the one command that replays it.
@@ -29,6 +29,7 @@ from typing import Any
 
 OUT = Path(".simulation")
 BUG_BOUND = 500  # a planted bug must be found within this many schedules
+MAX_SHRUNK = 3  # failures shrunk and written out per run (the rest are listed with their seeds)
 
 
 def _gate() -> Any:
@@ -75,10 +76,17 @@ def _run_seeds(job: tuple[list[int], str | None, bool]) -> list[tuple[int, str |
 
 
 def shrink(
-    seed: int, gate: Any, invariant: str, made: dict[int, int], bug: str | None, budget_s: float = 30.0
+    seed: int,
+    gate: Any,
+    invariant: str,
+    made: dict[int, int],
+    bug: str | None,
+    budget_s: float = 30.0,
+    notes: dict[int, str] | None = None,
 ) -> dict[int, int]:
-    """The smallest set of non-default choices found that still breaks ``invariant``
-    (delta debugging: drop chunks of choices, halving the chunk until none can go)."""
+    """The smallest set of non-default choices found that still breaks ``invariant``: first
+    without all reorderings, then without all latencies (when the failure survives that),
+    then delta debugging: drop chunks of choices, halving the chunk until none can go."""
     from tests.simulation.world import run_schedule
 
     worker_class = _worker_class(bug)
@@ -89,6 +97,10 @@ def shrink(
         return outcome.violation is not None and outcome.violation.invariant == invariant
 
     keep = dict(made)
+    for kind in ("order", "latency"):
+        trial = {k: v for k, v in keep.items() if (notes or {}).get(k) != kind}
+        if len(trial) < len(keep) and fails(trial):
+            keep = trial
     chunks = 2
     while len(keep) >= 1 and time.monotonic() < deadline:
         keys = sorted(keep)
@@ -119,7 +131,9 @@ def _report_failure(
     worker_class = _worker_class(bug)
     first = run_schedule(seed, gate, worker_class=worker_class)
     made = first.choices.made
-    small = shrink(seed, gate, invariant, made, bug, budget_s) if first.violation is not None else made
+    small = made
+    if first.violation is not None:
+        small = shrink(seed, gate, invariant, made, bug, budget_s, first.choices.notes)
     final = run_schedule(seed, gate, replay=small, worker_class=worker_class)
     OUT.mkdir(exist_ok=True)
     name = f"seed-{seed}" + (f"-{bug}" if bug else "")
@@ -135,9 +149,15 @@ def _report_failure(
             indent=1,
         )
     )
-    print(f"  schedule: {len(small)} of {len(made)} non-default choices kept (shrunk):")
-    for index in sorted(final.choices.notes):
-        print(f"    #{index}: {final.choices.notes[index]}")
+    notes = final.choices.notes
+    minor = collections.Counter(note for note in notes.values() if note in ("order", "latency"))
+    print(
+        f"  schedule: {len(small)} of {len(made)} non-default choices kept (shrunk): "
+        f"{minor['order']} reorderings, {minor['latency']} latencies (the replay lists them), and:"
+    )
+    for index in sorted(notes):
+        if notes[index] not in minor:
+            print(f"    #{index}: {notes[index]}")
     again = final.violation.invariant if final.violation else "nothing"
     print(f"  the shrunk schedule breaks: {again}")
     print(f"  replay: .venv/bin/python -m tests.simulation --replay {path}")
@@ -190,12 +210,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--bugs", action=argparse.BooleanOptionalAction, default=True, help="also hunt the planted bugs"
     )
+    parser.add_argument(
+        "--bug",
+        help="run the schedules with one planted bug (tests/simulation/bugs.py) to see a failure reported",
+    )
     parser.add_argument("--shrink-seconds", type=float, default=30.0, help="time to shrink each failure")
     args = parser.parse_args(argv)
     if args.schedules < 1 or args.jobs < 1:
         parser.error("--schedules and --jobs must be at least 1")
     if args.replay is not None:
         return replay(args.replay, _gate())
+    if args.bug is not None:
+        from tests.simulation.bugs import BUGS
+
+        if args.bug not in BUGS:
+            parser.error(f"--bug: no planted bug {args.bug!r} (one of: {', '.join(BUGS)})")
+        args.bugs = False
     _init()
     seeds = list(range(args.seed, args.seed + args.schedules))
     started = time.perf_counter()
@@ -203,19 +233,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed: list[tuple[int, str, str]] = []
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(args.jobs, initializer=_init) as pool:
-        for rows in pool.imap(_run_seeds, [(chunk, None, False) for chunk in _chunks(seeds, args.jobs)]):
+        jobs = [(chunk, args.bug, False) for chunk in _chunks(seeds, args.jobs)]
+        for rows in pool.imap(_run_seeds, jobs):
             for seed, invariant, detail, counts in rows:
                 faults.update(counts)
                 if invariant is not None:
                     failed.append((seed, invariant, detail))
         seconds = time.perf_counter() - started
         print(
-            f"{len(seeds)} schedules in {seconds:.1f} s: {len(seeds) / seconds:.1f} schedules/s ({args.jobs} processes)"
+            f"{len(seeds)} schedules in {seconds:.1f} s: {len(seeds) / seconds:.1f} schedules/s "
+            f"({args.jobs} processes)"
         )
         print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
+        shrunk = 0
         for seed, invariant, detail in failed:
             print(f"FAIL SEED={seed}: {invariant}: {detail}")
-            _report_failure(seed, invariant, detail, None, _GATE, args.shrink_seconds)
+            if shrunk < MAX_SHRUNK:
+                shrunk += 1
+                _report_failure(seed, invariant, detail, args.bug, _GATE, args.shrink_seconds)
         missed = 0
         if args.bugs:
             from tests.simulation.bugs import BUGS
@@ -231,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if found is None:
                     missed += 1
                     print(
-                        f"planted bug {bug}: NOT FOUND in {min(BUG_BOUND, len(seeds))} schedules from SEED={args.seed}"
+                        f"planted bug {bug}: NOT FOUND in {min(BUG_BOUND, len(seeds))} schedules "
+                        f"from SEED={args.seed}"
                     )
                 else:
                     print(

@@ -14,6 +14,7 @@ interleaving of ready tasks is reachable, and the same choices give the same run
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 import selectors
 from collections.abc import Callable, Sequence
@@ -110,7 +111,9 @@ class SimLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self.now
 
-    def call_soon(self, callback: Callable[..., Any], *args: Any, context: Any = None) -> asyncio.Handle:
+    def call_soon(  # type: ignore[override]
+        self, callback: Callable[..., object], *args: Any, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:
         handle = super().call_soon(callback, *args, context=context)
         ready: Any = self._ready  # type: ignore[attr-defined]
         waiting = len(ready) - 1

@@ -1,7 +1,7 @@
 """One simulated schedule: workers on the in-memory Kafka, faults, and the invariants.
 
 A schedule is a seed. Its traffic (requests, results, tombstones, late, duplicated and
-reordered records) comes from the seed; everything else comes from the schedule's
+reordered records) comes from its seed number; everything else comes from the schedule's
 :class:`~tests.simulation.loop.Choices`: the order of ready callbacks, the latency of
 every client call, and each fault at each call (producer fenced by a zombie's
 successor, transaction aborted by the broker, a commit timing out done or not done,
@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 from unittest import mock
 
 import msgspec
@@ -36,6 +36,7 @@ from toolgate._config import Config
 from toolgate.gate._batch import Batch
 from toolgate.gate._gate import Gate
 from toolgate.service import _service
+from toolgate.service._kafka import partition_of
 from toolgate.service._partition import OwnedPartition
 from toolgate.service._service import Worker, WorkerOptions
 from toolgate.service._store import reading
@@ -212,7 +213,7 @@ class SimBroker(FakeBroker):
 
 @dataclass
 class Traffic:
-    """What the platform and the adapters write, from the seed."""
+    """What the platform and the adapters write, drawn from the schedule's seed number."""
 
     events: list[tuple[float, str, int, int]]  # (virtual time, kind, request index, attempt)
 
@@ -287,7 +288,15 @@ class World:
         self.offsets: dict[TopicPartition, int] = {}
         self.violation: Violation | None = None
 
-    def fail(self, invariant: str, detail: str) -> None:
+    def halt(self) -> None:
+        """The schedule is over: every node is killed, so its tasks end at their next call."""
+        self.healed = True
+        for node in self.nodes:
+            if node.resume is not None and not node.resume.done():
+                node.resume.set_exception(Crashed())
+            node.state = "crashed"
+
+    def fail(self, invariant: str, detail: str) -> NoReturn:
         """Record the first violation and raise it into the caller."""
         violation = Violation(invariant, detail)
         if self.violation is None:
@@ -351,7 +360,8 @@ class World:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             self.fail(
                 "the worker raises only client errors",
-                f"node {node.index}: {exc!r} at {where.filename.rpartition('/')[2]}:{where.lineno} ({where.line})",
+                f"node {node.index}: {exc!r} at {where.filename.rpartition('/')[2]}:{where.lineno} "
+                f"({where.line})",
             )
         if node.state == "live":
             node.state = "exited"
@@ -451,7 +461,8 @@ class World:
         elif fault == "commit_timeout_done":
             broker.fail("commit", KafkaTimeoutError("injected: committed, answer lost"), after=True)
         elif fault == "broker_abort":
-            assert isinstance(client, FakeProducer) and client.transactional_id is not None
+            assert isinstance(client, FakeProducer)
+            assert client.transactional_id is not None
             broker.expire(client.transactional_id)
         elif fault == "fetch_error":
             # The client library retries a failed fetch: its records come later.
@@ -562,8 +573,8 @@ class World:
         if held != committed:
             self.fail(
                 "accepted ledger equals committed acceptances",
-                f"node {node.index} decides partition {partition} with ledger {sorted((k, sorted(v)) for k, v in held.items())} "
-                f"but committed {sorted((k, sorted(v)) for k, v in committed.items())}",
+                f"node {node.index} decides partition {partition} with ledger {_entries(held)} "
+                f"but committed {_entries(committed)}",
             )
 
     def before_commit(self, txn: Any) -> None:
@@ -605,7 +616,8 @@ class World:
                     if answer in self.answered and event.get("envelope", True):
                         self.fail(
                             "one answer per request attempt, nothing after it",
-                            f"{rid_} attempt {attempt}: {event['outcome']} envelope ({origin}) after its answer",
+                            f"{rid_} attempt {attempt}: {event['outcome']} envelope ({origin}) "
+                            "after its answer",
                         )
                     if event["outcome"] != "rejected":
                         self.answered.add(answer)
@@ -645,7 +657,8 @@ class World:
             if latest.get(request_id) != attempts:
                 self.fail(
                     "accepted ledger equals committed acceptances",
-                    f"{request_id}: changelog {latest.get(request_id)} but accepted attempts {sorted(attempts)}",
+                    f"{request_id}: changelog {latest.get(request_id)} but accepted attempts "
+                    f"{sorted(attempts)}",
                 )
 
     # --- one schedule ------------------------------------------------------------------
@@ -679,9 +692,11 @@ class World:
 
 
 def _partition_of(request_id: str, count: int) -> int:
-    from toolgate.service._kafka import partition_of
-
     return partition_of(request_id.encode(), count)
+
+
+def _entries(ledger: dict[str, set[int]]) -> list[tuple[str, list[int]]]:
+    return sorted((k, sorted(v)) for k, v in ledger.items())
 
 
 @dataclass
@@ -726,10 +741,13 @@ def run_schedule(
         except Stuck as exc:
             violation = Violation("no deadlock", str(exc))
         finally:
-            for task in asyncio.all_tasks(loop):
+            world.halt()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
                 task.cancel()
-            with contextlib.suppress(BaseException):
-                loop.run_until_complete(asyncio.sleep(0))
+            if pending:
+                with contextlib.suppress(BaseException):
+                    loop.run_until_complete(asyncio.wait(pending, timeout=3600))
             loop.close()
             gc.unfreeze()
     violation = world.violation or violation
