@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import gc
 import json
 import logging
 import random
@@ -733,7 +732,9 @@ def run_schedule(
     loop = SimLoop(choices)
     world = World(seed, gate, choices, loop, worker_class=worker_class)
     violation: Violation | None = None
-    with _quiet_logs(), mock.patch.object(_service, "HealthServer", _NoHealth):
+    # No health server (no sockets), and no gc.freeze(): frozen per schedule, every worker's
+    # objects would outlive it.
+    with _quiet_logs(), mock.patch.object(_service, "HealthServer", _NoHealth), mock.patch("gc.freeze"):
         try:
             loop.run_until_complete(world.main())
         except Violation as exc:
@@ -749,7 +750,6 @@ def run_schedule(
                 with contextlib.suppress(BaseException):
                     loop.run_until_complete(asyncio.wait(pending, timeout=3600))
             loop.close()
-            gc.unfreeze()
     violation = world.violation or violation
     if violation is None and loop.errors:
         error = loop.errors[0]
