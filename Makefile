@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 KAFKA := ops/kafka/kafka.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install jars tools rules screenshot broker broker-up broker-stop topics lint contracts test unit run stop bench-gate clean
+.PHONY: help install jars tools rules screenshot broker broker-up broker-stop topics lint contracts test unit simulate run stop bench-gate clean
 
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
@@ -19,6 +19,7 @@ help:
 	@echo "make rules      alert rules with runbook URLs under RUNBOOK_BASE_URL=... (into RULES_OUT)"
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
 	@echo "make bench-gate the gate benchmark (ops/bench/gate_bench.py)"
+	@echo "make simulate   the worker loop's deterministic simulation: SCHEDULES=10000 SEED=0 (docs/simulation.md)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -124,6 +125,14 @@ test: install jars tools lint contracts
 	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest --cov --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python ops/coverage_floors.py $(if $(strip $(PYTEST_ARGS)),--report-only)
 
+# The worker loop's deterministic simulation (tests/simulation/, docs/simulation.md): SCHEDULES seeds
+# from SEED on every core, then the planted bugs; a failure is shrunk into .simulation/ with the one
+# command that replays it. The last line is "simulation: N schedules, F failures" (exit 1 when F > 0).
+SCHEDULES ?= 10000
+SEED ?= 0
+simulate: install
+	$(BIN)/python -m tests.simulation --schedules $(SCHEDULES) --seed $(SEED)
+
 run: install broker-up topics
 	bash ops/worker.sh start
 	$(BIN)/toolgate demo
@@ -141,4 +150,4 @@ bench-gate: install
 clean:
 	-bash ops/worker.sh stop
 	-bash $(KAFKA) stop
-	rm -rf $(VENV) ops/kafka/.data .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage .coverage.*
+	rm -rf $(VENV) ops/kafka/.data .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage .coverage.* .simulation

@@ -9,6 +9,18 @@ membership with rebalance listeners, and injectable failures (:meth:`FakeBroker.
 and stalls (:meth:`FakeBroker.stall`). :class:`FakeClients` is the factory the worker
 is given instead of the real one. An empty poll waits, at most its ``timeout_ms``, for
 the next write or unstall (an event, not a sleep).
+
+Fencing is the broker's, as Kafka's: a transaction begun or committed by a producer
+whose epoch is no longer its transactional id's current one is refused with
+``ProducerFenced``. A commit can fail with its outcome unknown to the client
+(``fail("commit", after=True)``: committed, then the answer is lost), and the broker
+can abort an open transaction on its own (:meth:`FakeBroker.expire`, a transaction
+timeout): the producer's next request in it fails.
+
+For the deterministic simulation (tests/simulation/), every asynchronous client call
+first awaits :attr:`FakeBroker.hook`, when set, with the operation's name, the node
+(the :class:`FakeClients` that built the client) and the client: the hook decides
+latencies, faults and the order of concurrent calls. Unset, a call never suspends.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -50,6 +62,13 @@ class _Txn:
     state: str = "open"  # open, committed, aborted
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     group: str | None = None
+    transactional_id: str = ""
+    epoch: int = 0  # the producer epoch that began it
+    expired: bool = False  # aborted by the broker (transaction timeout), not by its producer
+
+
+# (operation, node, client) -> awaited before every asynchronous client call
+Hook = Callable[[str, Any, Any], Awaitable[None]]
 
 
 def partition_for(key: bytes, partitions: int) -> int:
@@ -70,11 +89,20 @@ class FakeBroker:
         self.group_offsets: dict[tuple[str, TopicPartition], int] = {}
         self.members: dict[str, list[FakeConsumer]] = collections.defaultdict(list)
         self.now_ms = now_ms
-        self._failures: dict[str, list[BaseException]] = collections.defaultdict(list)
+        self._failures: dict[str, list[tuple[BaseException, bool]]] = collections.defaultdict(list)
         self.stalled: set[str] = set()  # topics whose reads return nothing
         self.calls: collections.Counter[str] = collections.Counter()
         self.rebalances = 0
         self._changed = asyncio.Event()
+        self.hook: Hook | None = None
+        # False: a rebalance runs every member's listeners at once, revoking everywhere before
+        # assigning anywhere (the eager protocol without delays). True: each member runs its
+        # own listeners at its own polls, as in Kafka's eager protocol: every member revokes
+        # at its next poll, and only when all have, the partitions are assigned (a member that
+        # never polls again blocks the group until it leaves: its session times out).
+        self.own_listeners = False
+        # Every commit: (transactional id, the committing producer's epoch, the id's epoch then).
+        self.commits: list[tuple[str, int, int]] = []
 
     # --- set-up and inspection -------------------------------------------------------
 
@@ -83,15 +111,23 @@ class FakeBroker:
         self.logs.setdefault(name, [[] for _ in range(partitions)])
         self.configs[name] = dict(config)
 
-    def fail(self, operation: str, error: BaseException | None = None, times: int = 1) -> None:
+    def fail(
+        self, operation: str, error: BaseException | None = None, times: int = 1, *, after: bool = False
+    ) -> None:
         """The next ``times`` calls of ``operation`` raise ``error`` (a connection error by default).
 
         Operations: ``init`` (transactional producer start), ``commit``, ``send``,
         ``send_offsets``, ``committed``, ``end_offsets``, ``fetch`` (a group consumer's
-        poll), ``read`` (a group-less consumer's poll), ``admin``.
+        poll), ``read`` (a group-less consumer's poll), ``admin``. ``after`` (``commit``
+        only): the call takes effect and then raises, as a commit whose answer was lost.
         """
         for _ in range(times):
-            self._failures[operation].append(error or KafkaError(f"injected {operation} failure"))
+            self._failures[operation].append((error or KafkaError(f"injected {operation} failure"), after))
+
+    async def io(self, operation: str, node: Any, client: Any) -> None:
+        """Await the simulation's hook, if any, before a client call."""
+        if self.hook is not None:
+            await self.hook(operation, node, client)
 
     def stall(self, topic: str) -> None:
         """Reads of ``topic`` return nothing until :meth:`unstall`."""
@@ -121,8 +157,15 @@ class FakeBroker:
         """Raise the next injected failure of ``operation``, if any."""
         self.calls[operation] += 1
         pending = self._failures.get(operation)
-        if pending:
-            raise pending.pop(0)
+        if pending and not pending[0][1]:
+            raise pending.pop(0)[0]
+
+    def _lost_answer(self, operation: str) -> BaseException | None:
+        """The next injected failure of ``operation`` that comes after its effect, if due."""
+        pending = self._failures.get(operation)
+        if pending and pending[0][1]:
+            return pending.pop(0)[0]
+        return None
 
     def append(
         self,
@@ -177,11 +220,30 @@ class FakeBroker:
         self.epochs[transactional_id] = self.epochs.get(transactional_id, 0) + 1
         return self.epochs[transactional_id]
 
-    def begin(self, transactional_id: str) -> int:
-        txn = _Txn(next(self._txn_ids))
+    def begin(self, transactional_id: str, epoch: int | None = None) -> int:
+        """Open a transaction; ``epoch`` is the producer's (None: the id's current one)."""
+        current = self.epochs.get(transactional_id, 0)
+        if epoch is not None and epoch != current:
+            raise ProducerFenced()
+        txn = _Txn(next(self._txn_ids), transactional_id=transactional_id, epoch=current)
         self.txns[txn.id] = txn
         self.open_txn[transactional_id] = txn.id
         return txn.id
+
+    def fenced(self, txn_id: int) -> bool:
+        """Whether the producer that began ``txn_id`` has been fenced since."""
+        txn = self.txns[txn_id]
+        return self.epochs.get(txn.transactional_id, 0) != txn.epoch
+
+    def expire(self, transactional_id: str) -> bool:
+        """Abort the id's open transaction on the broker's own (a transaction timeout);
+        False when none was open."""
+        open_id = self.open_txn.pop(transactional_id, None)
+        if open_id is None:
+            return False
+        self.txns[open_id].expired = True
+        self._end(open_id, "aborted")
+        return True
 
     def _end(self, txn_id: int, state: str) -> None:
         txn = self.txns[txn_id]
@@ -202,8 +264,17 @@ class FakeBroker:
 
     def commit(self, transactional_id: str, txn_id: int) -> None:
         self.check("commit")
+        txn = self.txns[txn_id]
+        if self.fenced(txn_id):
+            raise ProducerFenced()
+        if txn.state == "aborted":
+            raise KafkaError(f"transaction {txn_id} was aborted by the broker (transaction timeout)")
         self.open_txn.pop(transactional_id, None)
+        self.commits.append((transactional_id, txn.epoch, self.epochs.get(transactional_id, 0)))
         self._end(txn_id, "committed")
+        lost = self._lost_answer("commit")
+        if lost is not None:
+            raise lost
 
     def abort(self, transactional_id: str, txn_id: int) -> None:
         self.open_txn.pop(transactional_id, None)
@@ -215,6 +286,12 @@ class FakeBroker:
         """Revoke everything from every member, then assign the partitions round-robin."""
         self.rebalances += 1
         members = [m for m in self.members[group] if m.started]
+        if self.own_listeners:
+            for member in members:
+                member.rebalance_pending = False
+                member.must_revoke = True
+                member.next_assignment = None
+            return
         for member in members:
             old = member._assigned
             member._assigned = set()
@@ -231,6 +308,15 @@ class FakeBroker:
                 member._positions.pop(tp, None)
             if member.listener is not None:
                 await member.listener.on_partitions_assigned(set(member._assigned))
+
+    def sync_group(self, group: str, topics: list[str]) -> None:
+        """own_listeners: once every member has revoked, hand out the partitions round-robin."""
+        members = [m for m in self.members[group] if m.started]
+        if any(m.must_revoke or m.rebalance_pending for m in members):
+            return
+        tps = [TopicPartition(t, p) for t in topics for p in range(len(self.logs.get(t, [])))]
+        for i, member in enumerate(members):
+            member.next_assignment = {tp for j, tp in enumerate(tps) if j % len(members) == i}
 
 
 class _Future:
@@ -257,18 +343,24 @@ class FakeConsumer:
         self.listener: RebalanceListener | None = None
         self.subscribed: list[str] = list(topics)
         self.rebalance_pending = False
+        # own_listeners: revoke at the next poll; the assignment once every member revoked
+        self.must_revoke = False
+        self.next_assignment: set[TopicPartition] | None = None
         self._assigned: set[TopicPartition] = set()
         self._positions: dict[TopicPartition, int] = {}
         self._highwater: dict[TopicPartition, int] = {}
+        self.node: Any = options.get("node")
         if topics:
             self._assigned = {
                 TopicPartition(t, p) for t in topics for p in range(len(broker.logs.get(t, [])))
             }
 
     async def start(self) -> None:
+        await self.broker.io("consumer_start", self.node, self)
         self.started = True
 
     async def stop(self) -> None:
+        await self.broker.io("consumer_stop", self.node, self)
         if not self.started:
             return
         self.started = False
@@ -300,8 +392,11 @@ class FakeConsumer:
     async def getmany(
         self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[Any]]:
+        await self.broker.io("fetch" if self.group is not None else "read", self.node, self)
         if self.group is not None and self.rebalance_pending:
             await self.broker.rebalance(self.group, self.subscribed)
+        if self.group is not None and self.broker.own_listeners:
+            await self._follow_group()
         self.broker.check("fetch" if self.group is not None else "read")
         out: dict[TopicPartition, list[Any]] = {}
         budget = max_records if max_records is not None else 1 << 30
@@ -326,7 +421,24 @@ class FakeConsumer:
             await self.broker.wait_for_change(timeout_ms / 1000)
         return out
 
+    async def _follow_group(self) -> None:
+        """own_listeners: revoke when the group rebalances; assign once everyone has."""
+        assert self.group is not None
+        if self.must_revoke:
+            old, self._assigned = self._assigned, set()
+            if self.listener is not None:
+                await self.listener.on_partitions_revoked(set(old))
+            self.must_revoke = False
+            self.broker.sync_group(self.group, self.subscribed)
+        if self.next_assignment is not None:
+            self._assigned, self.next_assignment = self.next_assignment, None
+            for tp in self._assigned:
+                self._positions.pop(tp, None)
+            if self.listener is not None:
+                await self.listener.on_partitions_assigned(set(self._assigned))
+
     async def topics(self) -> set[str]:
+        await self.broker.io("metadata", self.node, self)
         return set(self.broker.logs)
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
@@ -334,6 +446,7 @@ class FakeConsumer:
         return set(range(len(log))) if log else None
 
     async def position(self, partition: TopicPartition) -> int:
+        await self.broker.io("position", self.node, self)
         if partition not in self._assigned:
             raise IllegalStateError(f"{partition} is not assigned")
         return self._position(partition)
@@ -347,13 +460,16 @@ class FakeConsumer:
         return self.broker.stable_end(partition)
 
     async def committed(self, partition: TopicPartition) -> int | None:
+        await self.broker.io("committed", self.node, self)
         self.broker.check("committed")
         return self.broker.group_offsets.get((self.group or "", partition))
 
     async def beginning_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        await self.broker.io("beginning_offsets", self.node, self)
         return {tp: 0 for tp in partitions}
 
     async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        await self.broker.io("end_offsets", self.node, self)
         self.broker.check("end_offsets")
         return {
             tp: self.broker.stable_end(tp)
@@ -363,6 +479,7 @@ class FakeConsumer:
         }
 
     async def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, Any]:
+        await self.broker.io("offsets_for_times", self.node, self)
         out: dict[TopicPartition, Any] = {}
         for tp, stamp in timestamps.items():
             hit = next((r for r in self.broker.logs[tp.topic][tp.partition] if r.timestamp >= stamp), None)
@@ -375,10 +492,12 @@ class FakeConsumer:
         self._positions[partition] = offset
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        await self.broker.io("seek", self.node, self)
         for tp in partitions:
             self._positions[tp] = 0
 
     async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        await self.broker.io("seek", self.node, self)
         for tp in partitions:
             self._positions[tp] = len(self.broker.logs[tp.topic][tp.partition])
 
@@ -446,19 +565,24 @@ class FakeProducer:
         self.txn: int | None = None
         self.started = False
         self.stopped = False
+        self.node: Any = options.get("node")
 
     async def start(self) -> None:
+        await self.broker.io("init", self.node, self)
         if self.transactional_id is not None:
             self.epoch = self.broker.init_transactions(self.transactional_id)
         self.started = True
 
     async def stop(self) -> None:
+        await self.broker.io("producer_stop", self.node, self)
         self.stopped = True
 
     def _fenced(self) -> None:
         tid = self.transactional_id
         if tid is not None and self.broker.epochs.get(tid) != self.epoch:
             raise ProducerFenced()
+        if self.txn is not None and self.broker.txns[self.txn].expired:
+            raise KafkaError(f"transaction {self.txn} was aborted by the broker (transaction timeout)")
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         return _Transaction(self)
@@ -466,18 +590,20 @@ class FakeProducer:
     async def begin_transaction(self) -> None:
         assert self.transactional_id is not None
         assert self.txn is None
+        await self.broker.io("begin", self.node, self)
         self._fenced()
-        self.txn = self.broker.begin(self.transactional_id)
+        self.txn = self.broker.begin(self.transactional_id, self.epoch)
 
     async def commit_transaction(self) -> None:
         assert self.transactional_id is not None
         assert self.txn is not None
-        self._fenced()
+        await self.broker.io("commit", self.node, self)
         txn, self.txn = self.txn, None
         self.broker.commit(self.transactional_id, txn)
 
     async def abort_transaction(self) -> None:
         assert self.transactional_id is not None
+        await self.broker.io("abort", self.node, self)
         if self.txn is not None:
             txn, self.txn = self.txn, None
             if self.broker.epochs.get(self.transactional_id) == self.epoch:
@@ -494,6 +620,7 @@ class FakeProducer:
     ) -> Awaitable[Any]:
         assert self.started
         assert not self.stopped
+        await self.broker.io("send", self.node, self)
         self._fenced()
         self.broker.check("send")
         if self.transactional_id is not None and self.txn is None:
@@ -511,6 +638,7 @@ class FakeProducer:
         assert self.started
         assert not self.stopped
         assert not batch.sent, "a batch is sent once"
+        await self.broker.io("send", self.node, self)
         self._fenced()
         self.broker.check("send")
         if self.transactional_id is not None and self.txn is None:
@@ -527,6 +655,7 @@ class FakeProducer:
 
     async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int], group_id: str) -> None:
         assert self.txn is not None
+        await self.broker.io("send_offsets", self.node, self)
         self._fenced()
         self.broker.check("send_offsets")
         txn = self.broker.txns[self.txn]
@@ -534,20 +663,23 @@ class FakeProducer:
         txn.group = group_id
 
     async def partitions_for(self, topic: str) -> set[int]:
+        await self.broker.io("metadata", self.node, self)
         return set(range(len(self.broker.logs[topic])))
 
     async def flush(self) -> None:
-        return None
+        await self.broker.io("flush", self.node, self)
 
 
 class FakeAdmin:
     """Topic creation and listing; raw requests are recorded."""
 
-    def __init__(self, broker: FakeBroker) -> None:
+    def __init__(self, broker: FakeBroker, node: Any = None) -> None:
         self.broker = broker
         self.sent: list[Any] = []
+        self.node = node
 
     async def start(self) -> None:
+        await self.broker.io("admin", self.node, self)
         self.broker.check("admin")
 
     async def close(self) -> None:
@@ -564,6 +696,7 @@ class FakeAdmin:
         return _TopicErrors(errors)
 
     async def describe_topics(self, topics: list[str] | None = None) -> list[dict[str, Any]]:
+        await self.broker.io("admin", self.node, self)
         names = topics if topics is not None else sorted(self.broker.logs)
         return [
             {"topic": n, "partitions": [{"partition": p} for p in range(len(self.broker.logs.get(n, ())))]}
@@ -597,17 +730,18 @@ class FakeClients:
         self.producers: list[FakeProducer] = []
 
     def consumer(self, *topics: str, **options: Any) -> Consumer:
-        consumer = FakeConsumer(self.broker, *topics, **options)
+        consumer = FakeConsumer(self.broker, *topics, node=self, **options)
         self.consumers.append(consumer)
         return consumer
 
     def producer(self, **options: Any) -> Producer:
-        producer = FakeProducer(self.broker, **options)
+        producer = FakeProducer(self.broker, node=self, **options)
         self.producers.append(producer)
         return producer
 
     def admin(self, *, timeout_ms: int = 30000) -> Admin:
-        return FakeAdmin(self.broker)
+        return FakeAdmin(self.broker, self)
 
     async def check_connection(self, within_s: float) -> None:
+        await self.broker.io("connect", self, None)
         self.broker.check("connect")

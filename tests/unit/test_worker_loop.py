@@ -283,7 +283,7 @@ class TestOffsets:
         await until(worker.ready)
         tp = TopicPartition(T.intake, partition)
         stale = world.result(0)
-        worker._next_offset[tp] = stale.offset + 1  # as after a seek past it
+        worker._partitions[tp].next_offset = stale.offset + 1  # as after a seek past it
         async with worker._lock:
             await worker._process(tp, [stale])
         assert worker.stats.decided == 0

@@ -31,15 +31,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError
 
 from toolgate._config import Config
 from toolgate._errors import ConfigError
-from toolgate.gate._batch import ShadowSampler, decide_batch
+from toolgate.gate._batch import Batch, ShadowSampler
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import OutRecord
-from toolgate.gate._records import Message, request_key
+from toolgate.gate._records import request_key
 from toolgate.service._kafka import (
     AiokafkaClients,
     Consumer,
@@ -51,9 +51,9 @@ from toolgate.service._kafka import (
     partition_for,
     partition_of,
     partitions_of,
-    send_records,
 )
 from toolgate.service._metrics import HealthServer, Metrics
+from toolgate.service._partition import OwnedPartition
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
 from toolgate.service._transport import CONNECT_TIMEOUT_S
@@ -119,6 +119,9 @@ class WorkerStats:
 class Worker:
     """Consumes intake, decides with the gate, publishes in transactions.
 
+    The loop polls, follows the group's assignment and hands each partition's batch to
+    its :class:`~toolgate.service._partition.OwnedPartition`.
+
     Args:
         config: where the cluster and topics are.
         gate: the gate over the loaded contracts.
@@ -127,6 +130,9 @@ class Worker:
         clients: builds the Kafka clients (default: aiokafka's, from ``config``).
         sleep: the backoff wait (tests pass one that does not wait).
     """
+
+    # What an assigned partition is made of (a subclass in tests only).
+    partition_class: type[OwnedPartition] = OwnedPartition
 
     def __init__(
         self,
@@ -156,23 +162,15 @@ class Worker:
             on_evict=self.metrics.request_store_evictions.inc,
         )
         self.ledger = AcceptedLedger()
-        # State tombstones due per intake partition: requests that ended (expired or
-        # tombstoned) with an entry in the changelog; written with the partition's next
-        # batch, or by the sweep when it is idle.
-        self._ended: dict[int, set[str]] = {}
         self._clients: KafkaClients = clients or AiokafkaClients(config)
         self._sleep = sleep
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
-        # One transactional producer per owned partition; None: owned, but taking it over
-        # failed (the cluster did not answer) and is retried before its next batch.
-        self._producers: dict[TopicPartition, Producer | None] = {}
-        # The offset each owned partition must continue from: records a fetch returned
-        # from before a seek (assignment, abort) are dropped, never decided twice.
-        self._next_offset: dict[TopicPartition, int] = {}
+        # The owned intake partitions, each with its producer, offset, restore state and
+        # transaction (toolgate.service._partition).
+        self._partitions: dict[TopicPartition, OwnedPartition] = {}
         self._consumer: Consumer | None = None
         self._lag_partitions: set[str] = set()  # the partition labels of the lag gauge
-        self._restoring: set[int] = set()  # intake partitions whose state is being restored
         self._intake_count = 0
         self._request_reader: TopicReader | None = None
         self._health: HealthServer | None = None
@@ -213,6 +211,27 @@ class Worker:
         self._export_contracts(gate)
         log.info("contracts reloaded", extra={"contracts": ",".join(c.key for c in gate.contracts)})
         return True
+
+    @property
+    def _producers(self) -> dict[TopicPartition, Producer | None]:
+        """Each owned partition's producer (None: taking it over is to be retried)."""
+        return {tp: owned.producer for tp, owned in self._partitions.items()}
+
+    @property
+    def _restoring(self) -> set[int]:
+        """The owned intake partitions whose state is being restored."""
+        return {tp.partition for tp, owned in self._partitions.items() if owned.restoring}
+
+    def _owned(self, partition: int) -> OwnedPartition | None:
+        return self._partitions.get(TopicPartition(self.config.topics.intake, partition))
+
+    def _tombstone_due(self, partition: int, request_id: str) -> None:
+        """A request of ``partition`` ended with an entry in the changelog: its tombstone is
+        due (with the partition's next transaction; an unowned one's next owner finds it at
+        restore)."""
+        owned = self._owned(partition)
+        if owned is not None:
+            owned.tombstones.add(request_id)
 
     @property
     def metrics_port(self) -> int | None:
@@ -288,17 +307,13 @@ class Worker:
         """A requests-topic record; a tombstone also ends the request's accepted attempts."""
         self.requests.apply(key, value)
         if value is None and key is not None and self.ledger.end(key.decode("utf-8", "replace")):
-            self._ended.setdefault(partition_of(key, self._intake_count), set()).add(
-                key.decode("utf-8", "replace")
-            )
+            self._tombstone_due(partition_of(key, self._intake_count), key.decode("utf-8", "replace"))
 
     def _apply_state(self, key: bytes | None, value: bytes | None) -> None:
         """A state-changelog record read at restore; an ended request's entry is not held
         and its tombstone is due."""
         if not self.ledger.apply(key, value, self.clock()) and key is not None:
-            self._ended.setdefault(partition_of(key, self._intake_count), set()).add(
-                key.decode("utf-8", "replace")
-            )
+            self._tombstone_due(partition_of(key, self._intake_count), key.decode("utf-8", "replace"))
 
     def _home_partition(self, key: bytes) -> int:
         """The intake partition of ``key`` by murmur2 (where its request is)."""
@@ -343,31 +358,19 @@ class Worker:
     async def _restore(self, partitions: set[int]) -> None:
         """Read the owned partitions' requests up to the end offsets read now, before deciding
         them; retried with backoff while the cluster does not answer (logged once per change)."""
-        reader = self._request_reader
-        if not partitions or reader is None:
-            self._restoring -= partitions
+        owned = [p for p in (self._owned(n) for n in sorted(partitions)) if p is not None]
+        if not partitions or self._request_reader is None:
+            self._set_restoring(owned, False)
             return
-        self._restoring |= partitions
-        self.metrics.restoring.set(len(self._restoring))
+        self._set_restoring(owned, True)
         self.metrics.ready.set(0)
         started = time.perf_counter()
         failing = False
         backoff = 0.0
         while not self._stop.is_set():
-            try:
-                if self.options.restore_hook is not None:
-                    await self.options.restore_hook(partitions)
-                await reader.own(partitions)
-                wait = self.options.restore_wait_seconds
-                # The requests of these partitions, and their accepted attempts (what the
-                # previous owners accepted), both up to the end offsets read now.
-                if await reader.restore(partitions, wait) and await restore_partitions(
-                    self._clients, self.config.topics.state, partitions, self._apply_state, wait
-                ):
-                    break
-                error = f"not restored within {wait:g} s"
-            except KafkaError as exc:
-                error = repr(exc)[:300]
+            error = await self._restore_once(partitions)
+            if error is None:
+                break
             if not failing:
                 failing = True
                 log.warning(
@@ -380,8 +383,7 @@ class Worker:
         for partition in partitions:
             self.metrics.restore_seconds.observe(seconds)
             self.metrics.restore_last.labels(str(partition)).set(seconds)
-        self._restoring -= partitions
-        self.metrics.restoring.set(len(self._restoring))
+        self._set_restoring(owned, False)
         log.info(
             "state restored",
             extra={
@@ -392,6 +394,30 @@ class Worker:
                 "recovered": failing,
             },
         )
+
+    async def _restore_once(self, partitions: set[int]) -> str | None:
+        """One restore attempt; None when both reached the end offsets read now, else why not."""
+        reader = self._request_reader
+        assert reader is not None
+        try:
+            if self.options.restore_hook is not None:
+                await self.options.restore_hook(partitions)
+            await reader.own(partitions)
+            wait = self.options.restore_wait_seconds
+            # The requests of these partitions, and their accepted attempts (what the
+            # previous owners accepted), both up to the end offsets read now.
+            if await reader.restore(partitions, wait) and await restore_partitions(
+                self._clients, self.config.topics.state, partitions, self._apply_state, wait
+            ):
+                return None
+            return f"not restored within {wait:g} s"
+        except KafkaError as exc:
+            return repr(exc)[:300]
+
+    def _set_restoring(self, partitions: list[OwnedPartition], restoring: bool) -> None:
+        for owned in partitions:
+            owned.restoring = restoring
+        self.metrics.restoring.set(len(self._restoring))
 
     async def _consume(self) -> None:
         consumer = self._clients.consumer(
@@ -417,21 +443,21 @@ class Worker:
         while not self._stop.is_set():
             if self._reload_requested:
                 self.reload_contracts()
-            if None in self._producers.values():
+            if any(owned.producer is None for owned in self._partitions.values()):
                 await self._retake()
             batches = await consumer.getmany(
                 timeout_ms=self.options.linger_ms, max_records=self.options.batch_size
             )
             if not batches:
                 idle_polls += 1
-                if self.options.burst and self._producers and idle_polls >= 3 and await self._drained():
+                if self.options.burst and self._partitions and idle_polls >= 3 and await self._drained():
                     break
-                if self._sweep() and self._ended:
+                if self._sweep() and any(owned.tombstones for owned in self._partitions.values()):
                     await self._write_tombstones()
                 continue
             idle_polls = 0
             async with self._lock:
-                work = [(tp, records) for tp, records in batches.items() if tp in self._producers]
+                work = [(tp, records) for tp, records in batches.items() if tp in self._partitions]
                 await asyncio.gather(*(self._process(tp, records) for tp, records in work))
             self._sweep()
             self._update_lag()
@@ -446,13 +472,13 @@ class Worker:
         backing off while the cluster does not answer.
         """
         async with self._lock:
-            for tp in [tp for tp, producer in self._producers.items() if producer is None]:
+            for owned in [owned for owned in self._partitions.values() if owned.producer is None]:
                 if self._stop.is_set():
                     return
                 try:
-                    await self._take_over(tp)
+                    await owned.take_over()
                 except KafkaError as exc:
-                    await self._transaction_failed(tp, exc)
+                    await owned.abort(exc)
 
     async def _drained(self) -> bool:
         """This worker owns every intake partition and has read each to its last stable offset.
@@ -461,14 +487,14 @@ class Worker:
         session times out) holds a partition, the intake is not drained for us.
         """
         assert self._consumer is not None
-        if None in self._producers.values():
+        if any(owned.producer is None for owned in self._partitions.values()):
             return False  # a partition still to take over has not been read yet
         every = self._consumer.partitions_for_topic(self.config.topics.intake) or set()
         if {tp.partition for tp in self._consumer.assignment()} != set(every):
             return False
         for tp in self._consumer.assignment():
             stable = self._consumer.last_stable_offset(tp)
-            if stable is None or tp not in self._producers:
+            if stable is None or tp not in self._partitions:
                 return False
             # position() moves past transaction markers, which the decided offsets never reach.
             if await self._consumer.position(tp) < stable:
@@ -479,82 +505,13 @@ class Worker:
         """Decide one partition's batch and commit it in one transaction."""
         if self._stop.is_set() and self.options.max_messages is None and not self.options.burst:
             return  # stopping: leave undecided records for the next owner
-        producer = self._producers[tp]
-        if producer is None:
-            # Taking the partition over failed earlier: again now. On success the consumer
-            # reads from the committed offset; the records in hand are dropped either way.
-            try:
-                await self._take_over(tp)
-            except KafkaError as exc:
-                await self._transaction_failed(tp, exc)
-            return
-        expected = self._next_offset.get(tp)
-        if expected is not None:
-            records = [r for r in records if r.offset >= expected]
-            if not records:
-                return
-            if records[0].offset != expected:
-                # Compacted or aborted-transaction gaps are normal in read_committed; log once.
-                log.debug(
-                    "offset gap",
-                    extra={"partition": tp.partition, "expected": expected, "got": records[0].offset},
-                )
-        lookup = self._lookup(tp, records)
-        held = self.requests
-        if any(request_key(r.key) not in held for r in records):  # membership: nothing rebuilt
-            assert self._request_reader is not None
-            try:
-                caught_up = await self._request_reader.catch_up(self.options.request_wait_seconds)
-            except KafkaError as exc:
-                # The cluster did not answer within the request timeout (an outage): decide
-                # nothing now rather than call every missing request unknown.
-                await self._transaction_failed(tp, exc)
-                return
-            self.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
-        where = f"{tp.topic}/{tp.partition}/"
-        messages = [
-            Message(key=r.key, value=r.value, headers=r.headers or (), origin=where + str(r.offset))
-            for r in records
-        ]
-        now = self.clock()
-        view = self.ledger.batch()
-        batch = decide_batch(
-            self.gate,
-            messages,
-            lookup,
-            view,
-            now,
-            topics=self.config.topics,
-            max_record_bytes=self.options.max_record_bytes,
-            sampler=self._sampler,
-            tracer=self._tracer,
-        )
-        # The changelog records of what the batch accepted, and the tombstones due in this
-        # partition, go in the same transaction as the decisions.
-        updates = self.ledger.updates(batch.view, self._expires_of)
-        ended = self._ended.pop(tp.partition, set())
-        started = time.perf_counter()
-        try:
-            outgoing = await self._outgoing(producer, tp, batch.records)
-            async with producer.transaction():
-                await send_records(producer, outgoing + self._state_records(tp.partition, updates, ended))
-                # After the records' acknowledgement, not beside it: sent while they were in
-                # flight, the offsets' requests made the live worker's transactions longer
-                # (ops/bench/worker_bench.py latency, measured both ways).
-                await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.config.group_id)
-        except ProducerFenced:
-            await self._fenced(tp)
-            return
-        except (KafkaError, AssertionError) as exc:
-            # AssertionError: aiokafka's transaction manager in an invalid state after a
-            # failure mid-transaction; the batch is decided again either way.
-            self._ended.setdefault(tp.partition, set()).update(ended)
-            await self._transaction_failed(tp, exc)
-            return
-        self._next_offset[tp] = records[-1].offset + 1
-        self.metrics.transaction_seconds.observe(time.perf_counter() - started)
+        await self._partitions[tp].decide_and_commit(records)
+
+    def _committed(self, batch: Batch, updates: list[StateUpdate], size: int, seconds: float) -> None:
+        """A batch's transaction committed: its acceptances join the ledger; count it."""
+        self.metrics.transaction_seconds.observe(seconds)
         self.metrics.transactions.labels("committed").inc()
-        self.metrics.batch_size.observe(len(records))
+        self.metrics.batch_size.observe(size)
         self.stats.committed += 1
         self._backoff = 0.0
         if self._txn_failing:
@@ -583,40 +540,12 @@ class Worker:
         records += [(topic, partition, rid.encode(), None, []) for rid in sorted(ended)]
         return records
 
-    async def _fenced(self, tp: TopicPartition) -> None:
-        """Another owner started a producer with this partition's transactional id: we are a
-        zombie for it. Stop deciding it; the group's next assignment settles it."""
-        log.warning("producer fenced: partition moved to another worker", extra={"partition": tp.partition})
-        self.stats.aborted += 1
-        self.metrics.transactions.labels("aborted").inc()
-        fenced = self._producers.pop(tp, None)
-        self._next_offset.pop(tp, None)
-        self._ended.pop(tp.partition, None)
-        if fenced is not None:
-            with contextlib.suppress(Exception):
-                await fenced.stop()
-
     async def _write_tombstones(self) -> None:
         """Write the state tombstones due in idle partitions, one transaction per partition
         (a busy partition's go with its next batch)."""
         async with self._lock:
-            for tp, producer in list(self._producers.items()):
-                ended = self._ended.pop(tp.partition, set())
-                if not ended:
-                    continue
-                if producer is None or tp.partition in self._restoring:
-                    self._ended.setdefault(tp.partition, set()).update(ended)
-                    continue
-                try:
-                    async with producer.transaction():
-                        await send_records(producer, self._state_records(tp.partition, [], ended))
-                except ProducerFenced:
-                    await self._fenced(tp)
-                except (KafkaError, AssertionError) as exc:
-                    self._ended.setdefault(tp.partition, set()).update(ended)
-                    await self._transaction_failed(tp, exc)
-                else:
-                    self.metrics.state_tombstones.inc(len(ended))
+            for owned in list(self._partitions.values()):
+                await owned.write_tombstones()
 
     async def _outgoing(
         self, producer: Producer, tp: TopicPartition, records: Sequence[OutRecord]
@@ -644,17 +573,9 @@ class Worker:
             for out in records
         ]
 
-    async def _transaction_failed(self, tp: TopicPartition, exc: Exception) -> None:
-        """Abort path: count, log once per state change, back off, take the partition over again.
-
-        The producer is replaced because after a failed commit or abort its transaction
-        state is unknown; the new one's ``init_transactions`` settles whatever the old one
-        left open, and only then is the committed offset read and the consumer moved back
-        to it (so a commit whose answer was lost is not decided twice). While the cluster
-        does not answer, the partition stays owned without a producer and is taken over
-        again before its next batch: a stopped producer is never used again (a
-        transaction on it waits forever).
-        """
+    def _count_abort(self, tp: TopicPartition, exc: Exception) -> None:
+        """A transaction of ``tp`` failed: count it, log once per state change, and lengthen
+        the backoff its partition waits before it is taken over again."""
         self.stats.aborted += 1
         self.metrics.transactions.labels("aborted").inc()
         if not self._txn_failing:
@@ -668,48 +589,6 @@ class Worker:
                 },
             )
         self._backoff = min(max(self._backoff * 2, 0.1), 5.0)
-        await self._sleep(self._backoff)  # back off before retrying a failing cluster
-        if tp not in self._producers:
-            return  # no longer ours
-        old = self._producers[tp]
-        self._producers[tp] = None
-        self._next_offset.pop(tp, None)
-        if old is not None:
-            with contextlib.suppress(Exception):
-                await old.stop()
-        try:
-            await self._take_over(tp)
-        except KafkaError as start_exc:
-            log.debug(
-                "taking the partition over again failed; retried before its next batch",
-                extra={"partition": tp.partition, "error": repr(start_exc)[:300]},
-            )
-
-    async def _take_over(self, tp: TopicPartition) -> None:
-        """Own ``tp`` from its committed offset, fencing its previous producer first.
-
-        A new transactional producer's ``init_transactions`` fences the previous producer
-        of this partition and settles its open transaction, so the committed offset read
-        after it is final. Raises KafkaError when the cluster does not answer; ``tp`` then
-        stays owned without a producer (None).
-        """
-        assert self._consumer is not None
-        self._producers[tp] = None
-        self._next_offset.pop(tp, None)
-        producer = await self._new_producer(tp)
-        try:
-            if not self._copartitioned:
-                self._copartitioned = await self._copartitioned_topics(producer)
-            committed = await self._consumer.committed(tp)
-            if committed is None:
-                committed = (await self._consumer.beginning_offsets([tp]))[tp]
-            self._consumer.seek(tp, committed)  # IllegalStateError (a KafkaError): not assigned
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        self._next_offset[tp] = committed
-        self._producers[tp] = producer
 
     async def _copartitioned_topics(self, producer: Producer) -> frozenset[str]:
         """Output topics with as many partitions as intake: their records go to the intake
@@ -725,24 +604,6 @@ class Worker:
                 same.add(topic)
         return frozenset(same)
 
-    async def _new_producer(self, tp: TopicPartition) -> Producer:
-        producer = self._clients.producer(
-            enable_idempotence=True,
-            acks="all",
-            max_request_size=self.options.max_record_bytes,
-            max_batch_size=min(self.options.producer_batch_bytes, self.options.max_record_bytes),
-            transactional_id=f"{self.options.transactional_prefix}.{tp.topic}.{tp.partition}",
-        )
-        # start() runs init_transactions: fences the previous owner and settles its
-        # open transaction, so the committed offset read next is final.
-        try:
-            await producer.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()  # a failed start leaves its client open
-            raise
-        return producer
-
     def _sweep(self) -> bool:
         """Evict expired requests and end their accepted attempts (tombstones due); True
         when it ran (every ``sweep_seconds``)."""
@@ -755,7 +616,7 @@ class Worker:
         self.requests.evict_expired(now)
         count = self._intake_count
         for rid in self.ledger.expired(now):
-            self._ended.setdefault(partition_of(rid.encode(), count), set()).add(rid)
+            self._tombstone_due(partition_of(rid.encode(), count), rid)
         self.metrics.outstanding.set(len(self.requests))
         self.metrics.accepted_held.set(len(self.ledger))
         return True
@@ -763,9 +624,10 @@ class Worker:
     def _update_lag(self) -> None:
         """Per owned partition: the high watermark minus the next offset to decide."""
         assert self._consumer is not None
-        for tp, next_offset in self._next_offset.items():
+        for tp, owned in self._partitions.items():
+            next_offset = owned.next_offset
             high = self._consumer.highwater(tp)
-            if high is None:
+            if high is None or next_offset is None:
                 continue
             label = str(tp.partition)
             self._lag_partitions.add(label)
@@ -775,14 +637,15 @@ class Worker:
         assert self._consumer is not None
         started = time.perf_counter()
         async with self._lock:
-            # Not ready until taken over and restored (the take-overs below run as tasks: the
-            # loop may turn between the last one's end and the restore's start).
-            self._restoring |= {tp.partition for tp in partitions}
-            self.metrics.restoring.set(len(self._restoring))
+            # Owned from now on, and not ready until taken over and restored (the take-overs
+            # below run as tasks: the loop may turn between the last one's end and the
+            # restore's start).
+            ordered = sorted(partitions)
+            taken = [self._own(tp) for tp in ordered]
+            self._set_restoring(taken, True)
             # Each partition has its own transactional producer: they are started (and fence
             # their previous owners) together, so many partitions cost about one round.
-            ordered = sorted(partitions)
-            outcomes = await asyncio.gather(*(self._take_over(tp) for tp in ordered), return_exceptions=True)
+            outcomes = await asyncio.gather(*(owned.take_over() for owned in taken), return_exceptions=True)
             for tp, outcome in zip(ordered, outcomes, strict=True):
                 if isinstance(outcome, KafkaError):
                     # Raising here would end the listener with the remaining partitions
@@ -809,13 +672,16 @@ class Worker:
         log.info("partitions assigned", extra={"partitions": sorted(p.partition for p in partitions)})
         self.metrics.ready.set(1 if self.ready() else 0)
 
+    def _own(self, tp: TopicPartition) -> OwnedPartition:
+        owned = self._partitions[tp] = self.partition_class(self, tp)
+        return owned
+
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         async with self._lock:
             for tp in partitions:
-                self._next_offset.pop(tp, None)
-                producer = self._producers.pop(tp, None)
-                if producer is not None:
-                    await producer.stop()
+                owned = self._partitions.pop(tp, None)
+                if owned is not None:
+                    await owned.release()
                 label = str(tp.partition)
                 if label in self._lag_partitions:
                     self._lag_partitions.discard(label)
@@ -824,11 +690,9 @@ class Worker:
             if gone and self._request_reader is not None:
                 with contextlib.suppress(KafkaError):
                     await self._request_reader.disown(gone)
+                # Their due tombstones went with them: the next owner finds them at restore.
                 self.requests.drop_partitions(gone, self._intake_count)
                 self.ledger.drop_partitions(gone, self._intake_count)
-                for partition in gone:
-                    self._ended.pop(partition, None)  # the next owner finds them at restore
-                self._restoring -= gone
                 self.metrics.restoring.set(len(self._restoring))
                 for partition in gone:
                     with contextlib.suppress(KeyError):
@@ -842,11 +706,10 @@ class Worker:
             with contextlib.suppress(KafkaError):
                 await self._consumer.stop()  # leaves the group
             self._consumer = None
-        for producer in list(self._producers.values()):
-            if producer is not None:
-                with contextlib.suppress(KafkaError):
-                    await producer.stop()
-        self._producers.clear()
+        for owned in list(self._partitions.values()):
+            with contextlib.suppress(KafkaError):
+                await owned.release()
+        self._partitions.clear()
         if self._request_reader is not None:
             await self._request_reader.stop()
         if self._health is not None:

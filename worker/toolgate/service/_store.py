@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Protocol, cast
 
 import msgspec
+from aiokafka.errors import KafkaError
 
 from toolgate._errors import ConfigError
 from toolgate.gate._batch import AcceptedView
@@ -542,10 +543,23 @@ class TopicReader:
     async def _run(self) -> None:
         assert self._consumer is not None
         consumer = self._consumer
+        backoff = 0.0
         while True:
             await self._has_partitions.wait()
-            async with self._assign_lock:
-                batches = await consumer.getmany(timeout_ms=200, max_records=self._max_records)
+            try:
+                async with self._assign_lock:
+                    batches = await consumer.getmany(timeout_ms=200, max_records=self._max_records)
+            except KafkaError as exc:
+                # A fetch the client library gave up on: read on after a pause. Ending here
+                # would leave every restore and catch-up waiting for a reader that is gone.
+                if not backoff:
+                    log.warning(
+                        "reading failed; retrying", extra={"topic": self.topic, "error": repr(exc)[:300]}
+                    )
+                backoff = min(max(backoff * 2, 0.1), 5.0)
+                await asyncio.sleep(backoff)
+                continue
+            backoff = 0.0
             for records in batches.values():
                 for record in records:
                     reading.set((record.topic, record.partition, record.offset))
@@ -553,9 +567,12 @@ class TopicReader:
                     self.applied += 1
                 reading.set(None)
             async with self._progress:
-                for tp in list(self._positions):
-                    if tp in consumer.assignment():
-                        self._positions[tp] = await consumer.position(tp)
+                # Under the assignment lock: an own() or disown() while position() waits (it
+                # does after a seek) would have it raise for a partition no longer assigned.
+                async with self._assign_lock:
+                    for tp in list(self._positions):
+                        if tp in consumer.assignment():
+                            self._positions[tp] = await consumer.position(tp)
                 self._progress.notify_all()
 
     async def own(self, partitions: set[int]) -> None:

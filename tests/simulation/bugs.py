@@ -1,0 +1,110 @@
+"""Known bugs, planted one at a time, that the simulation must find.
+
+Each is a subclass of the simulated worker or of its owned partition that overrides one
+step with a wrong version of it. They live here, in the tests: the production classes
+carry no switch for them (``Worker.partition_class`` is the one seam, a class attribute
+read once per assigned partition).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
+from toolgate.gate._batch import AcceptedView, Batch, decide_batch
+from toolgate.gate._records import Message
+from toolgate.service._kafka import Producer
+
+from tests.simulation.world import SimPartition, SimWorker
+
+
+class _LedgerBeforeCommit(SimPartition):
+    """The batch's acceptances join the ledger before its transaction commits."""
+
+    async def _commit(self, producer: Producer, batch: Batch, txn: Any) -> None:
+        self.worker.ledger.commit(txn.updates)
+        await super()._commit(producer, batch, txn)
+
+
+class _NoFenceOnTakeOver(SimPartition):
+    """Each owner's producer has a transactional id of its own: starting it fences nothing,
+    and the previous owner's open transaction can still commit."""
+
+    @property
+    def transactional_id(self) -> str:
+        worker = self.worker
+        assert isinstance(worker, SimWorker)
+        return f"{super().transactional_id}.node{worker.node.index}"
+
+
+class _DecideWhileRestoring(SimWorker):
+    """A restore attempt that failed counts as done: the partition is decided unrestored."""
+
+    async def _restore_once(self, partitions: set[int]) -> str | None:
+        await super()._restore_once(partitions)
+        return None
+
+
+class _StaleRecordsDecided(SimPartition):
+    """Records a fetch returned from before the offset to continue from are decided."""
+
+    def _fresh(self, records: list[Any]) -> list[Any]:
+        return records
+
+
+class _AmbiguousCommitAsAborted(SimPartition):
+    """A commit that timed out is taken as aborted: the consumer goes back to the batch's
+    first offset with the same producer, without reading the committed offset."""
+
+    async def abort(self, exc: Exception) -> None:
+        txn = self.open
+        if txn is None or txn.batch is None or not isinstance(exc, (KafkaTimeoutError, RequestTimedOutError)):
+            await super().abort(exc)
+            return
+        self.open = None
+        self.tombstones |= txn.tombstones
+        consumer = self.worker._consumer
+        assert consumer is not None
+        first = txn.next_offset - txn.size
+        consumer.seek(self.tp, first)
+        self.next_offset = first
+
+
+class _AnswerWithoutLedger(SimPartition):
+    """Results are decided without the accepted ledger: a second result for an attempt
+    that has its answer gets an envelope too."""
+
+    def _decide(self, records: list[Any]) -> Batch:
+        worker = self.worker
+        assert isinstance(worker, SimWorker)
+        worker.world.before_decision(worker.node, self)
+        tp = self.tp
+        where = f"{tp.topic}/{tp.partition}/"
+        messages = [
+            Message(key=r.key, value=r.value, headers=r.headers or (), origin=where + str(r.offset))
+            for r in records
+        ]
+        return decide_batch(
+            worker.gate,
+            messages,
+            worker._lookup(tp, records),
+            AcceptedView(lambda request_id, attempt: False),
+            worker.clock(),
+            topics=worker.config.topics,
+            max_record_bytes=worker.options.max_record_bytes,
+        )
+
+
+def _worker(partition: type[SimPartition]) -> type[SimWorker]:
+    return type(f"Worker{partition.__name__}", (SimWorker,), {"partition_class": partition})
+
+
+# name -> the worker class that carries the bug
+BUGS: dict[str, type[SimWorker]] = {
+    "ledger-before-commit": _worker(_LedgerBeforeCommit),
+    "no-fence-on-take-over": _worker(_NoFenceOnTakeOver),
+    "decide-while-restoring": _DecideWhileRestoring,
+    "stale-records-decided": _worker(_StaleRecordsDecided),
+    "ambiguous-commit-as-aborted": _worker(_AmbiguousCommitAsAborted),
+    "answer-without-ledger": _worker(_AnswerWithoutLedger),
+}

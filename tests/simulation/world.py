@@ -1,0 +1,777 @@
+"""One simulated schedule: workers on the in-memory Kafka, faults, and the invariants.
+
+A schedule is a seed. Its traffic (requests, results, tombstones, late, duplicated and
+reordered records) comes from its seed number; everything else comes from the schedule's
+:class:`~tests.simulation.loop.Choices`: the order of ready callbacks, the latency of
+every client call, and each fault at each call (producer fenced by a zombie's
+successor, transaction aborted by the broker, a commit timing out done or not done,
+fetch, offset and metadata errors, rebalances at any call, slow and failing restores,
+a crash at any call followed by a restart, a paused worker resumed later, duplicate
+deliveries of intake records).
+
+The invariants are checked as the run goes (at every commit and before every decision)
+and at its end; the first one broken ends the schedule with :class:`Violation`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import random
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, NoReturn
+from unittest import mock
+
+import msgspec
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
+from toolgate._config import Config
+from toolgate.gate._batch import Batch
+from toolgate.gate._gate import Gate
+from toolgate.service import _service
+from toolgate.service._kafka import partition_of
+from toolgate.service._metrics import Metrics
+from toolgate.service._partition import OwnedPartition
+from toolgate.service._service import Worker, WorkerOptions
+from toolgate.service._store import reading
+
+from tests.fakes.kafka import FakeBroker, FakeClients, FakeConsumer, FakeProducer
+from tests.simulation.loop import Choices, SimLoop, Stuck
+from tests.unit.builders import NOW, message, review_request, review_value
+
+CONFIG = Config()
+T = CONFIG.topics
+PARTITIONS = 3
+NODES = 2  # workers running at once
+GROUP = CONFIG.group_id
+
+
+class Violation(BaseException):
+    """An invariant does not hold (a BaseException: no ``except Exception`` in the worker
+    takes it for a client error)."""
+
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant = invariant
+        self.detail = detail
+
+
+class Crashed(BaseException):
+    """Raised into every call of a killed node: it does nothing more."""
+
+    expected = True
+
+
+# --- faults ---------------------------------------------------------------------------
+
+# Per client call: (fault, probability). Each is drawn at every call of its operation.
+FAULTS: dict[str, list[tuple[str, float]]] = {
+    "init": [("init_error", 0.04)],
+    "send": [("send_error", 0.02)],
+    "send_offsets": [("send_offsets_error", 0.02)],
+    "commit": [
+        ("commit_timeout_not_done", 0.03),
+        ("commit_timeout_done", 0.03),
+        ("broker_abort", 0.02),
+    ],
+    "fetch": [("fetch_error", 0.005), ("redeliver", 0.03)],
+    "read": [("read_error", 0.01)],
+    "committed": [("offsets_error", 0.02)],
+    "end_offsets": [("end_offsets_error", 0.02)],
+}
+P_LATENCY = 0.3  # a call that takes virtual time (up to LATENCY_MS)
+LATENCY_MS = 20
+P_REBALANCE = 0.004  # at any call of a live node
+P_CRASH = 0.0015
+P_PAUSE = 0.0015
+MAX_CRASHES = 2
+MAX_PAUSES = 1
+FAULT_PHASE_S = 4.0  # faults are drawn during this much virtual time; then the world heals
+SETTLE_S = 120.0  # after healing, every record must be decided within this much virtual time
+
+
+_NODE = [("crash", P_CRASH), ("pause", P_PAUSE), ("rebalance", P_REBALANCE)]
+# operation -> (event names, their probabilities) drawn at each call of it (before its effect)
+_EVENTS = {
+    op: (tuple(k for k, _ in _NODE + faults), tuple(p for _, p in _NODE + faults))
+    for op, faults in FAULTS.items()
+}
+_NODE_EVENTS = (tuple(k for k, _ in _NODE), tuple(p for _, p in _NODE))
+
+
+@dataclass
+class Node:
+    """One worker process: its clients, its worker and what it applied since assignment."""
+
+    index: int
+    clients: SimClients
+    worker: SimWorker
+    task: asyncio.Task[Any] | None = None
+    state: str = "live"  # live, paused, crashed, exited
+    stale: bool = False  # paused once: its view of ownership may be old until its next revoke
+    resume: asyncio.Future[None] | None = None
+    applied: dict[tuple[str, int], set[int]] = field(default_factory=lambda: collections.defaultdict(set))
+    # (topic, partition) -> committed offsets visible at its assignment's restore
+    required: dict[int, dict[str, set[int]]] = field(default_factory=dict)
+
+    def group_consumer(self) -> FakeConsumer | None:
+        for consumer in self.clients.consumers:
+            if isinstance(consumer, FakeConsumer) and consumer.group is not None:
+                return consumer
+        return None
+
+
+class SimClients(FakeClients):
+    """One node's clients: the hook knows whose call it is by them."""
+
+    def __init__(self, broker: FakeBroker, node_index: int) -> None:
+        super().__init__(broker)
+        self.node_index = node_index
+
+
+class SimWorker(Worker):
+    """The worker, recording what it applies for the restore invariant."""
+
+    node: Node
+    world: World
+
+    def _apply_request(self, key: bytes | None, value: bytes | None) -> None:
+        where = reading.get()
+        if where is not None:
+            self.node.applied[(where[0], where[1])].add(where[2])
+        super()._apply_request(key, value)
+
+    def _apply_state(self, key: bytes | None, value: bytes | None) -> None:
+        where = reading.get()
+        if where is not None:
+            self.node.applied[(where[0], where[1])].add(where[2])
+        super()._apply_state(key, value)
+
+    async def _restore(self, partitions: set[int]) -> None:
+        for partition in partitions:
+            self.node.required[partition] = self.world.visible_state(partition)
+        await super()._restore(partitions)
+
+    async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        await super()._revoke(partitions)
+        for tp in partitions:
+            self.node.applied.pop((T.requests, tp.partition), None)
+            self.node.applied.pop((T.state, tp.partition), None)
+            self.node.required.pop(tp.partition, None)
+        self.node.stale = False
+
+
+class SimPartition(OwnedPartition):
+    """An owned partition that checks, before each decision, what it decides on."""
+
+    def _decide(self, records: list[Any]) -> Batch:
+        worker = self.worker
+        assert isinstance(worker, SimWorker)
+        worker.world.before_decision(worker.node, self)
+        return super()._decide(records)
+
+
+SimWorker.partition_class = SimPartition
+
+
+class _NoHealth:
+    """The health server, without a socket (the simulation does no real I/O)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.port = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+# --- the world ------------------------------------------------------------------------
+
+
+class SimBroker(FakeBroker):
+    """The fake broker, checking the committed-state invariants at every commit."""
+
+    world: World
+
+    def _end(self, txn_id: int, state: str) -> None:
+        txn = self.txns[txn_id]
+        was_open = txn.state == "open"
+        if was_open and state == "committed":
+            self.world.before_commit(txn)
+        super()._end(txn_id, state)
+        if was_open and state == "committed":
+            self.world.after_commit(txn_id)
+
+
+@dataclass
+class Traffic:
+    """What the platform and the adapters write, drawn from the schedule's seed number."""
+
+    events: list[tuple[float, str, int, int]]  # (virtual time, kind, request index, attempt)
+
+
+def traffic(seed: int, requests: int = 6) -> Traffic:
+    """Requests and their results with late, duplicated, tombstoned and reordered records."""
+    rnd = random.Random(seed ^ 0x5EED)
+    events: list[tuple[float, str, int, int]] = []
+    for i in range(requests):
+        t = rnd.uniform(0.0, 2.0)
+        late = rnd.random() < 0.15  # the request record after its result
+        events.append((t + (rnd.uniform(0.0, 0.6) if late else 0.0), "request", i, 1))
+        if rnd.random() < 0.15:
+            events.append((t + rnd.uniform(0.0, 1.0), "request", i, 1))  # written twice
+        first = t + rnd.uniform(0.0, 0.5)
+        events.append((first, "result", i, 1))
+        if rnd.random() < 0.3:  # a duplicate delivery of the same result
+            events.append((first + rnd.uniform(0.0, 1.5), "result", i, 1))
+        if rnd.random() < 0.15:
+            events.append((first + rnd.uniform(0.0, 0.5), "bad", i, 1))
+        if rnd.random() < 0.2:  # a retry: attempt 2, its result possibly before attempt 1's
+            second = t + rnd.uniform(0.0, 1.0)
+            events.append((second, "request", i, 2))
+            events.append((second + rnd.uniform(-0.3, 0.5), "result", i, 2))
+        if rnd.random() < 0.15:  # the request ends, racing its results
+            end = first + rnd.uniform(-0.2, 1.0)
+            # A tombstone is final (docs/design.md, The state changelog): the platform writes
+            # no request record after it. A request rewritten after its tombstone is alive
+            # again, and its answered attempt can be answered again.
+            mine = [e for e in events if e[2] == i and e[1] == "request" and e[0] >= end]
+            events = [e for e in events if e not in mine]
+            events += [(max(0.0, end - 0.01), kind, n, attempt) for _, kind, n, attempt in mine]
+            events.append((end, "tombstone", i, 1))
+    events.sort(key=lambda e: e[0])
+    return Traffic(events)
+
+
+def rid(i: int) -> str:
+    return f"req.sim{i:04d}"
+
+
+class World:
+    """A broker, the nodes, the fault schedule and the invariants of one schedule."""
+
+    def __init__(
+        self,
+        seed: int,
+        gate: Gate,
+        choices: Choices,
+        loop: SimLoop,
+        *,
+        worker_class: type[SimWorker] = SimWorker,
+    ) -> None:
+        self.seed = seed
+        self.gate = gate
+        self.choices = choices
+        self.loop = loop
+        self.worker_class = worker_class
+        broker = SimBroker(now_ms=int(NOW.timestamp() * 1000))
+        broker.world = self
+        self.broker = broker
+        for name in (T.requests, T.intake, T.agent, T.audit, T.state):
+            broker.create_topic(name, PARTITIONS)
+        broker.create_topic(T.quarantine, 1)
+        broker.hook = self._hook
+        broker.own_listeners = True
+        self.nodes: list[Node] = []
+        self.faults: collections.Counter[str] = collections.Counter()
+        self.healed = False
+        self.crashes = 0
+        self.pauses = 0
+        self.restarts: list[asyncio.Task[None]] = []
+        # committed-state bookkeeping, kept at each commit
+        self.decisions: collections.Counter[str] = collections.Counter()  # origin -> decisions
+        self.rejected: set[str] = set()
+        self.quarantined: collections.Counter[str] = collections.Counter()
+        self.answered: set[tuple[str, int]] = set()
+        self.acceptances: dict[str, set[int]] = collections.defaultdict(set)
+        self.offsets: dict[TopicPartition, int] = {}
+        self.violation: Violation | None = None
+
+    def halt(self) -> None:
+        """The schedule is over: every node is killed, so its tasks end at their next call."""
+        self.healed = True
+        for node in self.nodes:
+            if node.resume is not None and not node.resume.done():
+                node.resume.set_exception(Crashed())
+            node.state = "crashed"
+
+    def fail(self, invariant: str, detail: str) -> NoReturn:
+        """Record the first violation and raise it into the caller."""
+        violation = Violation(invariant, detail)
+        if self.violation is None:
+            self.violation = violation
+        raise violation
+
+    async def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` of virtual time; end the schedule at the first violation."""
+        deadline = self.loop.time() + seconds
+        while self.loop.time() < deadline:
+            if self.violation is not None:
+                raise self.violation
+            await asyncio.sleep(min(0.05, deadline - self.loop.time()))
+        if self.violation is not None:
+            raise self.violation
+
+    # --- nodes ---------------------------------------------------------------------
+
+    def start_node(self) -> Node:
+        clients = SimClients(self.broker, len(self.nodes))
+        options = WorkerOptions(
+            handle_signals=False,
+            metrics_port=0,
+            linger_ms=50,
+            batch_size=3,
+            request_wait_seconds=0.5,
+            restore_wait_seconds=2.0,
+            connect_check_s=None,
+            restore_hook=self._restore_hook,
+        )
+        loop = self.loop
+        worker = self.worker_class(
+            CONFIG,
+            self.gate,
+            clock=lambda: NOW + timedelta(seconds=loop.time()),
+            options=options,
+            metrics=_metrics(),
+            clients=clients,
+        )
+        node = Node(len(self.nodes), clients, worker)
+        worker.node = node
+        worker.world = self
+        self.nodes.append(node)
+        node.task = asyncio.ensure_future(self._run(node))
+        return node
+
+    async def _run(self, node: Node) -> None:
+        try:
+            await node.worker.run()
+        except Crashed:
+            return
+        except KafkaError:
+            # The process exits on an error the client library raises (a fetch error):
+            # its supervisor starts it again.
+            node.state = "exited"
+            self.restarts.append(asyncio.ensure_future(self._restart_later(0.2)))
+            return
+        except Violation:
+            raise
+        except Exception as exc:
+            node.state = "exited"
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            self.fail(
+                "the worker raises only client errors",
+                f"node {node.index}: {exc!r} at {where.filename.rpartition('/')[2]}:{where.lineno} "
+                f"({where.line})",
+            )
+        if node.state == "live":
+            node.state = "exited"
+
+    async def _restart_later(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self.start_node()
+
+    def _expire_member(self, node: Node) -> None:
+        """The group's session timeout: the node's consumer leaves, the others rebalance."""
+        consumer = node.group_consumer()
+        if consumer is None or consumer not in self.broker.members[GROUP]:
+            return
+        self.broker.members[GROUP].remove(consumer)
+        for other in self.broker.members[GROUP]:
+            other.rebalance_pending = True
+
+    def _crash(self, node: Node) -> None:
+        self.crashes += 1
+        self.faults["crash"] += 1
+        node.state = "crashed"
+        if node.resume is not None and not node.resume.done():
+            node.resume.set_exception(Crashed())
+        session = 0.1 + 0.1 * self.choices.draw(10, 0.9, "session timeout")
+        self.loop.call_later(session, self._expire_member, node)
+        restart = 0.2 + 0.1 * self.choices.draw(20, 0.9, "restart delay")
+        self.restarts.append(asyncio.ensure_future(self._restart_later(restart)))
+
+    def _pause(self, node: Node) -> None:
+        self.pauses += 1
+        self.faults["pause"] += 1
+        node.state = "paused"
+        node.stale = True
+        node.resume = self.loop.create_future()
+        session = 0.1 + 0.1 * self.choices.draw(5, 0.9, "session timeout")
+        self.loop.call_later(session, self._expire_member, node)
+        paused = session + 0.1 + 0.1 * self.choices.draw(30, 0.9, "paused for")
+        self.loop.call_later(paused, self._resume, node)
+
+    def _resume(self, node: Node) -> None:
+        if node.state != "paused":
+            return
+        node.state = "live"
+        consumer = node.group_consumer()
+        if consumer is not None and consumer.started and consumer not in self.broker.members[GROUP]:
+            # Its next heartbeat finds it out of the group: it joins again.
+            self.broker.members[GROUP].append(consumer)
+            for member in self.broker.members[GROUP]:
+                member.rebalance_pending = True
+        assert node.resume is not None
+        if not node.resume.done():
+            node.resume.set_result(None)
+
+    # --- the hook: every client call -----------------------------------------------
+
+    async def _hook(self, operation: str, clients: Any, client: Any) -> None:
+        node = self.nodes[clients.node_index]
+        while node.state == "paused":
+            assert node.resume is not None
+            await asyncio.shield(node.resume)
+        if node.state == "crashed":
+            raise Crashed()
+        choices = self.choices
+        if not self.healed:
+            events = _EVENTS.get(operation, _NODE_EVENTS)
+            event = choices.pick(
+                events[1], lambda i: f"{events[0][i - 1]} at {operation} of node {node.index}"
+            )
+            if event:
+                kind = events[0][event - 1]
+                if kind == "crash" and self.crashes < MAX_CRASHES:
+                    self._crash(node)
+                    raise Crashed()
+                if kind == "pause" and self.pauses < MAX_PAUSES:
+                    self._pause(node)
+                    await self._hook(operation, clients, client)
+                    return
+                if kind == "rebalance":
+                    self.faults["rebalance"] += 1
+                    for member in self.broker.members[GROUP]:
+                        member.rebalance_pending = True
+                elif kind not in ("crash", "pause"):
+                    self.faults[kind] += 1
+                    self._inject(kind, client)
+        latency = choices.draw(LATENCY_MS + 1, P_LATENCY, "latency")
+        if latency:
+            await asyncio.sleep(latency / 1000)
+        else:
+            await asyncio.sleep(0)
+        if node.state != "live":  # paused or killed while the call was on its way
+            await self._hook(operation, clients, client)
+
+    def _inject(self, fault: str, client: Any) -> None:
+        broker = self.broker
+        if fault == "commit_timeout_not_done":
+            broker.fail("commit", RequestTimedOutError("injected: commit timed out, not committed"))
+        elif fault == "commit_timeout_done":
+            broker.fail("commit", KafkaTimeoutError("injected: committed, answer lost"), after=True)
+        elif fault == "broker_abort":
+            assert isinstance(client, FakeProducer)
+            assert client.transactional_id is not None
+            broker.expire(client.transactional_id)
+        elif fault == "fetch_error":
+            # The client library retries a failed fetch: its records come later.
+            broker.stall(T.intake)
+            self.loop.call_later(
+                0.05 * self.choices.draw(10, 0.9, "fetch error for"), broker.unstall, T.intake
+            )
+        elif fault == "redeliver":
+            assert isinstance(client, FakeConsumer)
+            for tp in sorted(client._positions):
+                client._positions[tp] = max(0, client._positions[tp] - 3)  # a re-fetch
+        else:
+            operation = {
+                "init_error": "init",
+                "send_error": "send",
+                "send_offsets_error": "send_offsets",
+                "read_error": "read",
+                "offsets_error": "committed",
+                "end_offsets_error": "end_offsets",
+            }[fault]
+            broker.fail(operation, KafkaError(f"injected {fault}"))
+
+    async def _restore_hook(self, partitions: set[int]) -> None:
+        if self.healed:
+            return
+        slow = self.choices.draw(30, 0.15, "slow restore")
+        if slow:
+            self.faults["slow_restore"] += 1
+            await asyncio.sleep(slow * 0.1)
+        if self.choices.chance(0.1, "failing restore"):
+            self.faults["failing_restore"] += 1
+            raise KafkaError("injected: restore failed")
+
+    # --- traffic ---------------------------------------------------------------------
+
+    async def write_traffic(self, plan: Traffic) -> None:
+        attempt_of: dict[int, int] = {}
+        for at, kind, i, attempt in plan.events:
+            delay = at - self.loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            key = rid(i).encode()
+            if kind == "request":
+                attempt_of[i] = max(attempt_of.get(i, 1), attempt)
+                record = review_request(request_id=rid(i), attempt=attempt, max_attempts=3)
+                self.broker.append(T.requests, msgspec.json.encode(record), key=key)
+            elif kind == "tombstone":
+                self.broker.append(T.requests, None, key=key)
+            else:
+                data = {"decision": "rejected"} if kind == "bad" else {}
+                value = dict(review_value(**data), request_id=rid(i))
+                if kind == "bad":
+                    value["data"]["reviewed_by"] = 7  # the schema refuses it
+                msg = message(value, key=key, tg_request_id=rid(i))
+                self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+
+    # --- invariants ------------------------------------------------------------------
+
+    def visible_state(self, partition: int) -> dict[str, set[int]]:
+        """The committed records of requests and state in ``partition`` now."""
+        out: dict[str, set[int]] = {}
+        for topic in (T.requests, T.state):
+            entries = self.broker.logs[topic][partition]
+            end = self.broker.stable_end(TopicPartition(topic, partition))
+            out[topic] = {r.offset for r in entries[:end] if self.broker.visible(r, "read_committed")}
+        return out
+
+    def _ended(self) -> set[str]:
+        return {
+            (r.key or b"").decode() for part in self.broker.logs[T.requests] for r in part if r.value is None
+        }
+
+    def before_decision(self, node: Node, owned: OwnedPartition) -> None:
+        """No decision before the partition's restore reached the end offsets at its
+        assignment; the ledger it decides with equals what is committed."""
+        if node.stale or node.state != "live":
+            return
+        partition = owned.tp.partition
+        if owned.restoring:
+            self.fail(
+                "restore before decisions", f"node {node.index} decides partition {partition} while restoring"
+            )
+        required = node.required.get(partition)
+        if required is None:
+            self.fail(
+                "restore before decisions", f"node {node.index} decides partition {partition} never restored"
+            )
+        for topic, offsets in required.items():
+            missing = offsets - node.applied.get((topic, partition), set())
+            if missing:
+                self.fail(
+                    "restore before decisions",
+                    f"node {node.index} decides partition {partition} before applying {topic} offsets "
+                    f"{sorted(missing)[:5]} (below the end offsets at its assignment)",
+                )
+        ended = self._ended()
+        count = PARTITIONS
+        held = {
+            r: set(entry[1])
+            for r, entry in node.worker.ledger._live.items()
+            if r not in ended and _partition_of(r, count) == partition
+        }
+        committed = {
+            r: set(a)
+            for r, a in self.acceptances.items()
+            if a and r not in ended and _partition_of(r, count) == partition
+        }
+        if held != committed:
+            self.fail(
+                "accepted ledger equals committed acceptances",
+                f"node {node.index} decides partition {partition} with ledger {_entries(held)} "
+                f"but committed {_entries(committed)}",
+            )
+
+    def before_commit(self, txn: Any) -> None:
+        """No record committed by a fenced producer; committed offsets never move back."""
+        if self.broker.fenced(txn.id):
+            self.fail("no commit by a fenced producer", f"transaction {txn.id} of {txn.transactional_id}")
+        for tp, offset in txn.offsets.items():
+            before = self.broker.group_offsets.get((GROUP, tp))
+            if before is not None and offset < before:
+                self.fail("committed offsets never move backwards", f"{tp.partition}: {before} -> {offset}")
+
+    def after_commit(self, txn_id: int) -> None:
+        """At most one decision per intake record, one answer per attempt and nothing after
+        it, a rejection quarantined once."""
+        for topic in (T.audit, T.quarantine):
+            for part in self.broker.logs[topic]:
+                for r in part:
+                    if r.txn != txn_id or r.control:
+                        continue
+                    if topic == T.quarantine:
+                        origin = dict(r.headers).get("tg-origin", b"").decode()
+                        self.quarantined[origin] += 1
+                        if self.quarantined[origin] > 1:
+                            self.fail("a rejection is quarantined once", origin)
+                        continue
+                    event = json.loads(r.value or b"{}")
+                    if event.get("kind") != "decision":
+                        continue
+                    origin = event["origin"]
+                    self.decisions[origin] += 1
+                    if self.decisions[origin] > 1:
+                        self.fail("every intake record has exactly one decision", f"{origin} decided twice")
+                    if event["outcome"] == "rejected":
+                        self.rejected.add(origin)
+                    rid_, attempt = event.get("request_id"), event.get("attempt")
+                    if rid_ is None or attempt is None:
+                        continue
+                    answer = (rid_, attempt)
+                    if answer in self.answered and event.get("envelope", True):
+                        self.fail(
+                            "one answer per request attempt, nothing after it",
+                            f"{rid_} attempt {attempt}: {event['outcome']} envelope ({origin}) "
+                            "after its answer",
+                        )
+                    if event["outcome"] != "rejected":
+                        self.answered.add(answer)
+                        self.acceptances[rid_].add(attempt)
+
+    def intake_origins(self) -> list[str]:
+        return [
+            f"{T.intake}/{r.partition}/{r.offset}"
+            for part in self.broker.logs[T.intake]
+            for r in part
+            if not r.control
+        ]
+
+    def undecided(self) -> list[str]:
+        return [o for o in self.intake_origins() if self.decisions[o] == 0]
+
+    def check_end(self) -> None:
+        """Every intake record decided once, every rejection quarantined, the changelog
+        equal to the committed acceptances."""
+        missing = self.undecided()
+        if missing:
+            self.fail(
+                "every intake record has exactly one decision",
+                f"{len(missing)} never decided within {SETTLE_S:g} s after healing: {missing[:4]}",
+            )
+        unquarantined = sorted(o for o in self.rejected if self.quarantined[o] != 1)
+        if unquarantined:
+            self.fail("a rejection is quarantined once", f"not quarantined: {unquarantined[:4]}")
+        ended = self._ended()
+        latest: dict[str, set[int] | None] = {}
+        for r in self.broker.committed_values(T.state):
+            key = (r.key or b"").decode()
+            latest[key] = None if r.value is None else set(json.loads(r.value)["accepted_attempts"])
+        for request_id, attempts in self.acceptances.items():
+            if request_id in ended:
+                continue
+            if latest.get(request_id) != attempts:
+                self.fail(
+                    "accepted ledger equals committed acceptances",
+                    f"{request_id}: changelog {latest.get(request_id)} but accepted attempts "
+                    f"{sorted(attempts)}",
+                )
+
+    # --- one schedule ------------------------------------------------------------------
+
+    async def main(self) -> None:
+        for _ in range(NODES):
+            self.start_node()
+        writer = asyncio.ensure_future(self.write_traffic(traffic(self.seed)))
+        await self._wait(FAULT_PHASE_S)
+        await writer
+        self.healed = True
+        for node in self.nodes:
+            if node.state == "paused":
+                self._resume(node)
+        deadline = self.loop.time() + SETTLE_S
+        while self.undecided() and self.loop.time() < deadline:
+            await self._wait(0.05)
+        for task in self.restarts:
+            await task
+        for node in self.nodes:
+            if node.state == "live":
+                node.worker.request_stop()
+        for node in list(self.nodes):
+            if node.state == "live" and node.task is not None:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(30):
+                        await node.task
+        if self.violation is not None:
+            raise self.violation
+        self.check_end()
+
+
+_METRICS: list[Metrics] = []
+
+
+def _metrics() -> Metrics:
+    """One set of metrics for every simulated worker of the process: no invariant reads them,
+    and a registry of its own per worker was a third of a schedule's time."""
+    if not _METRICS:
+        _METRICS.append(Metrics())
+    return _METRICS[0]
+
+
+def _partition_of(request_id: str, count: int) -> int:
+    return partition_of(request_id.encode(), count)
+
+
+def _entries(ledger: dict[str, set[int]]) -> list[tuple[str, list[int]]]:
+    return sorted((k, sorted(v)) for k, v in ledger.items())
+
+
+@dataclass
+class Outcome:
+    """What one schedule did."""
+
+    seed: int
+    violation: Violation | None
+    choices: Choices
+    faults: collections.Counter[str]
+    virtual_seconds: float
+
+
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    logger = logging.getLogger("toolgate")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def run_schedule(
+    seed: int,
+    gate: Gate,
+    *,
+    replay: dict[int, int] | None = None,
+    worker_class: type[SimWorker] = SimWorker,
+) -> Outcome:
+    """Run the schedule of ``seed`` (its recorded choices when ``replay`` is given)."""
+    choices = Choices(seed, replay)
+    loop = SimLoop(choices)
+    world = World(seed, gate, choices, loop, worker_class=worker_class)
+    violation: Violation | None = None
+    # No health server (no sockets), and no gc.freeze(): frozen per schedule, every worker's
+    # objects would outlive it.
+    with _quiet_logs(), mock.patch.object(_service, "HealthServer", _NoHealth), mock.patch("gc.freeze"):
+        try:
+            loop.run_until_complete(world.main())
+        except Violation as exc:
+            violation = exc
+        except Stuck as exc:
+            violation = Violation("no deadlock", str(exc))
+        finally:
+            world.halt()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                with contextlib.suppress(BaseException):
+                    loop.run_until_complete(asyncio.wait(pending, timeout=3600))
+            loop.close()
+    violation = world.violation or violation
+    if violation is None and loop.errors:
+        error = loop.errors[0]
+        violation = Violation("no task fails unseen", repr(error)[:300])
+    return Outcome(seed, violation, choices, world.faults, loop.now)

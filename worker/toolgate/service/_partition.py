@@ -1,0 +1,336 @@
+"""One owned intake partition: its producer, offsets, restore state and transaction.
+
+Each intake partition a worker owns is an :class:`OwnedPartition`, as a Kafka Streams
+task or a quix-streams checkpoint owns its partition: the transactional producer whose
+``init_transactions`` fenced the previous owner, the offset to continue from, whether its
+state is still being restored, the state tombstones due with its next transaction and
+the transaction in flight. Its operations are the four the exactly-once scheme has:
+
+- :meth:`take_over`: fence the previous producer, then read the committed offset and
+  move the consumer to it;
+- :meth:`decide_and_commit`: decide a batch and commit the records, the state updates and
+  the consumed offset in one transaction;
+- :meth:`abort`: after a failed transaction, back off, replace the producer and take the
+  partition over again (the committed offset says what the failed commit did);
+- :meth:`fence`: another owner's producer took the transactional id: stop deciding.
+
+The :class:`~toolgate.service._service.Worker` keeps the poll loop, the assignment, the
+signals and health, and hands each batch to its partition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiokafka.errors import KafkaError, ProducerFenced
+
+from toolgate.gate._batch import Batch, decide_batch
+from toolgate.gate._records import Message, request_key
+from toolgate.service._kafka import Producer, TopicPartition, send_records
+from toolgate.service._store import StateUpdate
+
+if TYPE_CHECKING:
+    from toolgate.service._service import Worker
+
+log = logging.getLogger("toolgate.worker")
+
+
+@dataclass
+class OpenTransaction:
+    """The transaction in flight: its batch, what it writes besides the decisions, and the
+    offset it commits (-1: it commits none, state tombstones only).
+
+    Its tombstones go back to the partition when it aborts (they are written with the
+    next one); its state updates join the accepted ledger only once it committed. When
+    its commit failed with the outcome unknown (a timeout), it stays open until the next
+    take-over reads the committed offset, which says whether it committed.
+    """
+
+    batch: Batch | None
+    updates: list[StateUpdate]
+    tombstones: set[str]
+    next_offset: int
+    size: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class OwnedPartition:
+    """An intake partition this worker owns (see the module docstring)."""
+
+    worker: Worker
+    tp: TopicPartition
+    # None: owned, but taking it over failed (the cluster did not answer) and is retried
+    # before its next batch; a stopped producer is never used again.
+    producer: Producer | None = None
+    # The offset to continue from: records a fetch returned from before a seek
+    # (assignment, abort) are dropped, never decided twice. None until taken over.
+    next_offset: int | None = None
+    restoring: bool = False  # its requests and accepted attempts are being read
+    # State tombstones due: requests that ended (expired or tombstoned) with an entry in
+    # the changelog; written with the next batch, or by the sweep when it is idle.
+    tombstones: set[str] = field(default_factory=set)
+    open: OpenTransaction | None = None
+
+    @property
+    def owned(self) -> bool:
+        """Still this worker's: not revoked or fenced since it was assigned."""
+        return self.worker._partitions.get(self.tp) is self
+
+    # --- take-over ---------------------------------------------------------------------
+
+    async def take_over(self) -> None:
+        """Own the partition from its committed offset, fencing its previous producer first.
+
+        A new transactional producer's ``init_transactions`` fences the previous producer
+        of this partition and settles its open transaction, so the committed offset read
+        after it is final. Raises KafkaError when the cluster does not answer; the
+        partition then stays owned without a producer (None).
+        """
+        self.producer = None
+        self.next_offset = None
+        producer = await self._start_producer()
+        try:
+            committed = await self._committed_offset(producer)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        self.next_offset = committed
+        self.producer = producer
+        self._settle(committed)
+
+    def _settle(self, committed: int) -> None:
+        """The transaction whose commit failed: committed when the committed offset (final
+        after the fence) reached its offset, else aborted."""
+        txn, self.open = self.open, None
+        if txn is None:
+            return
+        if txn.batch is not None and committed >= txn.next_offset:
+            # The commit went through and only its answer was lost (a timeout): its
+            # acceptances are the ledger's, or a duplicate result would be accepted again.
+            self.worker._committed(txn.batch, txn.updates, txn.size, txn.seconds)
+        else:
+            self.tombstones |= txn.tombstones  # written with the next transaction
+
+    @property
+    def transactional_id(self) -> str:
+        """``<prefix>.<topic>.<partition>``: the same for every owner of the partition, so each
+        new owner's producer fences the previous one."""
+        return f"{self.worker.options.transactional_prefix}.{self.tp.topic}.{self.tp.partition}"
+
+    async def _start_producer(self) -> Producer:
+        worker = self.worker
+        producer = worker._clients.producer(
+            enable_idempotence=True,
+            acks="all",
+            max_request_size=worker.options.max_record_bytes,
+            max_batch_size=min(worker.options.producer_batch_bytes, worker.options.max_record_bytes),
+            transactional_id=self.transactional_id,
+        )
+        # start() runs init_transactions: fences the previous owner and settles its
+        # open transaction, so the committed offset read next is final.
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()  # a failed start leaves its client open
+            raise
+        return producer
+
+    async def _committed_offset(self, producer: Producer) -> int:
+        """Read the committed offset (final once the previous producer is fenced) and seek to it."""
+        worker = self.worker
+        consumer = worker._consumer
+        assert consumer is not None
+        if not worker._copartitioned:
+            worker._copartitioned = await worker._copartitioned_topics(producer)
+        committed = await consumer.committed(self.tp)
+        if committed is None:
+            committed = (await consumer.beginning_offsets([self.tp]))[self.tp]
+        consumer.seek(self.tp, committed)  # IllegalStateError (a KafkaError): not assigned
+        return committed
+
+    # --- decide and commit ---------------------------------------------------------------
+
+    async def decide_and_commit(self, records: list[Any]) -> None:
+        """Decide one batch and commit it in one transaction (or take over, abort, fence)."""
+        producer = self.producer
+        if producer is None:
+            # Taking the partition over failed earlier: again now. On success the consumer
+            # reads from the committed offset; the records in hand are dropped either way.
+            try:
+                await self.take_over()
+            except KafkaError as exc:
+                await self.abort(exc)
+            return
+        records = self._fresh(records)
+        if not records:
+            return
+        worker = self.worker
+        held = worker.requests
+        if any(request_key(r.key) not in held for r in records):  # membership: nothing rebuilt
+            assert worker._request_reader is not None
+            try:
+                caught_up = await worker._request_reader.catch_up(worker.options.request_wait_seconds)
+            except KafkaError as exc:
+                # The cluster did not answer within the request timeout (an outage): decide
+                # nothing now rather than call every missing request unknown.
+                await self.abort(exc)
+                return
+            worker.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
+        batch = self._decide(records)
+        # The changelog records of what the batch accepted, and the tombstones due in this
+        # partition, go in the same transaction as the decisions.
+        updates = worker.ledger.updates(batch.view, worker._expires_of)
+        next_offset = records[-1].offset + 1
+        txn = self.open = OpenTransaction(batch, updates, self.tombstones, next_offset, len(records))
+        self.tombstones = set()
+        started = time.perf_counter()
+        try:
+            await self._commit(producer, batch, txn)
+        except ProducerFenced:
+            self.open = None
+            await self.fence()
+            return
+        except (KafkaError, AssertionError) as exc:
+            # AssertionError: aiokafka's transaction manager in an invalid state after a
+            # failure mid-transaction. The take-over after it says whether it committed;
+            # if not, the batch is decided again.
+            txn.seconds = time.perf_counter() - started
+            await self.abort(exc)
+            return
+        self.open = None
+        self.next_offset = txn.next_offset
+        worker._committed(batch, updates, len(records), time.perf_counter() - started)
+
+    def _fresh(self, records: list[Any]) -> list[Any]:
+        """The records at or after the offset to continue from (a gap is logged)."""
+        expected = self.next_offset
+        if expected is None:
+            return records
+        records = [r for r in records if r.offset >= expected]
+        if records and records[0].offset != expected:
+            # Compacted or aborted-transaction gaps are normal in read_committed; log once.
+            log.debug(
+                "offset gap",
+                extra={"partition": self.tp.partition, "expected": expected, "got": records[0].offset},
+            )
+        return records
+
+    def _decide(self, records: list[Any]) -> Batch:
+        """The gate's decisions on ``records`` and the records they produce."""
+        worker = self.worker
+        tp = self.tp
+        where = f"{tp.topic}/{tp.partition}/"
+        messages = [
+            Message(key=r.key, value=r.value, headers=r.headers or (), origin=where + str(r.offset))
+            for r in records
+        ]
+        return decide_batch(
+            worker.gate,
+            messages,
+            worker._lookup(tp, records),
+            worker.ledger.batch(),
+            worker.clock(),
+            topics=worker.config.topics,
+            max_record_bytes=worker.options.max_record_bytes,
+            sampler=worker._sampler,
+            tracer=worker._tracer,
+        )
+
+    async def _commit(self, producer: Producer, batch: Batch, txn: OpenTransaction) -> None:
+        """One transaction: the decisions' records, the state records, then the offset."""
+        worker = self.worker
+        tp = self.tp
+        outgoing = await worker._outgoing(producer, tp, batch.records)
+        async with producer.transaction():
+            await send_records(
+                producer, outgoing + worker._state_records(tp.partition, txn.updates, txn.tombstones)
+            )
+            # After the records' acknowledgement, not beside it: sent while they were in
+            # flight, the offsets' requests made the live worker's transactions longer
+            # (ops/bench/worker_bench.py latency, measured both ways).
+            await producer.send_offsets_to_transaction({tp: txn.next_offset}, worker.config.group_id)
+
+    async def write_tombstones(self) -> None:
+        """Write the state tombstones due, in a transaction of their own (an idle partition)."""
+        producer = self.producer
+        if not self.tombstones or producer is None or self.restoring:
+            return
+        worker = self.worker
+        txn = self.open = OpenTransaction(None, [], self.tombstones, -1)
+        self.tombstones = set()
+        try:
+            async with producer.transaction():
+                await send_records(producer, worker._state_records(self.tp.partition, [], txn.tombstones))
+        except ProducerFenced:
+            self.open = None
+            await self.fence()
+        except (KafkaError, AssertionError) as exc:
+            await self.abort(exc)
+        else:
+            worker.metrics.state_tombstones.inc(len(txn.tombstones))
+            self.open = None
+
+    # --- abort and fence -----------------------------------------------------------------
+
+    async def abort(self, exc: Exception) -> None:
+        """Abort path: count, log once per state change, back off, take the partition over again.
+
+        The producer is replaced because after a failed commit or abort its transaction
+        state is unknown; the new one's ``init_transactions`` settles whatever the old one
+        left open, and only then is the committed offset read and the consumer moved back
+        to it (so a commit whose answer was lost is not decided twice, and its acceptances
+        join the accepted ledger: :meth:`_settle`). While the cluster
+        does not answer, the partition stays owned without a producer and is taken over
+        again before its next batch: a stopped producer is never used again (a
+        transaction on it waits forever).
+        """
+        worker = self.worker
+        worker._count_abort(self.tp, exc)
+        await worker._sleep(worker._backoff)  # back off before retrying a failing cluster
+        if not self.owned:
+            return  # no longer ours
+        old, self.producer = self.producer, None
+        self.next_offset = None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.stop()
+        try:
+            await self.take_over()
+        except KafkaError as start_exc:
+            log.debug(
+                "taking the partition over again failed; retried before its next batch",
+                extra={"partition": self.tp.partition, "error": repr(start_exc)[:300]},
+            )
+
+    async def fence(self) -> None:
+        """Another owner started a producer with this partition's transactional id: we are a
+        zombie for it. Stop deciding it; the group's next assignment settles it."""
+        log.warning(
+            "producer fenced: partition moved to another worker", extra={"partition": self.tp.partition}
+        )
+        worker = self.worker
+        worker.stats.aborted += 1
+        worker.metrics.transactions.labels("aborted").inc()
+        self.open = None
+        if self.owned:
+            del worker._partitions[self.tp]
+        self.next_offset = None
+        self.tombstones = set()
+        fenced, self.producer = self.producer, None
+        if fenced is not None:
+            with contextlib.suppress(Exception):
+                await fenced.stop()
+
+    async def release(self) -> None:
+        """Give the partition up (revoked or stopping): stop its producer."""
+        self.next_offset = None
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            await producer.stop()
