@@ -54,6 +54,7 @@ from toolgate.service._kafka import (
     send_records,
 )
 from toolgate.service._metrics import HealthServer, Metrics
+from toolgate.service._phases import COMMIT, DECIDE, LOOP, METRICS, NO_PHASES, POLL, SEND, Phases
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
 from toolgate.service._transport import CONNECT_TIMEOUT_S
@@ -102,6 +103,8 @@ class WorkerOptions:
     # Connect once before starting, within this bound: TLS, protocol and login mistakes and a
     # silent port end the run with one line (None: skip the check).
     connect_check_s: float | None = CONNECT_TIMEOUT_S
+    # Where the loop's CPU time goes (toolgate.service._phases.PhaseClock; the worker bench).
+    phase_clock: Phases | None = None
 
 
 @dataclass
@@ -145,6 +148,7 @@ class Worker:
         self.gate_factory = gate_factory
         self.clock = clock
         self.options = options or WorkerOptions()
+        self._phases: Phases = self.options.phase_clock or NO_PHASES
         self._tracer = self.options.tracer or tracer_from_env(group=config.group_id)
         self.metrics = metrics or Metrics()
         self.stats = WorkerStats()
@@ -408,14 +412,17 @@ class Worker:
             },
         )
         idle_polls = 0
+        phases = self._phases
         while not self._stop.is_set():
             if self._reload_requested:
                 self.reload_contracts()
             if None in self._producers.values():
                 await self._retake()
+            phases.enter(POLL)
             batches = await consumer.getmany(
                 timeout_ms=self.options.linger_ms, max_records=self.options.batch_size
             )
+            phases.enter(LOOP)
             if not batches:
                 idle_polls += 1
                 if self.options.burst and self._producers and idle_polls >= 3 and await self._drained():
@@ -512,6 +519,8 @@ class Worker:
         ]
         now = self.clock()
         view = self.ledger.batch()
+        phases = self._phases
+        phases.enter(DECIDE)
         batch = decide_batch(
             self.gate,
             messages,
@@ -523,6 +532,7 @@ class Worker:
             sampler=self._sampler,
             tracer=self._tracer,
         )
+        phases.enter(SEND)
         # The changelog records of what the batch accepted, and the tombstones due in this
         # partition, go in the same transaction as the decisions.
         updates = self.ledger.updates(batch.view, self._expires_of)
@@ -535,6 +545,7 @@ class Worker:
                 # After the records' acknowledgement, not beside it: sent while they were in
                 # flight, the offsets' requests made the live worker's transactions longer
                 # (ops/bench/worker_bench.py latency, measured both ways).
+                phases.enter(COMMIT)
                 await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.config.group_id)
         except ProducerFenced:
             await self._fenced(tp)
@@ -545,6 +556,7 @@ class Worker:
             self._ended.setdefault(tp.partition, set()).update(ended)
             await self._transaction_failed(tp, exc)
             return
+        phases.enter(METRICS)
         self._next_offset[tp] = records[-1].offset + 1
         self.metrics.transaction_seconds.observe(time.perf_counter() - started)
         self.metrics.transactions.labels("committed").inc()
@@ -566,6 +578,7 @@ class Worker:
             else:
                 self.stats.rejected += 1
                 self.stats.by_code[verdict.code or ""] = self.stats.by_code.get(verdict.code or "", 0) + 1
+        phases.enter(LOOP)
 
     def _expires_of(self, request_id: str) -> datetime | None:
         return self.requests.expires_at(request_id)
