@@ -64,7 +64,7 @@ Every command has --help with an example. Exit codes: 0 success, 1 the command
 found a problem, 2 a usage, configuration or connection error.
 
 environment: TOOLGATE_BOOTSTRAP (default 127.0.0.1:19092), TOOLGATE_CONTRACTS_DIR,
-TOOLGATE_KEYRING, TOOLGATE_CONFIG (a TOML file); see README.md for all settings.
+TOOLGATE_KEYRING, TOOLGATE_CONFIG (a TOML file); see docs/configuration.md for all settings.
 """
 
 
