@@ -728,7 +728,7 @@ def side_by_side(baseline: Path, seconds: float, repeat: int, cpu: int, as_json:
         }
         for side, reports in rounds.items()
     }
-    result = {
+    result: dict[str, Any] = {
         "cpu": cpu,
         "rounds": repeat,
         "this": str(ROOT),

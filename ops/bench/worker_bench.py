@@ -1603,9 +1603,10 @@ class Bench:
                 future: asyncio.Future[float] = loop.create_future()
                 waiting[result.key] = future
                 started_one = time.perf_counter()
-                await single.send_and_wait(
+                acknowledged = await single.send(
                     config.topics.intake, result.value, key=result.key, headers=result.headers
                 )
+                await acknowledged
                 try:
                     round_trips.append((await asyncio.wait_for(future, 30) - started_one) * 1000)
                 except TimeoutError:

@@ -49,9 +49,11 @@ class TestPhaseClock:
         """A snapshot names every phase, so a bench's columns do not depend on the run."""
         assert tuple(PhaseClock(Ticks(0.0, 0.0)).snapshot()) == PHASES
 
-    def test_the_default_measures_nothing(self) -> None:
-        """Without a clock the worker's calls do nothing."""
-        assert NO_PHASES.enter(DECIDE) is None
+    def test_the_default_keeps_no_state(self) -> None:
+        """Without a clock the worker's calls go to an object with nothing to record into."""
+        NO_PHASES.enter(DECIDE)
+        assert not hasattr(NO_PHASES, "__dict__")
+        assert not isinstance(NO_PHASES, PhaseClock)
 
 
 class TestWorkerPhases:
