@@ -635,7 +635,12 @@ def print_table(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example, side by side with another checkout (git worktree add ../base main):\n"
+        "  .venv/bin/python ops/bench/gate_bench.py --baseline-worktree ../base --repeat 5",
+    )
     parser.add_argument("--seconds", type=float, default=0.2, help="length of one timed loop (default 0.2)")
     parser.add_argument(
         "--repeat", type=int, default=7, help="timed loops per case; the median is reported (default 7)"

@@ -2085,7 +2085,13 @@ def _describe(checkout: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example, the peer and the loop side by side with latency:\n"
+        "  .venv/bin/python ops/bench/worker_bench.py --messages 20000 --repeat 3 \\\n"
+        "      --variants peer copier relay worker --latency-seconds 20 --one-at-a-time 300",
+    )
     parser.add_argument("--messages", type=int, default=20_000, help="results in the backlog (default 20000)")
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs per variant; the median is reported (default 3)"
