@@ -54,6 +54,7 @@ import itertools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -634,7 +635,12 @@ def print_table(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example, side by side with another checkout (git worktree add ../base main):\n"
+        "  .venv/bin/python ops/bench/gate_bench.py --baseline-worktree ../base --repeat 5",
+    )
     parser.add_argument("--seconds", type=float, default=0.2, help="length of one timed loop (default 0.2)")
     parser.add_argument(
         "--repeat", type=int, default=7, help="timed loops per case; the median is reported (default 7)"
@@ -651,9 +657,21 @@ def main(argv: list[str] | None = None) -> int:
         help="then run each gate case under cProfile for about N times its timed loop and print "
         "where the time goes (functions by own time)",
     )
+    parser.add_argument(
+        "--baseline-worktree",
+        metavar="PATH",
+        help="side by side: this checkout's bench and PATH's own ops/bench/gate_bench.py (its "
+        "package first on PYTHONPATH) in alternating rounds of one loop per case, on one core; "
+        "medians per case and this/baseline (git worktree add PATH <commit>)",
+    )
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.repeat < 1:
         parser.error("--seconds must be positive and --repeat at least 1")
+    if args.baseline_worktree:
+        baseline = Path(args.baseline_worktree).resolve()
+        if not (baseline / "ops" / "bench" / "gate_bench.py").is_file():
+            parser.error(f"--baseline-worktree {args.baseline_worktree}: no ops/bench/gate_bench.py there")
+        return side_by_side(baseline, args.seconds, args.repeat, pin(args.cpu), args.json)
     cpu = pin(args.cpu)
     with tempfile.TemporaryDirectory(prefix="gate-bench-") as tmp:
         cases, source = build_cases(Path(tmp))
@@ -670,6 +688,115 @@ def main(argv: list[str] | None = None) -> int:
                 if case.name.startswith("gate") and "python" not in case.name:
                     profile(case, args.profile)
     return 0
+
+
+def _one_round(checkout: Path, seconds: float, cpu: int) -> dict[str, Any]:
+    """One round of ``checkout``'s own gate bench (one loop per case), as its JSON report."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(checkout / "ops" / "bench" / "gate_bench.py"),
+            "--json",
+            "--repeat",
+            "1",
+            "--seconds",
+            str(seconds),
+            "--cpu",
+            str(cpu),
+        ],
+        cwd=checkout,
+        env=os.environ | {"PYTHONPATH": str(checkout / "worker")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"gate bench of {checkout} failed:\n{done.stderr[-2000:]}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def side_by_side(baseline: Path, seconds: float, repeat: int, cpu: int, as_json: bool) -> int:
+    """This checkout's gate against ``baseline``'s, alternating rounds, medians per case."""
+    sides = {"this": ROOT, "baseline": baseline}
+    rounds: dict[str, list[dict[str, Any]]] = {"this": [], "baseline": []}
+    for n in range(repeat):
+        order = list(sides) if n % 2 == 0 else list(reversed(sides))  # neither always goes first
+        for side in order:
+            rounds[side].append(_one_round(sides[side], seconds, cpu))
+    medians = {
+        side: {
+            row["case"]: statistics.median(
+                next(r["us_per_result"] for r in rep["cases"] if r["case"] == row["case"]) for rep in reports
+            )
+            for row in reports[0]["cases"]
+        }
+        for side, reports in rounds.items()
+    }
+    result: dict[str, Any] = {
+        "cpu": cpu,
+        "rounds": repeat,
+        "this": str(ROOT),
+        "baseline": str(baseline),
+        "us_per_result": medians,
+        "this_over_baseline": {
+            case: round(us / medians["baseline"][case], 3)
+            for case, us in medians["this"].items()
+            if case in medians["baseline"]
+        },
+        "targets": {
+            side: _targets_of_medians(medians[side], {r["case"]: r["bytes"] for r in reports[0]["cases"]})
+            for side, reports in rounds.items()
+        },
+    }
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(
+        f"pinned to CPU {cpu}; {repeat} alternating rounds of each checkout's own gate bench "
+        f"(one ~{seconds}s loop per case); medians"
+    )
+    print(f"this:     {ROOT} ({_commit(ROOT)})\nbaseline: {baseline} ({_commit(baseline)})\n")
+    header = f"{'case':<34}{'this us':>10}{'base us':>10}{'this/base':>11}"
+    print(header)
+    print("-" * len(header))
+    for case, us in medians["this"].items():
+        base = medians["baseline"].get(case)
+        if base is None:
+            print(f"{case:<34}{us:>10.2f}{'-':>10}{'-':>11}")
+        else:
+            print(f"{case:<34}{us:>10.2f}{base:>10.2f}{us / base:>11.2f}")
+    print()
+    header = f"{'target':<28}{'goal':<12}{'this':>10}{'':<9}{'baseline':>10}"
+    print(header)
+    print("-" * len(header))
+    for mine, theirs in zip(result["targets"]["this"], result["targets"]["baseline"], strict=True):
+        verdicts = ["met" if row["met"] else "NOT MET" for row in (mine, theirs)]
+        print(
+            f"{mine['target'] + ' ' + str(mine['bytes']) + ' B':<28}{mine['goal']:<12}"
+            f"{mine['measured']:>10,.2f} {verdicts[0]:<8}{theirs['measured']:>10,.2f} {verdicts[1]}"
+        )
+    return 0
+
+
+def _targets_of_medians(us: dict[str, float], sizes: dict[str, int]) -> list[dict[str, Any]]:
+    """The targets of :func:`targets` from median microseconds and sizes per case."""
+    cases = {}
+    for name, value in us.items():
+        case = Case(name, sizes[name], lambda loops: None, None)
+        case.samples = [value]
+        cases[name] = case
+    return targets(cases)
+
+
+def _commit(checkout: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "unknown commit"
 
 
 def worst_inputs(contract: Contract) -> Iterator[tuple[str, bytes]]:

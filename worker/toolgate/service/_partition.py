@@ -31,6 +31,7 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from toolgate.gate._batch import Batch, decide_batch
 from toolgate.gate._records import Message, request_key
 from toolgate.service._kafka import Producer, TopicPartition, send_records
+from toolgate.service._phases import COMMIT, DECIDE, METRICS, SEND
 from toolgate.service._store import StateUpdate
 
 if TYPE_CHECKING:
@@ -183,7 +184,10 @@ class OwnedPartition:
                 await self.abort(exc)
                 return
             worker.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
+        phases = worker._phases
+        phases.enter(DECIDE)
         batch = self._decide(records)
+        phases.enter(SEND)
         # The changelog records of what the batch accepted, and the tombstones due in this
         # partition, go in the same transaction as the decisions.
         updates = worker.ledger.updates(batch.view, worker._expires_of)
@@ -204,6 +208,7 @@ class OwnedPartition:
             txn.seconds = time.perf_counter() - started
             await self.abort(exc)
             return
+        phases.enter(METRICS)
         self.open = None
         self.next_offset = txn.next_offset
         worker._committed(batch, updates, len(records), time.perf_counter() - started)
@@ -255,6 +260,7 @@ class OwnedPartition:
             # After the records' acknowledgement, not beside it: sent while they were in
             # flight, the offsets' requests made the live worker's transactions longer
             # (ops/bench/worker_bench.py latency, measured both ways).
+            worker._phases.enter(COMMIT)
             await producer.send_offsets_to_transaction({tp: txn.next_offset}, worker.config.group_id)
 
     async def write_tombstones(self) -> None:

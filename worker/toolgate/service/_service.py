@@ -54,6 +54,7 @@ from toolgate.service._kafka import (
 )
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._partition import OwnedPartition
+from toolgate.service._phases import LOOP, NO_PHASES, POLL, Phases
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
 from toolgate.service._transport import CONNECT_TIMEOUT_S
@@ -102,6 +103,8 @@ class WorkerOptions:
     # Connect once before starting, within this bound: TLS, protocol and login mistakes and a
     # silent port end the run with one line (None: skip the check).
     connect_check_s: float | None = CONNECT_TIMEOUT_S
+    # Where the loop's CPU time goes (toolgate.service._phases.PhaseClock; the worker bench).
+    phase_clock: Phases | None = None
 
 
 @dataclass
@@ -151,6 +154,7 @@ class Worker:
         self.gate_factory = gate_factory
         self.clock = clock
         self.options = options or WorkerOptions()
+        self._phases: Phases = self.options.phase_clock or NO_PHASES
         self._tracer = self.options.tracer or tracer_from_env(group=config.group_id)
         self.metrics = metrics or Metrics()
         self.stats = WorkerStats()
@@ -440,14 +444,17 @@ class Worker:
             },
         )
         idle_polls = 0
+        phases = self._phases
         while not self._stop.is_set():
             if self._reload_requested:
                 self.reload_contracts()
             if any(owned.producer is None for owned in self._partitions.values()):
                 await self._retake()
+            phases.enter(POLL)
             batches = await consumer.getmany(
                 timeout_ms=self.options.linger_ms, max_records=self.options.batch_size
             )
+            phases.enter(LOOP)
             if not batches:
                 idle_polls += 1
                 if self.options.burst and self._partitions and idle_polls >= 3 and await self._drained():
@@ -529,6 +536,7 @@ class Worker:
             else:
                 self.stats.rejected += 1
                 self.stats.by_code[verdict.code or ""] = self.stats.by_code.get(verdict.code or "", 0) + 1
+        self._phases.enter(LOOP)
 
     def _expires_of(self, request_id: str) -> datetime | None:
         return self.requests.expires_at(request_id)
