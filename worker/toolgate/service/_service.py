@@ -54,6 +54,7 @@ from toolgate.service._kafka import (
     send_records,
 )
 from toolgate.service._metrics import HealthServer, Metrics
+from toolgate.service._startup import ContractWatch, readiness_text, start_health, static_membership
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
 from toolgate.service._transport import CONNECT_TIMEOUT_S
@@ -182,6 +183,8 @@ class Worker:
         self._copartitioned: frozenset[str] = frozenset()
         self._partition_counts: dict[str, int] = {}  # output topic -> its partition count
         self._reload_requested = False
+        self._joined = False  # the group's first assignment (possibly empty) has arrived
+        self._watch = ContractWatch.of(config)
         self._last_sweep = 0.0
         self._export_contracts(gate)
 
@@ -219,17 +222,25 @@ class Worker:
         return self._health.port if self._health else None
 
     def ready(self) -> bool:
-        """Assigned at least one partition, all taken over, and the last transaction did not fail."""
+        """Joined the group, every owned partition taken over and restored, and the last
+        transaction did not fail. A worker the group gave no partition (more workers than
+        intake partitions) is ready: a hot standby that takes partitions over on the next
+        rebalance."""
         return (
-            bool(self._producers)
+            self._joined
             and None not in self._producers.values()
             and not self._txn_failing
             and not self._restoring
         )
 
     def status(self) -> str:
-        """What ``/readyz`` says when not ready."""
-        return "restoring" if self._restoring else "not ready"
+        """What ``/readyz`` says (ready or not)."""
+        return readiness_text(
+            joined=self._joined,
+            owned=len(self._producers),
+            restoring=bool(self._restoring),
+            failing=self._txn_failing or None in self._producers.values(),
+        )
 
     def request_stop(self) -> None:
         """Finish the batch in hand, commit it, leave the group and return from :meth:`run`."""
@@ -260,7 +271,7 @@ class Worker:
             self.ready,
             self.status,
         )
-        await self._health.start()
+        await start_health(self._health, port is None)
         try:
             if self.options.connect_check_s is not None:
                 await self._clients.check_connection(self.options.connect_check_s)
@@ -395,8 +406,10 @@ class Worker:
             auto_offset_reset="earliest",
             session_timeout_ms=self.config.session_timeout_ms,
             heartbeat_interval_ms=max(100, self.config.session_timeout_ms // 3),
+            **static_membership(self.config),
         )
         self._consumer = consumer
+        self.metrics.intake_partitions.set(self._intake_count)
         await consumer.start()
         consumer.subscribe([self.config.topics.intake], listener=_Listener(self))
         log.info(
@@ -404,12 +417,13 @@ class Worker:
             extra={
                 "group": self.config.group_id,
                 "intake": self.config.topics.intake,
+                "group_instance_id": self.config.group_instance_id,
                 "metrics_port": self.metrics_port,
             },
         )
         idle_polls = 0
         while not self._stop.is_set():
-            if self._reload_requested:
+            if self._reload_requested or (self._watch is not None and self._watch.changed()):
                 self.reload_contracts()
             if None in self._producers.values():
                 await self._retake()
@@ -800,8 +814,15 @@ class Worker:
                     "taken over and restored) or spread the partitions over more workers",
                 },
             )
-        log.info("partitions assigned", extra={"partitions": sorted(p.partition for p in partitions)})
-        self.metrics.ready.set(1 if self.ready() else 0)
+        self._joined = True
+        self._export_ownership()
+        log.info(
+            "partitions assigned",
+            extra={
+                "partitions": sorted(p.partition for p in partitions),
+                "owned": sorted(tp.partition for tp in self._producers),
+            },
+        )
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         async with self._lock:
@@ -829,6 +850,10 @@ class Worker:
                         self.metrics.restore_last.remove(str(partition))
         if partitions:
             log.info("partitions revoked", extra={"partitions": sorted(p.partition for p in partitions)})
+        self._export_ownership()
+
+    def _export_ownership(self) -> None:
+        self.metrics.owned_partitions.set(len(self._producers))
         self.metrics.ready.set(1 if self.ready() else 0)
 
     async def _shutdown(self) -> None:
@@ -846,6 +871,7 @@ class Worker:
         if self._health is not None:
             await self._health.stop()
         self.metrics.ready.set(0)
+        self.metrics.owned_partitions.set(0)
         log.info(
             "worker stopped",
             extra={

@@ -1,0 +1,182 @@
+"""Readiness of a standby, static membership, the metrics port in use, the contracts watch."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+from toolgate._config import Config, load_config
+from toolgate._errors import ConfigError
+from toolgate.gate._gate import Gate
+from toolgate.service._metrics import HealthServer, Metrics
+from toolgate.service._service import Worker, WorkerOptions
+from toolgate.service._startup import STANDBY, ContractWatch, fingerprint, readiness_text, start_health
+from toolgate.tools._top import parse, render
+
+from tests.unit.builders import NOW
+from tests.unit.test_signing_metrics import get
+from tests.unit.test_worker_loop import World, until
+
+
+def one_partition(gate: Gate) -> World:
+    world = World(partitions=1)
+    world.gate = gate
+    return world
+
+
+class TestStandby:
+    async def test_a_worker_owning_no_partition_is_ready_and_says_standby(self, gate: Gate) -> None:
+        """Two workers over one intake partition: both ready, the one owning nothing says standby
+        in /readyz (200) and exports toolgate_owned_partitions 0."""
+        world = one_partition(gate)
+        first, second = world.worker(), world.worker()
+        tasks = [asyncio.create_task(w.run()) for w in (first, second)]
+        await until(lambda: first.ready() and second.ready() and world.broker.rebalances >= 2)
+        owner, standby = (first, second) if first._producers else (second, first)
+        assert len(owner._producers) == 1
+        assert not standby._producers
+        assert standby.status() == STANDBY
+        assert owner.status() == "ready"
+        assert standby.metrics.owned_partitions._value.get() == 0
+        assert owner.metrics.owned_partitions._value.get() == 1
+        assert standby.metrics.intake_partitions._value.get() == 1
+        assert standby.metrics.ready._value.get() == 1
+        assert standby.metrics_port is not None
+        status, body = await get(standby.metrics_port, "/readyz")
+        assert (status, body) == (200, STANDBY.encode() + b"\n")
+        for w in (first, second):
+            w.request_stop()
+        await asyncio.gather(*tasks)
+
+    def test_a_worker_that_has_not_joined_is_not_ready(self, gate: Gate) -> None:
+        """Before the group's first assignment a worker owns nothing and is not ready."""
+        worker = one_partition(gate).worker()
+        assert not worker.ready()
+        assert worker.status() == "joining the consumer group"
+
+    def test_readiness_text_orders_the_reasons(self) -> None:
+        """Restoring comes first, then joining, then a failing transaction, then standby or ready."""
+        assert readiness_text(joined=False, owned=0, restoring=True, failing=True) == "restoring"
+        assert readiness_text(joined=False, owned=0, restoring=False, failing=True).startswith("joining")
+        assert readiness_text(joined=True, owned=2, restoring=False, failing=True).startswith("not ready")
+        assert readiness_text(joined=True, owned=0, restoring=False, failing=False) == STANDBY
+        assert readiness_text(joined=True, owned=2, restoring=False, failing=False) == "ready"
+
+    def test_top_says_standby(self) -> None:
+        """toolgate top shows a ready worker that owns nothing as a standby, not as waiting."""
+        text = render(parse("toolgate_ready 1.0\ntoolgate_owned_partitions 0.0\n", 1.0), None, url="u")
+        assert "ready (standby)" in text.splitlines()[0]
+        assert "standby: owns no partition" in text
+        waiting = render(parse("toolgate_ready 0.0\ntoolgate_owned_partitions 0.0\n", 1.0), None, url="u")
+        assert "no partition assigned yet" in waiting
+
+
+class TestStaticMembership:
+    async def test_the_instance_id_reaches_the_group_consumer(self, gate: Gate) -> None:
+        """TOOLGATE_GROUP_INSTANCE_ID is passed to the group consumer as group_instance_id."""
+        world = one_partition(gate)
+        config = load_config(environ={"TOOLGATE_GROUP_INSTANCE_ID": "toolgate-2"})
+        worker = Worker(
+            config,
+            gate,
+            clock=lambda: NOW,
+            options=WorkerOptions(handle_signals=False, metrics_port=0, linger_ms=5),
+            clients=world.clients,
+            sleep=world.sleep,
+        )
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        group = [c for c in world.clients.consumers if c.group]
+        assert [c.options.get("group_instance_id") for c in group] == ["toolgate-2"]
+        worker.request_stop()
+        await task
+
+    async def test_a_dynamic_member_sends_no_instance_id(self, gate: Gate) -> None:
+        """Without the setting the consumer is a dynamic member (no group_instance_id option)."""
+        world = one_partition(gate)
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        assert all("group_instance_id" not in c.options for c in world.clients.consumers if c.group)
+        worker.request_stop()
+        await task
+
+
+class TestMetricsPort:
+    async def test_a_port_in_use_names_the_setting(self) -> None:
+        """A metrics port another process holds fails with one line naming TOOLGATE_METRICS_PORT."""
+        holder = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = holder.sockets[0].getsockname()[1]
+        try:
+            server = HealthServer(Metrics(), "127.0.0.1", port, lambda: True)
+            with pytest.raises(
+                ConfigError, match=rf"127.0.0.1:{port}: address already in use.*TOOLGATE_METRICS_PORT"
+            ):
+                await start_health(server, from_config=True)
+        finally:
+            holder.close()
+            await holder.wait_closed()
+
+
+class TestContractWatch:
+    def test_a_changed_file_is_seen_once_after_the_interval(self, tmp_path: Path) -> None:
+        """A change is reported at the first check after the interval, and only once."""
+        (tmp_path / "a.yaml").write_text("1")
+        now = [0.0]
+        watch = ContractWatch([tmp_path], 10, clock=lambda: now[0])
+        (tmp_path / "a.yaml").write_text("22")
+        now[0] = 5
+        assert not watch.changed()  # within the interval: not looked at yet
+        now[0] = 10
+        assert watch.changed()
+        now[0] = 20
+        assert not watch.changed()
+
+    def test_a_configmap_update_swaps_the_data_link(self, tmp_path: Path) -> None:
+        """A Kubernetes-style mount (files linked through ..data) changes when ..data is relinked,
+        even when the new copy has the same sizes and times."""
+        for stamp in ("..v1", "..v2"):
+            (tmp_path / stamp / "tool" / "v1").mkdir(parents=True)
+            (tmp_path / stamp / "tool" / "v1" / "contract.yaml").write_text("x")
+            os.utime(tmp_path / stamp / "tool" / "v1" / "contract.yaml", ns=(1, 1))
+        (tmp_path / "..data").symlink_to("..v1")
+        (tmp_path / "tool").symlink_to("..data/tool")
+        before = fingerprint([tmp_path])
+        assert [Path(p).name for p, _, _ in before] == ["contract.yaml"]
+        (tmp_path / "..data").unlink()
+        (tmp_path / "..data").symlink_to("..v2")
+        assert fingerprint([tmp_path]) != before
+
+    def test_off_unless_configured(self, tmp_path: Path) -> None:
+        """contracts_watch_seconds 0 (the default) builds no watch; a positive value watches
+        the contracts folder and the keyring."""
+        assert ContractWatch.of(Config()) is None
+        config = msgspec.structs.replace(
+            Config(), contracts_dir=str(tmp_path), keyring=str(tmp_path / "k.toml"), contracts_watch_seconds=5
+        )
+        watch = ContractWatch.of(config)
+        assert watch is not None
+        assert watch.paths == [tmp_path, tmp_path / "k.toml"]
+
+    async def test_the_worker_reloads_when_the_files_change(self, gate: Gate, tmp_path: Path) -> None:
+        """A running worker with a watch reloads its contracts after their files change."""
+        world = one_partition(gate)
+        (tmp_path / "c.yaml").write_text("1")
+        worker = world.worker()
+        worker.gate_factory = lambda: gate
+        now = [0.0]
+        worker._watch = ContractWatch([tmp_path], 1, clock=lambda: now[0])
+        reloads: list[bool] = []
+        original = worker.reload_contracts
+        worker.reload_contracts = lambda: reloads.append(original()) or True  # type: ignore[method-assign]
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        (tmp_path / "c.yaml").write_text("22")
+        now[0] = 2
+        await until(lambda: bool(reloads))
+        assert reloads == [True]
+        worker.request_stop()
+        await task
