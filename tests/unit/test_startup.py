@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from toolgate._config import Config, load_config
 from toolgate._errors import ConfigError
+from toolgate._secrets import check_private
 from toolgate.gate._gate import Gate
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._service import Worker, WorkerOptions
@@ -180,3 +181,30 @@ class TestContractWatch:
         assert reloads == [True]
         worker.request_stop()
         await task
+
+
+class TestKubernetesSecretMount:
+    def _mount(self, root: Path, mode: int) -> Path:
+        """A secret volume as the kubelet writes it: the file in ..<stamp>, linked via ..data."""
+        (root / "..2026_12_01_21_00_00.1").mkdir()
+        secret = root / "..2026_12_01_21_00_00.1" / "sasl-password"
+        secret.write_text("s3cret\n")
+        secret.chmod(mode)
+        (root / "..data").symlink_to("..2026_12_01_21_00_00.1")
+        (root / "sasl-password").symlink_to("..data/sasl-password")
+        return root / "sasl-password"
+
+    def test_group_readable_for_the_pods_fsgroup_is_not_warned(self, tmp_path: Path) -> None:
+        """A kubelet-mounted secret readable by the pod's group (fsGroup) is private enough."""
+        assert check_private(self._mount(tmp_path, 0o440), "X") is None
+
+    def test_readable_by_others_still_warns(self, tmp_path: Path) -> None:
+        """A kubelet-mounted secret readable by every account still gets the warning."""
+        assert "others" in (check_private(self._mount(tmp_path, 0o444), "X") or "")
+
+    def test_a_plain_group_readable_file_warns(self, tmp_path: Path) -> None:
+        """Outside a secret volume a group-readable file warns as before."""
+        plain = tmp_path / "pw"
+        plain.write_text("x")
+        plain.chmod(0o640)
+        assert "group" in (check_private(plain, "X") or "")

@@ -338,14 +338,34 @@ def _acls_principal_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _strimzi_cluster_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--strimzi-cluster",
+        metavar="NAME",
+        default="my-cluster",
+        help="--format strimzi: the Kafka resource's name (label strimzi.io/cluster; default my-cluster)",
+    )
+
+
 def _acls_plan_arguments(p: argparse.ArgumentParser) -> None:
     _acls_principal_arguments(p)
     p.add_argument(
         "--format",
-        choices=("lines", "kafka-acls"),
+        choices=("lines", "kafka-acls", "strimzi"),
         default="lines",
-        help="lines (default) or kafka-acls.sh command lines",
+        help="lines (default), kafka-acls.sh command lines, or Strimzi KafkaUser resources",
     )
+    _strimzi_cluster_argument(p)
+
+
+def _topics_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format",
+        choices=("lines", "strimzi"),
+        default="lines",
+        help="lines (default: name, partitions, replicas, configs) or Strimzi KafkaTopic resources",
+    )
+    _strimzi_cluster_argument(p)
 
 
 def _top_arguments(p: argparse.ArgumentParser) -> None:
@@ -773,6 +793,24 @@ def _topics_ensure(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
+def _topics_plan(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.service._kafka import topic_plan
+    from toolgate.tools._strimzi import dump, kafka_topics
+
+    if args.format == "strimzi":
+        header = (
+            "toolgate's six topics as Strimzi KafkaTopics (toolgate topics plan --format strimzi).\n"
+            "Requests and state must keep intake's partition count: grow them together\n"
+            "(ops/RUNBOOK.md, Growing the intake partitions)."
+        )
+        print(dump(kafka_topics(config, args.strimzi_cluster), header), end="")
+        return EXIT_OK
+    for topic in topic_plan(config):
+        configs = ",".join(f"{k}={v}" for k, v in sorted((topic.topic_configs or {}).items())) or "-"
+        print(f"{topic.name}\t{topic.num_partitions}\t{topic.replication_factor}\t{configs}")
+    return EXIT_OK
+
+
 def _print_acls(acls: Sequence[Any]) -> None:
     for acl in acls:
         print(f"{acl.principal}\t{acl.operation}\t{acl.resource}\t{acl.name}\t{acl.pattern}")
@@ -797,6 +835,15 @@ def _acls_plan(args: argparse.Namespace, config: Config) -> int:
     plan = _acl_plan(args, config)
     if args.format == "kafka-acls":
         print("\n".join(kafka_acls_commands(plan, config.bootstrap)))
+    elif args.format == "strimzi":
+        from toolgate.tools._strimzi import dump, kafka_users
+
+        try:
+            users = kafka_users(plan, args.strimzi_cluster)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        header = "The ACLs of toolgate acls plan as Strimzi KafkaUsers (toolgate acls plan --format strimzi)."
+        print(dump(users, header), end="")
     else:
         _print_acls(plan)
     return EXIT_OK
@@ -994,6 +1041,21 @@ COMMANDS: tuple[Command, ...] = (
         ("bootstrap",),
     ),
     Command(
+        ("topics", "plan"),
+        "print the six topics as ensure creates them (nothing is sent)",
+        "Print the six topics with the partition counts, replication factor and\n"
+        "configs that toolgate topics ensure creates them with, one per line, or as\n"
+        "Strimzi KafkaTopic resources (--format strimzi) for a cluster run by the\n"
+        "Strimzi operator. Nothing is sent to the cluster.",
+        (
+            "toolgate topics plan",
+            "TOOLGATE_PARTITIONS_INTAKE=12 toolgate topics plan --format strimzi --strimzi-cluster events",
+        ),
+        _topics_plan,
+        (),
+        _topics_plan_arguments,
+    ),
+    Command(
         ("acls",),
         "the Kafka ACLs of the trust boundaries",
         "The ACLs of the trust boundaries (docs/design.md, Topics and trust boundaries)\n"
@@ -1014,7 +1076,11 @@ COMMANDS: tuple[Command, ...] = (
         "Print the ACLs of the trust boundaries, one per line (principal, operation,\n"
         "resource type, name, pattern), or as kafka-acls.sh command lines. Nothing is\n"
         "sent to the cluster.",
-        ("toolgate acls plan", "toolgate acls plan --format kafka-acls --adapter User:connector-7"),
+        (
+            "toolgate acls plan",
+            "toolgate acls plan --format kafka-acls --adapter User:connector-7",
+            "toolgate acls plan --format strimzi --strimzi-cluster events",
+        ),
         _acls_plan,
         ("bootstrap",),
         _acls_plan_arguments,
