@@ -354,7 +354,7 @@ class TestBrokerDown:
     def test_run_logs_it_as_json(self) -> None:
         """The worker's output stays JSON: every line parses, one error names the address."""
         port = _closed_port()
-        done = _toolgate(["run", "--burst"], port)
+        done = _toolgate(["run", "--burst", "--keyring", "contracts/fixtures-keyring.toml"], port)
         assert done.returncode == 2, done.stderr
         lines = [json.loads(line) for line in done.stderr.splitlines()]
         errors = [line for line in lines if line["logger"] == "toolgate" and line["level"] == "error"]
@@ -511,6 +511,8 @@ class TestRunConfigurationLog:
                 "7",
                 "--contracts",
                 str(CONTRACTS),
+                "--keyring",
+                str(CONTRACTS / "fixtures-keyring.toml"),
                 "--metrics-host",
                 "127.0.0.2",
             ],

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 from pathlib import Path
 
@@ -11,13 +13,25 @@ import pytest
 from toolgate._config import Config, load_config
 from toolgate._errors import ConfigError
 from toolgate._secrets import check_private
+from toolgate.cli import main
+from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
+from toolgate.gate._signing import Keyring
+from toolgate.service._kafka import ensure_topics
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._service import Worker, WorkerOptions
-from toolgate.service._startup import STANDBY, ContractWatch, fingerprint, readiness_text, start_health
+from toolgate.service._startup import (
+    STANDBY,
+    ContractWatch,
+    check_signature_keys,
+    fingerprint,
+    readiness_text,
+    start_health,
+)
 from toolgate.tools._top import parse, render
 
-from tests.unit.builders import NOW
+from tests.fakes.kafka import FakeBroker, FakeClients
+from tests.unit.builders import CONTRACTS, NOW
 from tests.unit.test_signing_metrics import get
 from tests.unit.test_worker_loop import World, until
 
@@ -208,3 +222,79 @@ class TestKubernetesSecretMount:
         plain.write_text("x")
         plain.chmod(0o640)
         assert "group" in (check_private(plain, "X") or "")
+
+
+class TestSignatureKeys:
+    def test_a_signed_contract_without_its_key_refuses_to_start(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """toolgate run without the key a signed contract names: exit 2, one error naming the
+        contract, the key id and TOOLGATE_KEYRING."""
+        monkeypatch.delenv("TOOLGATE_KEYRING", raising=False)
+        assert main(["run", "--burst", "--contracts", str(CONTRACTS)]) == 2
+        (error,) = [json.loads(line) for line in capsys.readouterr().err.splitlines() if '"error"' in line]
+        assert error["event"].startswith("contract deploy_status@v1 (")
+        assert "requires signature key 'deploy-adapter-2026', which the keyring lacks" in error["event"]
+        assert "TOOLGATE_KEYRING is not set" in error["event"]
+
+    def test_a_keyring_without_the_key_is_named(self, tmp_path: Path) -> None:
+        """A keyring that lacks a contract's key is named with the key id."""
+        keyring = tmp_path / "keyring.toml"
+        keyring.write_text(
+            '[keys.other]\nalgorithm = "hmac-sha256"\nadapter = "a"\n'
+            'secret = "lpB8cjyRnnxVykTmaZcGkiKIIwWTSK2Ewp4xBHm+jwc="\n'
+        )
+        gate = Gate(ContractSet.load(CONTRACTS), Keyring.load(keyring))
+        with pytest.raises(ConfigError, match=rf"TOOLGATE_KEYRING={keyring}"):
+            check_signature_keys(gate, str(keyring))
+
+    def test_a_key_of_another_algorithm_is_refused(self, tmp_path: Path) -> None:
+        """A key under the right id but of another algorithm is refused too."""
+        keyring = tmp_path / "keyring.toml"
+        text = (CONTRACTS / "fixtures-keyring.toml").read_text()
+        keyring.write_text(
+            text.replace(
+                '[keys.deploy-adapter-2026]\nalgorithm = "hmac-sha256"',
+                '[keys.deploy-adapter-2026]\nalgorithm = "ed25519"\n'
+                'public_key = "AW23o8+rkQ/bWWurcgU9i92doW2+f3jv77zNBtVnyik="',
+            )
+        )
+        gate = Gate(ContractSet.load(CONTRACTS), Keyring.load(keyring, environ={}))
+        with pytest.raises(
+            ConfigError, match="requires a hmac-sha256 key 'deploy-adapter-2026'; the keyring's is ed25519"
+        ):
+            check_signature_keys(gate, str(keyring))
+
+    def test_the_fixture_keyring_has_every_key(self) -> None:
+        """The bundled contracts with their fixture keyring pass the check."""
+        keyring = CONTRACTS / "fixtures-keyring.toml"
+        check_signature_keys(
+            Gate(ContractSet.load(CONTRACTS), Keyring.load(keyring, environ={})), str(keyring)
+        )
+
+
+class TestTopicCounts:
+    async def test_the_worker_logs_the_topics_real_counts(
+        self, gate: Gate, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The start-up "topics" line has each topic's partition count as the cluster has it."""
+        caplog.set_level(logging.INFO, logger="toolgate.worker")
+        world = one_partition(gate)
+        worker = world.worker(burst=True)
+        await worker.run()
+        (line,) = [r for r in caplog.records if r.getMessage() == "topics"]
+        topics = Config().topics
+        assert line.partitions == {**dict.fromkeys(topics.names(), 1), topics.quarantine: 1}  # type: ignore[attr-defined]
+
+    async def test_topics_ensure_exits_1_on_copartition_mismatch(self) -> None:
+        """topics ensure on requests with another count than intake: an error naming both counts
+        and the grow command, like the worker's refusal."""
+        broker = FakeBroker()
+        broker.create_topic("toolgate.intake", 6)
+        broker.create_topic("toolgate.requests", 3)
+        report = await ensure_topics(Config(), clients=FakeClients(broker))
+        assert report.problems == [
+            "toolgate.requests has 3 partitions and toolgate.intake has 6: they must be equal (state is "
+            "restored per intake partition); grow them together: toolgate topics grow --partitions 6"
+        ]
+        assert len(broker.logs["toolgate.state"]) == 6  # created with intake's count

@@ -641,8 +641,12 @@ def _run(args: argparse.Namespace, config: Config) -> int:
         metrics_host=args.metrics_host or config.metrics_host,
     )
 
+    from toolgate.service._startup import check_signature_keys
+
     def load_gate() -> Gate:
-        return _load_gate(config, config.keyring)
+        gate = _load_gate(config, config.keyring)
+        check_signature_keys(gate, config.keyring)  # a reload that drops a needed key is refused too
+        return gate
 
     gate = load_gate()
     options = WorkerOptions(
@@ -656,7 +660,9 @@ def _run(args: argparse.Namespace, config: Config) -> int:
         "configuration",
         extra={
             # The values in force: defaults, file, environment and flags merged.
-            "config": config.masked(),
+            # The configured partition counts are what topics ensure creates; the topics'
+            # real counts follow in the worker's "topics" line.
+            "config": {k: v for k, v in config.masked().items() if k != "partitions"},
             "options": {
                 "batch_size": options.batch_size,
                 "linger_ms": options.linger_ms,
@@ -789,8 +795,10 @@ def _topics_ensure(args: argparse.Namespace, config: Config) -> int:
         print(f"exists   {name}")
     for warning in report.warnings:
         print(f"warning  {warning}")
+    for problem in report.problems:
+        print(f"error    {problem}")
     print(f"{config.bootstrap}: {len(report.created)} created, {len(report.existing)} already existed")
-    return EXIT_OK
+    return EXIT_PROBLEM if report.problems else EXIT_OK
 
 
 def _topics_plan(args: argparse.Namespace, config: Config) -> int:

@@ -404,6 +404,17 @@ class TopicReport:
     created: list[str] = field(default_factory=list)
     existing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Requests or state with another partition count than intake: the worker refuses to start.
+    problems: list[str] = field(default_factory=list)
+
+
+def copartition_problem(name: str, count: int, intake_name: str, intake: int) -> str:
+    """One line for a co-partitioned topic whose count differs from intake's, with the fix."""
+    target = max(count, intake)
+    return (
+        f"{name} has {count} partitions and {intake_name} has {intake}: they must be equal (state is "
+        f"restored per intake partition); grow them together: toolgate topics grow --partitions {target}"
+    )
 
 
 def topic_plan(config: Config) -> list[NewTopic]:
@@ -477,8 +488,15 @@ async def ensure_topics(
         if report.existing:
             described = await admin.describe_topics(report.existing)
             wanted = {topic.name: topic.num_partitions for topic in plan}
+            actual = {info["topic"]: len(info.get("partitions", [])) for info in described}
+            intake = actual.get(t.intake, wanted[t.intake])
+            for name in (t.requests, t.state):
+                if actual.get(name, intake) != intake:
+                    report.problems.append(copartition_problem(name, actual[name], t.intake, intake))
             for info in described:
                 count = len(info.get("partitions", []))
+                if info["topic"] in (t.requests, t.state) and count != intake:
+                    continue  # a problem, reported above
                 if count != wanted[info["topic"]]:
                     report.warnings.append(
                         f"{info['topic']} has {count} partitions, configuration says "

@@ -34,7 +34,6 @@ from typing import Any
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from toolgate._config import Config
-from toolgate._errors import ConfigError
 from toolgate.gate._batch import ShadowSampler, decide_batch
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
@@ -54,7 +53,14 @@ from toolgate.service._kafka import (
     send_records,
 )
 from toolgate.service._metrics import HealthServer, Metrics
-from toolgate.service._startup import ContractWatch, readiness_text, start_health, static_membership
+from toolgate.service._startup import (
+    ContractWatch,
+    check_copartitioned,
+    log_topics,
+    readiness_text,
+    start_health,
+    static_membership,
+)
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
 from toolgate.service._transport import CONNECT_TIMEOUT_S
@@ -331,19 +337,10 @@ class Worker:
         """Requests and the state changelog must have intake's partition count (a request
         id's request, accepted attempts and results then sit in the same partition number)."""
         topics = self.config.topics
-        intake = len(await partitions_of(self._clients, topics.intake))
-        if not intake:
-            raise ConfigError(f"topic {topics.intake!r} does not exist (run: toolgate topics ensure)")
-        for name in (topics.requests, topics.state):
-            count = len(await partitions_of(self._clients, name))
-            if not count:
-                raise ConfigError(f"topic {name!r} does not exist (run: toolgate topics ensure)")
-            if count != intake:
-                raise ConfigError(
-                    f"{name} has {count} partitions and {topics.intake} has {intake}: "
-                    "they must be equal (state is restored per intake partition)"
-                )
-        self._intake_count = intake
+        counts = {name: len(await partitions_of(self._clients, name)) for name in topics.names()}
+        log_topics(counts)
+        check_copartitioned(topics, counts)
+        self._intake_count = counts[topics.intake]
 
     async def _restore(self, partitions: set[int]) -> None:
         """Read the owned partitions' requests up to the end offsets read now, before deciding

@@ -4,16 +4,20 @@ metrics port, and the watch that reloads contracts and keyring when their files 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolgate._config import Config
+from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
+from toolgate.gate._gate import Gate
+from toolgate.service._kafka import copartition_problem
 from toolgate.service._metrics import HealthServer
 
+log = logging.getLogger("toolgate.worker")
 STANDBY = "ready: standby (owns no intake partition: more workers than partitions)"
 
 
@@ -114,3 +118,50 @@ class ContractWatch:
             return False
         self._seen = current
         return True
+
+
+def check_signature_keys(gate: Gate, keyring_file: str | None) -> None:
+    """Refuse to start when a signed contract names a key the keyring lacks (every such result
+    would be ``BAD_SIGNATURE``): one line naming the contract, the key id and the keyring.
+
+    Raises:
+        ConfigError: the first contract version whose key is missing or of another algorithm.
+    """
+    where = f"TOOLGATE_KEYRING={keyring_file}" if keyring_file else "no keyring: TOOLGATE_KEYRING is not set"
+    for contract in gate.contracts:
+        signature = contract.spec.signature
+        if signature is None:
+            continue
+        key = gate.keyring.get(signature.key_id)
+        if key is None:
+            raise ConfigError(
+                f"contract {contract.key} ({contract.path}) requires signature key {signature.key_id!r}, "
+                f"which the keyring lacks ({where})"
+            )
+        if key.algorithm != signature.algorithm:
+            raise ConfigError(
+                f"contract {contract.key} ({contract.path}) requires a {signature.algorithm} key "
+                f"{signature.key_id!r}; the keyring's is {key.algorithm} ({where})"
+            )
+
+
+def log_topics(counts: dict[str, int]) -> None:
+    """The topics' real partition counts, as the cluster has them (0: the topic is missing)."""
+    log.info("topics", extra={"partitions": counts})
+
+
+def check_copartitioned(topics: Topics, counts: dict[str, int]) -> None:
+    """Requests and the state changelog must exist with intake's partition count (a request id's
+    request, accepted attempts and results then sit in the same partition number).
+
+    Raises:
+        ConfigError: naming the topic, both counts and the command that fixes it.
+    """
+    for name in (topics.intake, topics.requests, topics.state):
+        if not counts.get(name):
+            raise ConfigError(f"topic {name!r} does not exist (run: toolgate topics ensure)")
+    intake = counts[topics.intake]
+    for name in (topics.requests, topics.state):
+        if counts[name] != intake:
+            raise ConfigError(copartition_problem(name, counts[name], topics.intake, intake))
+
