@@ -164,4 +164,3 @@ def check_copartitioned(topics: Topics, counts: dict[str, int]) -> None:
     for name in (topics.requests, topics.state):
         if counts[name] != intake:
             raise ConfigError(copartition_problem(name, counts[name], topics.intake, intake))
-
