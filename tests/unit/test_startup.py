@@ -17,17 +17,20 @@ from toolgate.cli import main
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
-from toolgate.service._kafka import ensure_topics
+from toolgate.service._kafka import ensure_topics, partition_of
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._service import Worker, WorkerOptions
 from toolgate.service._startup import (
     STANDBY,
     ContractWatch,
+    at_home,
     check_signature_keys,
     fingerprint,
     readiness_text,
     start_health,
 )
+from toolgate.service._store import reading
+from toolgate.tools._grow import GrowRefused, grow_topics
 from toolgate.tools._top import parse, render
 
 from tests.fakes.kafka import FakeBroker, FakeClients
@@ -186,7 +189,12 @@ class TestContractWatch:
         worker._watch = ContractWatch([tmp_path], 1, clock=lambda: now[0])
         reloads: list[bool] = []
         original = worker.reload_contracts
-        worker.reload_contracts = lambda: reloads.append(original()) or True  # type: ignore[method-assign]
+
+        def counted() -> bool:
+            reloads.append(original())
+            return reloads[-1]
+
+        worker.reload_contracts = counted  # type: ignore[method-assign]
         task = asyncio.create_task(worker.run())
         await until(worker.ready)
         (tmp_path / "c.yaml").write_text("22")
@@ -298,3 +306,50 @@ class TestTopicCounts:
             "restored per intake partition); grow them together: toolgate topics grow --partitions 6"
         ]
         assert len(broker.logs["toolgate.state"]) == 6  # created with intake's count
+
+
+class TestAtHome:
+    def test_a_record_outside_its_keys_partition_is_skipped(self) -> None:
+        """A record read from another partition than its key's (left there by a growth) is not
+        applied; one at home, one with no key, or one read outside a reader is."""
+        key = b"req.home0001"
+        home = partition_of(key, 6)
+        token = reading.set(("t", home, 0))
+        try:
+            assert at_home(key, 6)
+            assert at_home(None, 6)
+        finally:
+            reading.reset(token)
+        token = reading.set(("t", (home + 1) % 6, 0))
+        try:
+            assert not at_home(key, 6)
+            assert at_home(key, 0)  # the count is not known yet
+        finally:
+            reading.reset(token)
+        assert at_home(key, 6)
+
+
+class TestGrowRefusals:
+    async def test_fewer_partitions_than_the_topics_have(self) -> None:
+        """Kafka cannot shrink a topic: a smaller count is a configuration error naming the topic."""
+        broker = FakeBroker()
+        await ensure_topics(Config(), clients=FakeClients(broker))
+        with pytest.raises(ConfigError, match=r"--partitions 2: toolgate\.requests already has 3 partitions"):
+            await grow_topics(Config(), 2, clients=FakeClients(broker))
+
+    async def test_a_missing_topic(self) -> None:
+        """A missing co-partitioned topic names topics ensure."""
+        with pytest.raises(ConfigError, match="does not exist"):
+            await grow_topics(Config(), 6, clients=FakeClients(FakeBroker()))
+
+    async def test_a_group_with_members_is_refused(self, gate: Gate) -> None:
+        """While a worker is a member of the group nothing is grown."""
+        world = one_partition(gate)
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        with pytest.raises(GrowRefused, match="has 1 members"):
+            await grow_topics(Config(), 6, clients=world.clients)
+        assert len(world.broker.logs[Config().topics.intake]) == 1
+        worker.request_stop()
+        await task

@@ -358,6 +358,23 @@ def _acls_plan_arguments(p: argparse.ArgumentParser) -> None:
     _strimzi_cluster_argument(p)
 
 
+def _topics_grow_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--partitions",
+        type=_positive_int,
+        required=True,
+        metavar="N",
+        help="the new partition count of intake, requests and state",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="read each topic to its end within S seconds (default 30)",
+    )
+
+
 def _topics_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
@@ -801,6 +818,20 @@ def _topics_ensure(args: argparse.Namespace, config: Config) -> int:
     return EXIT_PROBLEM if report.problems else EXIT_OK
 
 
+def _topics_grow(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.tools._grow import GrowRefused, describe, grow_topics
+
+    _check_broker(config)
+    try:
+        report = asyncio.run(grow_topics(config, args.partitions, wait_s=args.wait))
+    except GrowRefused as exc:
+        print(f"toolgate: not grown: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    for line in describe(report):
+        print(line)
+    return EXIT_OK
+
+
 def _topics_plan(args: argparse.Namespace, config: Config) -> int:
     from toolgate.service._kafka import topic_plan
     from toolgate.tools._strimzi import dump, kafka_topics
@@ -1047,6 +1078,24 @@ COMMANDS: tuple[Command, ...] = (
         ),
         _topics_ensure,
         ("bootstrap",),
+    ),
+    Command(
+        ("topics", "grow"),
+        "grow intake, requests and state together (drain first)",
+        "Grow the co-partitioned topics (intake, requests, state) to N partitions and\n"
+        "move every live request record and accepted-attempts entry to the partition\n"
+        "its key belongs to under N, so no live request is looked up in the wrong place.\n"
+        "Refused (exit 1) while the worker group has members or intake holds a record\n"
+        "no worker decided: pause the adapters and the platform, let the workers drain\n"
+        "intake, stop them, grow, start them, resume (ops/RUNBOOK.md, Growing the\n"
+        "intake partitions). Idempotent: run it again after an interruption.",
+        (
+            "toolgate topics grow --partitions 6",
+            "toolgate topics grow --partitions 24 --bootstrap kafka:9092 --wait 120",
+        ),
+        _topics_grow,
+        ("bootstrap",),
+        _topics_grow_arguments,
     ),
     Command(
         ("topics", "plan"),

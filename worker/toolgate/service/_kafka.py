@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, TopicAlreadyExistsError, for_code
 from aiokafka.producer import sender as aiokafka_sender
@@ -216,6 +216,8 @@ class Admin(Protocol):
     async def delete_topics(self, topics: list[str]) -> Any: ...
     async def send(self, request: Any) -> Any: ...
     async def send_to_coordinator(self, group_id: str, request: Any) -> Any: ...
+    async def create_partitions(self, counts: dict[str, int]) -> None: ...
+    async def group_members(self, group_id: str) -> int: ...
 
 
 class KafkaClients(Protocol):
@@ -286,6 +288,22 @@ class _AiokafkaAdmin:
         node = await self._admin.find_coordinator(group_id)
         client = await self._raw_client()
         return await client.send(node, request)
+
+    async def create_partitions(self, counts: dict[str, int]) -> None:
+        """Grow each topic to its count; a refusal raises the broker's error for that topic."""
+        response = await self._admin.create_partitions({name: NewPartitions(n) for name, n in counts.items()})
+        for name, code, message in response.topic_errors:
+            if code:
+                error = for_code(code)
+                raise BrokerError(
+                    f"growing topic {name!r}: {message or error.__name__}", retriable=error.retriable
+                )
+
+    async def group_members(self, group_id: str) -> int:
+        """How many members the consumer group has now (static members count until they leave)."""
+        (described,) = await self._admin.describe_consumer_groups([group_id])
+        (group,) = described.groups
+        return len(group[5])  # error_code, group, state, protocol_type, protocol, members
 
 
 # A transaction that begins right after the previous one committed finds the broker still

@@ -55,6 +55,7 @@ from toolgate.service._kafka import (
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._startup import (
     ContractWatch,
+    at_home,
     check_copartitioned,
     log_topics,
     readiness_text,
@@ -302,6 +303,8 @@ class Worker:
 
     def _apply_request(self, key: bytes | None, value: bytes | None) -> None:
         """A requests-topic record; a tombstone also ends the request's accepted attempts."""
+        if not at_home(key, self._intake_count):
+            return
         self.requests.apply(key, value)
         if value is None and key is not None and self.ledger.end(key.decode("utf-8", "replace")):
             self._ended.setdefault(partition_of(key, self._intake_count), set()).add(
@@ -311,6 +314,8 @@ class Worker:
     def _apply_state(self, key: bytes | None, value: bytes | None) -> None:
         """A state-changelog record read at restore; an ended request's entry is not held
         and its tombstone is due."""
+        if not at_home(key, self._intake_count):
+            return
         if not self.ledger.apply(key, value, self.clock()) and key is not None:
             self._ended.setdefault(partition_of(key, self._intake_count), set()).add(
                 key.decode("utf-8", "replace")

@@ -14,8 +14,9 @@ from typing import Any
 from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
 from toolgate.gate._gate import Gate
-from toolgate.service._kafka import copartition_problem
+from toolgate.service._kafka import copartition_problem, partition_of
 from toolgate.service._metrics import HealthServer
+from toolgate.service._store import reading
 
 log = logging.getLogger("toolgate.worker")
 STANDBY = "ready: standby (owns no intake partition: more workers than partitions)"
@@ -164,3 +165,17 @@ def check_copartitioned(topics: Topics, counts: dict[str, int]) -> None:
     for name in (topics.requests, topics.state):
         if counts[name] != intake:
             raise ConfigError(copartition_problem(name, counts[name], topics.intake, intake))
+
+
+def at_home(key: bytes | None, count: int) -> bool:
+    """The record being read (``_store.reading``) sits in its key's partition under ``count``.
+
+    Growing the partitions (``toolgate topics grow``) copies each live request and accepted
+    attempt to its key's new partition and tombstones the old copy; a record left where its
+    key no longer belongs, a value or a tombstone, says nothing about the request and is
+    skipped, whichever order a restore reads the partitions in.
+    """
+    where = reading.get()
+    if key is None or where is None or not count:
+        return True
+    return partition_of(key, count) == where[1]
