@@ -247,6 +247,7 @@ class TestBadInput:
             ("check",): ["r.json"],
             ("contracts", "diff"): ["a", "b"],
             ("contracts", "import-mcp"): ["--server", "s", "--tools-list", "t.json"],
+            ("topics", "grow"): ["--partitions", "6"],
         }.get(words, [])
         code, _, err = _run([*words, *positionals, "--no-such-option"], capsys)
         assert code == 2
