@@ -19,6 +19,7 @@ help:
 	@echo "make rules      alert rules with runbook URLs under RUNBOOK_BASE_URL=... (into RULES_OUT)"
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
 	@echo "make bench-gate the gate benchmark (ops/bench/gate_bench.py)"
+	@echo "make bench-scale the scale-out run, static and dynamic membership (ops/bench/scale_bench.py)"
 	@echo "make chart      helm lint + template of deploy/helm/toolgate, validated by kubeconform"
 	@echo "make strimzi    deploy/strimzi/{topics,users}.yaml: KafkaTopics and KafkaUsers from the code"
 
@@ -179,6 +180,10 @@ stop:
 
 bench-gate: install
 	$(BIN)/python ops/bench/gate_bench.py
+
+# The scale-out run in full (1 -> 4 -> 1 workers, one restart), static and dynamic membership.
+bench-scale: install broker-up
+	$(BIN)/python ops/bench/scale_bench.py
 
 clean:
 	-bash ops/worker.sh stop
