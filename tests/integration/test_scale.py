@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from toolgate._config import Config
+from toolgate.service._kafka import client_settings
 
 from tests.integration.scale_kit import ScaleRun, clean, hpa_replicas, keda_partition_lag, keda_total_lag
-from tests.integration.worker_kit import CLEAN, drop_topics, private_config
+from tests.integration.test_worker import make_worker, run_until
+from tests.integration.worker_kit import CLEAN, drop_topics, private_config, publish, samples
 
 
 class TestKedaFormula:
@@ -44,3 +48,75 @@ class TestScaleOut:
         assert report.restart_rebalanced == [], report.lines()
         assert all(e.settled_s is not None for e in report.events), report.lines()
         assert report.drained_lag["earliest"] <= 12, report.lines()
+
+
+class TestDrainedLag:
+    """What KEDA's formula gives on a drained intake with this worker (docs/kubernetes.md)."""
+
+    async def test_plain_and_transactional_adapters(self, bootstrap: str) -> None:
+        """Adapters writing plainly leave a drained partition at lag 0; adapters writing in
+        transactions leave each written partition at lag 1 (the commit marker after the last
+        decided record), a partition never written at 0 (earliest) or 1 (latest): at most one
+        per partition, below activationLagThreshold = partitions + 1 or more."""
+        config = await private_config(bootstrap, partitions=12)
+        try:
+            items = samples(120, seed=41)
+            plain, transactional = items[:60], items[60:]
+            await publish(config, plain)
+            await run_until(make_worker(config, burst=True), len(plain))
+            after_plain = await keda_lags(config)
+            producer = AIOKafkaProducer(
+                **client_settings(config), transactional_id=f"adapter-{config.group_id}"
+            )
+            await producer.start()
+            try:
+                for sample in transactional:
+                    raw = sample.request_bytes()
+                    if raw is not None:
+                        await producer.send_and_wait(
+                            config.topics.requests, raw, key=sample.request_id.encode()
+                        )
+                written: set[int] = set()
+                for sample in transactional[:30]:  # a few partitions only
+                    async with producer.transaction():
+                        message = sample.message
+                        sent = await producer.send_and_wait(
+                            config.topics.intake,
+                            message.value,
+                            key=message.key,
+                            headers=list(message.headers),
+                        )
+                        written.add(sent.partition)
+            finally:
+                await producer.stop()
+            await run_until(make_worker(config, burst=True), 30)
+            after_txn = await keda_lags(config)
+        finally:
+            await drop_topics(config)
+        print(f"\nKEDA per-partition lag, drained, plain adapter: {after_plain}")
+        print(
+            f"KEDA per-partition lag, drained, transactional adapter: {after_txn} (written: {sorted(written)})"
+        )
+        assert after_plain["earliest"] == [0] * 12
+        assert [after_txn["earliest"][p] for p in sorted(written)] == [1] * len(written)
+        assert max(after_txn["latest"]) <= 1
+
+
+async def keda_lags(config: Config) -> dict[str, list[int]]:
+    """Per-partition KEDA lag of the group on intake, for both offset reset policies."""
+    admin = AIOKafkaAdminClient(**client_settings(config))
+    reader = AIOKafkaConsumer(**client_settings(config), group_id=None)
+    await admin.start()
+    await reader.start()
+    try:
+        tps = [TopicPartition(config.topics.intake, p) for p in range(12)]
+        offsets = await admin.list_consumer_group_offsets(config.group_id)
+        committed = {tp.partition: m.offset for tp, m in offsets.items() if tp.topic == config.topics.intake}
+        newest = {tp.partition: n for tp, n in (await reader.end_offsets(tps)).items()}
+    finally:
+        await reader.stop()
+        await admin.close()
+    return {
+        policy: [keda_partition_lag(committed.get(p), newest[p], policy) for p in range(12)]
+        for policy in ("earliest", "latest")
+    }
