@@ -44,11 +44,11 @@ def expected(live: LiveWorker) -> dict[tuple[str, str, str, str], tuple[int, str
 def rows(stdout: str) -> dict[tuple[str, str, str, str], tuple[int, str, str]]:
     """The table's rows (after its title and header), parsed back."""
     out = {}
-    for line in stdout.splitlines()[2:]:
+    for line in stdout.split("\n\n", 1)[0].splitlines()[2:]:
         cells = line.split()
-        # tool code adapter path count first-date first-time last-date last-time
+        # tool code adapter path count replayed resolved first-date first-time last-date last-time
         tool, code, adapter, path, count = cells[:5]
-        out[(tool, code, adapter, path)] = (int(count), " ".join(cells[5:7]), " ".join(cells[7:9]))
+        out[(tool, code, adapter, path)] = (int(count), " ".join(cells[7:9]), " ".join(cells[9:11]))
     return out
 
 
@@ -77,6 +77,10 @@ class TestQuarantineSummary:
         assert result.returncode == 0, result.stderr
         assert rows(result.stdout) == want
         assert all(path.startswith("/") for _, _, _, path in want)  # schema paths are shown
+        tool, code = result.stdout.splitlines()[2].split()[:2]  # the top row: most records
+        assert result.stdout.splitlines()[-1] == (
+            f"its values: toolgate quarantine tail --tool {tool} --code {code} --value -n 5"
+        )
 
     def test_nothing_matched(self, live: LiveWorker) -> None:
         """A filter that matches nothing prints the title with 0 matched and no table."""

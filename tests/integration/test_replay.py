@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client import generate_latest
 from toolgate._config import Config
@@ -17,12 +18,15 @@ from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
 from toolgate.service._service import Worker, WorkerOptions
+from toolgate.tools._quarantine import Filters, format_summary, summary
 from toolgate.tools._replay import Selection, apply, read_quarantine, run_replay
 
 from tests.integration.worker_kit import (
     CONTRACTS,
     KEYRING,
+    high_watermarks,
     read_all,
+    topic_partitions,
 )
 
 
@@ -39,6 +43,12 @@ def contracts_with_v2(root: Path, status: str) -> Path:
     schema["$defs"]["reviewStatus"]["properties"]["comment"] = {"type": "string", "maxLength": 200}
     (folder / "schema.json").write_text(json.dumps(schema))
     return root
+
+
+async def quarantine_offsets(config: Config) -> int:
+    """The offsets the quarantine topic holds (its partitions' high watermarks, from offset 0)."""
+    tps = await topic_partitions(config, config.topics.quarantine)
+    return sum((await high_watermarks(config, tps)).values())
 
 
 def gate_for(root: Path) -> Gate:
@@ -205,6 +215,22 @@ class TestReplay:
         assert all(e["replay_of"].startswith(f"{config.topics.quarantine}/") for e in replays)
         assert all(e["replay"] == 0 for e in audit if e not in replays)
 
+    async def test_progress_counts_records_not_offsets(
+        self, config: Config, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The quarantine, written in transactions, has markers between its records: the
+        progress line ends with the records read, not the offsets."""
+        await publish_reviews(config, 6, comment_every=1)
+        await decide_all(config, gate_for(CONTRACTS), 6)
+        capsys.readouterr()
+        records, read = await read_quarantine(config, Selection())
+        err = capsys.readouterr().err
+        assert read == len(records) == 6
+        offsets = await quarantine_offsets(config)  # records and the transactions' commit markers
+        assert offsets > read
+        assert err.splitlines()[-1].startswith("reading quarantine: 6 records in ")
+        assert f"/{offsets}" not in err
+
     async def test_no_match_says_so(self, config: Config) -> None:
         """A selection that matches nothing says so instead of stopping silently."""
         await publish_reviews(config, 2, comment_every=1)
@@ -259,6 +285,31 @@ class TestReplay:
         await run_replay(config, fixed, Selection(), apply_it=False, max_replays=3, now=later, out=out)
         assert "REQUEST_EXPIRED" in out.getvalue()
         assert f"{len(has_comment)} answer requests that have expired" in out.getvalue()
+
+
+class TestSummaryMarks:
+    async def test_replayed_resolved_and_unreplayed(self, config: Config, tmp_path: Path) -> None:
+        """summary marks a replay rejected again as replayed, an accepted one as resolved;
+        --unreplayed counts what is left: the untouched record and the new copy of the failed replay."""
+        started = datetime.now(UTC) - timedelta(minutes=1)
+        await publish_reviews(config, 6, comment_every=2)  # 3 results with `comment`: quarantined
+        await decide_all(config, gate_for(CONTRACTS), 6)
+        quarantined, _ = await read_quarantine(config, Selection())
+        assert len(quarantined) == 3
+        first, second, _ = sorted(quarantined, key=lambda r: (r.partition, r.offset))
+        await apply(config, [first], 3)
+        await decide_all(config, gate_for(CONTRACTS), 1)  # not fixed: quarantined again
+        await apply(config, [second], 3)
+        await decide_all(config, gate_for(contracts_with_v2(tmp_path / "fixed", "active")), 1)
+
+        rows, read = await summary(config, filters=Filters(), replays_since=started)
+        assert read == 4
+        assert [(r.count, r.replayed, r.resolved) for r in rows] == [(4, 2, 1)]
+        title = format_summary(rows, read, config.topics.quarantine)[0]
+        assert title.endswith("4 of 4 quarantine records matched (2 replayed, 1 resolved by a replay)")
+
+        left, _ = await summary(config, filters=Filters(unreplayed=True), replays_since=started)
+        assert [(r.count, r.replayed, r.resolved) for r in left] == [(2, 0, 0)]
 
 
 class TestShadowLive:

@@ -29,7 +29,7 @@ NOW = datetime.fromisoformat(MANIFEST["now"])
 REQUEST_ID: str = MANIFEST["request_id"]
 TIME_BOUND_S = 0.5  # CPU seconds per case, gate only; the slowest case takes a few milliseconds
 INVALID = {"code": "INVALID_RESPONSE", "retryable": False}
-# The parse-policy codes of the README: the corpus must exercise every one.
+# The parse-policy codes (docs/security.md, Parse policy for hostile input): the corpus exercises each.
 PARSE_CODES = {
     "DUPLICATE_KEY",
     "MALFORMED_JSON",
@@ -168,7 +168,7 @@ class TestManifest:
             assert case["source"] in ("hand", "generate.py"), case["file"]
 
     def test_corpus_covers_the_parse_policy(self) -> None:
-        """Every parse-stage code of the README's policy has cases, hand-written ones and generated."""
+        """Every parse-stage code of the parse policy has cases, hand-written ones and generated."""
         parse = {c["code"] for c in CASES if c["stage"] == "parse"}
         assert parse == PARSE_CODES
         assert {c["source"] for c in CASES} == {"hand", "generate.py"}

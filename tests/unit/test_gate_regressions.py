@@ -1,6 +1,6 @@
 """Regressions: gate defects the hostile-input corpus and the fuzzers found, now fixed.
 
-Each test states the behaviour the README's policy asks for and guards its fix.
+Each test states the behaviour the documented policy asks for and guards its fix.
 """
 
 from __future__ import annotations

@@ -156,8 +156,9 @@ class TestSummary:
         assert rows[2].first_seen == datetime.fromtimestamp(1_777_000_000, UTC)
         lines = format_summary(rows, 9, "toolgate.quarantine")
         assert lines[0] == "toolgate.quarantine: 5 of 9 quarantine records matched"
+        assert lines[1].split()[5:8] == ["count", "replayed", "resolved"]  # "schema path" is two words
         assert lines[2].split() == [
-            "job_status", "SCHEMA_VIOLATION", "2.0.1", "/$defs/job/additionalProperties", "3",
+            "job_status", "SCHEMA_VIOLATION", "2.0.1", "/$defs/job/additionalProperties", "3", "0", "0",
             "2026-05-01", "09:00:00", "2026-05-01", "10:00:00",
         ]  # fmt: skip
 
@@ -168,3 +169,86 @@ class TestSummary:
         records = [record(), record(**{"tg-error-code": "BAD_SIGNATURE"})]
         rows = summarise(records, Filters(code="BAD_SIGNATURE"))
         assert [(r.code, r.count) for r in rows] == [("BAD_SIGNATURE", 1)]
+
+
+def audit(**fields: object) -> bytes:
+    event: dict[str, object] = {"kind": "decision", "outcome": "rejected", "raw_sha256": "s", "replay": 0}
+    event.update(fields)
+    return json.dumps(event).encode()
+
+
+class TestReplayMarks:
+    """summary marks replayed and resolved records from the audit topic's replay decisions."""
+
+    def quarantine(self) -> list[Record]:
+        """Three quarantined results of three requests, at offsets 0, 1, 2 of partition 0."""
+        out = []
+        for offset in range(3):
+            rec = record(**{"tg-raw-sha256": f"sha{offset}"})
+            out.append(Record(offset=offset, key=f"req.{offset}".encode(), headers=rec.headers))
+        return out
+
+    def test_replayed_resolved_and_left(self) -> None:
+        """A replay rejected again marks its record replayed; an accepted replay resolves its result."""
+        from toolgate.tools._quarantine import ReplayMarks, format_summary, summarise
+
+        marks = ReplayMarks()
+        marks.apply(b"req.0", audit(request_id="req.0", replay=1, replay_of="q/0/0"))  # rejected again
+        marks.apply(b"req.1", audit(request_id="req.1", replay=1, replay_of="q/0/1", outcome="success",
+                                    raw_sha256="sha1"))  # fmt: skip
+        marks.apply(
+            b"req.2", audit(request_id="req.2", replay=0, outcome="success", raw_sha256="sha2")
+        )  # live
+        (row,) = summarise(self.quarantine(), Filters(), marks, "q")
+        assert (row.count, row.replayed, row.resolved) == (3, 2, 1)
+        lines = format_summary([row], 3, "q")
+        assert lines[0] == "q: 3 of 3 quarantine records matched (2 replayed, 1 resolved by a replay)"
+        assert lines[2].split()[4:7] == ["3", "2", "1"]
+        assert (
+            lines[-1]
+            == "its values: toolgate quarantine tail --tool job_status --code SCHEMA_VIOLATION --value -n 5"
+        )
+
+    def test_the_values_command_quotes_what_the_adapter_chose(self) -> None:
+        """A made-up tool name reaches the suggested command quoted and printable, never as shell."""
+        from toolgate.tools._quarantine import format_summary, summarise
+
+        (row,) = summarise([record(**{"tg-contract": "", "tg-tool": "x; rm -rf ~\x1b[2J"})], Filters())
+        hint = format_summary([row], 1, "q")[-1]
+        assert (
+            hint == "its values: toolgate quarantine tail --tool 'x; rm -rf ~?[2J' --code SCHEMA_VIOLATION"
+            " --value -n 5"
+        )
+
+    def test_unreplayed_leaves_them_out(self) -> None:
+        """--unreplayed counts only the records no replay decided or resolved."""
+        from toolgate.tools._quarantine import ReplayMarks, summarise
+
+        marks = ReplayMarks()
+        marks.apply(None, audit(request_id="req.0", replay=1, replay_of="q/0/0"))
+        marks.apply(None, audit(request_id="req.1", replay=2, outcome="failure", raw_sha256="sha1"))
+        (row,) = summarise(self.quarantine(), Filters(unreplayed=True), marks, "q")
+        assert (row.count, row.replayed, row.resolved) == (1, 0, 0)
+
+    def test_a_resolved_result_marks_every_copy(self) -> None:
+        """Two quarantine copies of one result (a replay rejected, then one accepted) are both resolved."""
+        from toolgate.tools._quarantine import ReplayMarks, summarise
+
+        first, _, _ = self.quarantine()
+        copy = Record(offset=9, key=first.key, headers=first.headers)
+        marks = ReplayMarks()
+        marks.apply(None, audit(request_id="req.0", replay=2, replay_of="q/0/9", outcome="success",
+                                raw_sha256="sha0"))  # fmt: skip
+        (row,) = summarise([first, copy], Filters(), marks, "q")
+        assert (row.count, row.replayed, row.resolved) == (2, 1, 2)
+
+    def test_other_audit_events_are_ignored(self) -> None:
+        """Shadow events, events of live traffic, tombstones and garbage mark nothing."""
+        from toolgate.tools._quarantine import ReplayMarks
+
+        marks = ReplayMarks()
+        marks.apply(None, None)
+        marks.apply(None, b"not json")
+        marks.apply(None, audit(kind="shadow", replay=1, replay_of="q/0/0", request_id="req.0"))
+        marks.apply(None, audit(replay=0, outcome="success", request_id="req.0"))
+        assert (marks.replayed, marks.resolved) == (set(), set())

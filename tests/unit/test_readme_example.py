@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-SECTION = "## The gate as a library"
+SECTION = "## The gate in-process"
 
 
 def _example() -> tuple[str, str]:

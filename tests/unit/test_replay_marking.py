@@ -107,3 +107,38 @@ class TestContractDifferences:
             "c v2: only on the worker (active, digest d4)",
         ]
         assert contract_differences(local, set(local)) == []
+
+
+class TestProgress:
+    """replay's progress line counts records, whatever the offsets between them hold."""
+
+    def test_reading_counts_records_not_offsets(self) -> None:
+        """20 records spread over 23 offsets (3 transaction markers) end as "20 records", never "/23"."""
+        import io
+
+        from toolgate.tools._replay import Progress
+
+        out = io.StringIO()
+        progress = Progress("reading quarantine", None, out, span=23)
+        for done in range(1, 21):
+            progress.advance(1, position=done + done // 7)  # a marker after every 7th record
+        progress.advance(0, position=23)
+        progress.close()
+        lines = out.getvalue().splitlines()
+        assert "/23" not in out.getvalue()
+        assert lines[-2].startswith("reading quarantine: 20 records, 100%")
+        assert lines[-1].startswith("reading quarantine: 20 records in ")
+
+    def test_sending_shows_records_of_the_total(self) -> None:
+        """With a known number of records, the line shows done of total records."""
+        import io
+
+        from toolgate.tools._replay import Progress
+
+        out = io.StringIO()
+        progress = Progress("replaying", 4, out)
+        for _ in range(4):
+            progress.advance()
+        progress.close()
+        assert "replaying: 4/4 records, 100%" in out.getvalue()
+        assert out.getvalue().splitlines()[-1].startswith("replaying: 4 records in ")

@@ -151,6 +151,54 @@ class TestFixturesOfRetiredVersions:
         assert (verdict.accepted, verdict.code) == (False, "UNKNOWN_CONTRACT_VERSION")
 
 
+class TestWideningAfterDrift:
+    """A revision that takes an active version's adapters over: contracts test says what to do."""
+
+    def test_the_failure_names_retiring_and_the_shadow_route(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """v1.1 beside an active v1 with the same adapters: v1's accepts fail, naming both ways out."""
+        old = copy_version(tmp_path, "review_status", "v1", "v1")
+        new = copy_version(tmp_path, "review_status", "v1", "v1.1", minor="1")
+        assert cli.main(["contracts", "test", "--contracts", str(tmp_path)]) == 1
+        fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+        assert fails
+        for line in fails:
+            assert (
+                "accepted by review_status@v1.1, not by review_status@v1: review_status@v1.1 now decides"
+                in line
+            )
+            assert f"set `status: retired` in {old / 'contract.yaml'}" in line
+            assert f"set `status: shadow` in {new / 'contract.yaml'}" in line
+
+    @pytest.mark.parametrize(("folder", "status"), [("v1", "retired"), ("v1.1", "shadow")])
+    def test_either_way_out_passes(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], folder: str, status: str
+    ) -> None:
+        """Following the advice, v1 retired or v1.1 a shadow, makes contracts test pass."""
+        copy_version(tmp_path, "review_status", "v1", "v1", **({"status": status} if folder == "v1" else {}))
+        copy_version(
+            tmp_path,
+            "review_status",
+            "v1",
+            "v1.1",
+            minor="1",
+            **({"status": status} if folder == "v1.1" else {}),
+        )
+        assert cli.main(["contracts", "test", "--contracts", str(tmp_path)]) == 0, capsys.readouterr().out
+
+    def test_an_older_decider_gets_no_such_advice(self, tmp_path: Path) -> None:
+        """When an older version accepts a newer one's fixture, retiring the newer one is not suggested."""
+        copy_version(tmp_path, "review_status", "v1", "v1", adapter_versions='["*"]')
+        copy_version(tmp_path, "review_status", "v1", "v1.1", minor="1", adapter_versions='["9.*"]')
+        shutil.copy(CONTRACTS / "fixtures-keyring.toml", tmp_path)
+        contracts = ContractSet.load(tmp_path)
+        problems = [o.problem for o in iter_outcomes(contracts, Gate(contracts).keyring) if not o.ok]
+        assert problems
+        assert all(p.startswith("accepted by review_status@v1, not by review_status@v1.1") for p in problems)
+        assert not any("retired" in p or "shadow" in p for p in problems)
+
+
 class TestVersionWithoutFixtures:
     """contracts test fails a version that has no fixture at all."""
 

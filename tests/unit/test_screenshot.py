@@ -1,5 +1,5 @@
 """`make screenshot` (ops/screenshot/drift.py): the drifting adapter it simulates, the graphs it asks
-Prometheus for, and the committed picture the README shows."""
+Prometheus for, and the committed picture the operations guide shows."""
 
 from __future__ import annotations
 
@@ -74,15 +74,15 @@ class TestGraphs:
         assert drift.RATIO in rule["expr"]
 
     def test_the_committed_picture(self) -> None:
-        """docs/drift-graphs.png is a PNG of the page (1280 wide) and the README shows it."""
+        """docs/drift-graphs.png is a PNG of the page (1280 wide) and docs/operations.md shows it."""
         data = PNG.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
         width, height = struct.unpack(">II", data[16:24])
         assert width == 1280
         assert height >= 1000
-        readme = (ROOT / "README.md").read_text(encoding="utf-8")
-        assert "](docs/drift-graphs.png)" in readme
-        assert "make screenshot" in readme
+        guide = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+        assert "](drift-graphs.png)" in guide
+        assert "make screenshot" in guide
 
     def test_make_screenshot_installs_chromium_only_when_missing(self) -> None:
         """The target installs Debian's chromium when it is not on PATH, then runs the script."""

@@ -4,6 +4,7 @@ deciding through the worker's batch decision."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,17 +25,20 @@ from toolgate.tools._replay import Quarantined, dry_run
 
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, message, review_request, review_value
 
-README = Path(__file__).parents[2] / "README.md"
+DESIGN = Path(__file__).parents[2] / "docs" / "design.md"
 
 
 class TestNames:
     def test_stages_in_order(self) -> None:
-        """The stage names are the README's, in the order the gate runs them."""
-        assert STAGES == ("limits", "parse", "contract", "schema", "correlate", "semantic", "project")
+        """The stage names are the design's, in the order its stage table says the gate runs them."""
+        section = DESIGN.read_text(encoding="utf-8").split("## Stages and codes")[1].split("\n## ")[0]
+        rows = re.findall(r"^\| `([a-z]+)` \|", section, re.M)
+        assert tuple(rows) == STAGES
 
-    def test_every_code_is_in_the_readme_table(self) -> None:
-        """Each rejection code is documented in the README's stage table."""
-        table = README.read_text().split("## How a result is decided")[1].split("## Commands")[0]
+    def test_every_code_is_in_the_stage_table(self) -> None:
+        """Each rejection code is documented in the design's stage table."""
+        section = DESIGN.read_text(encoding="utf-8").split("## Stages and codes")[1].split("\n## ")[0]
+        table = "\n".join(line for line in section.splitlines() if line.startswith("| `"))
         missing = [code for code in CODES if f"`{code}`" not in table]
         assert missing == []
 

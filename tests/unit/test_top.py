@@ -428,6 +428,47 @@ class TestEightyColumns:
         # long tool names are cut in the middle: the end still tells them apart
         assert all(f"number_{i:02d} " in screen for i in range(12))
 
+    def test_mcp_tool_names_stay_readable(self) -> None:
+        """MCP names (server.tool) are whole in every table while they fit 80 columns; a longer one
+        loses the end of its server, never its tool's name."""
+        names = ["orders.lookup_order", "orders.lookup_order_history", "deployer.deploy_status_of_a_service"]
+        longest = "a_server_with_a_name_of_32_chars." + "lookup_order_history_for_customer"
+        text = "\n".join(
+            [
+                "# TYPE toolgate_results_total counter",
+                *(f'toolgate_results_total{{outcome="success",tool="{n}"}} 5.0' for n in [*names, longest]),
+                "# TYPE toolgate_rejections_total counter",
+                *(
+                    f'toolgate_rejections_total{{code="SCHEMA_VIOLATION",stage="schema",tool="{n}"}} 2.0'
+                    for n in [*names, longest]
+                ),
+                "# TYPE toolgate_shadow_disagreements_total counter",
+                *(
+                    f'toolgate_shadow_disagreements_total{{tool="{n}",version="2"}} 1.0'
+                    for n in [*names, longest]
+                ),
+                "",
+            ]
+        )
+        screen = render(parse(text, 3.0), None, url="http://127.0.0.1:9464/metrics")
+        assert [line for line in screen.splitlines() if len(line) > 80] == []
+        for section in ("RESULTS", "REJECTION RATIO BY TOOL", "SHADOW DISAGREEMENTS"):
+            body = screen.split(section, 1)[1].split("\n\n", 1)[0]
+            for name in names:
+                assert f"{name} " in body, (section, name)
+            (row,) = [line for line in body.splitlines() if "….lookup_order_history_for_customer" in line]
+            assert row.startswith("a_se"), section
+
+    def test_names_cut_keeps_the_tool(self) -> None:
+        """A qualified name keeps its tool whole as long as a bit of its server fits beside it."""
+        from toolgate.tools._top import _name
+
+        assert _name("orders.lookup_order", 19) == "orders.lookup_order"
+        assert _name("orders.lookup_order", 16) == "or….lookup_order"
+        assert _name("orders.lookup_order", 15) == "o….lookup_order"
+        assert _name("orders.lookup_order", 14) == "orders.lo…rder"  # the tool no longer fits: the middle
+        assert _name("a_rather_long_connector_name", 15) == "a_rather_l…name"
+
     def test_the_live_view_fits_80_columns(self, endpoint: str) -> None:
         """The refreshed screens (with their footer) fit too."""
         _Metrics.bodies = [_wide_metrics()]

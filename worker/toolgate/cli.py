@@ -64,7 +64,7 @@ Every command has --help with an example. Exit codes: 0 success, 1 the command
 found a problem, 2 a usage, configuration or connection error.
 
 environment: TOOLGATE_BOOTSTRAP (default 127.0.0.1:19092), TOOLGATE_CONTRACTS_DIR,
-TOOLGATE_KEYRING, TOOLGATE_CONFIG (a TOML file); see README.md for all settings.
+TOOLGATE_KEYRING, TOOLGATE_CONFIG (a TOML file); see docs/configuration.md for all settings.
 """
 
 
@@ -415,6 +415,11 @@ def _quarantine_summary_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="count at most the last N records of each partition (1000000)",
     )
+    p.add_argument(
+        "--unreplayed",
+        action="store_true",
+        help="count only records no replay has decided or resolved yet: what is left to do",
+    )
 
 
 def _quarantine_tail_arguments(p: argparse.ArgumentParser) -> None:
@@ -741,12 +746,15 @@ def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
 
 
 def _quarantine_summary(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._quarantine import Filters, format_summary, summary
+    from datetime import timedelta
+
+    from toolgate.tools._quarantine import REPLAY_WINDOW_HOURS, Filters, format_summary, summary
 
     _warn_unknown_tools([args.tool] if args.tool else [], _tools_of(config.contracts_dir), config)
-    filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
+    filters = Filters(tool=args.tool, code=args.code, stage=args.stage, unreplayed=args.unreplayed)
     _check_broker(config)
-    rows, read = asyncio.run(summary(config, filters=filters, max_scan=args.max_scan))
+    since = datetime.now(UTC) - timedelta(hours=REPLAY_WINDOW_HOURS)
+    rows, read = asyncio.run(summary(config, filters=filters, max_scan=args.max_scan, replays_since=since))
     print("\n".join(format_summary(rows, read, config.topics.quarantine)))
     return EXIT_OK
 
@@ -1221,10 +1229,13 @@ COMMANDS: tuple[Command, ...] = (
         "code, adapter version (tg-adapter-version) and schema path (from\n"
         "tg-error-detail), with the first and last time each was rejected (UTC),\n"
         "most records first: which connector drifts, since when, and from which\n"
-        "adapter version on.",
+        "adapter version on. From the audit topic's last 24 hours, 'replayed' counts\n"
+        "the records a replay of which the worker decided, 'resolved' those whose\n"
+        "result a replay got accepted; --unreplayed leaves both out.",
         (
             "toolgate quarantine summary",
             "toolgate quarantine summary --tool deploy_status --code SCHEMA_VIOLATION",
+            "toolgate quarantine summary --unreplayed       what no replay has settled",
         ),
         _quarantine_summary,
         ("bootstrap", "filters", "contracts"),

@@ -95,7 +95,7 @@ def acl_plan(
         acls.extend(Acl(principal, resource, name, "prefixed", op) for op in operations)
 
     # toolgate: Read and Write each imply Describe; Describe is granted as well so the
-    # plan reads the same as the table in README.md.
+    # plan reads the same as the table in docs/security.md.
     for name in (t.requests, t.intake):
         topic(p.toolgate, name, "read", "describe")
     for name in (t.agent, t.quarantine, t.audit, t.state):

@@ -194,6 +194,7 @@ def run_case(gate: Gate, case: Case, *, contract: Contract | None = None) -> Out
     if case.kind == "accept":
         if verdict.accepted and verdict.contract != case.contract.key:
             problem = f"accepted by {verdict.contract}, not by {case.contract.key}"
+            problem += _superseded(gate, case, verdict.contract)
         elif not verdict.accepted:
             problem = f"expected accept, got {verdict.stage}/{verdict.code}"
         else:
@@ -210,6 +211,37 @@ def run_case(gate: Gate, case: Case, *, contract: Contract | None = None) -> Out
         elif (verdict.stage, verdict.code) != want:
             problem = f"expected {want[0]}/{want[1]}, got {verdict.stage}/{verdict.code}"
     return Outcome(case, verdict, problem)
+
+
+def _superseded(gate: Gate, case: Case, decider: str | None) -> str:
+    """What to do when a newer version of the fixture's tool now decides its adapter versions.
+
+    A new version whose ``adapter_versions`` overlap an older active one's takes their traffic
+    over (the highest matching version decides), so the older version's accept fixtures land on
+    it: the older version is done deciding and should say so, or the newer one is not ready to.
+    """
+    newer = next((c for c in gate.contracts if c.key == decider), None)
+    mine = case.contract.spec
+    if (
+        newer is None
+        or newer.spec.tool != mine.tool
+        or (newer.spec.version, newer.spec.minor)
+        <= (
+            mine.version,
+            mine.minor,
+        )
+    ):
+        return ""
+    adapter = next(
+        (v.decode("utf-8", "replace") for k, v in case.message.headers if k == "tg-adapter-version"), ""
+    )
+    return (
+        f": {newer.key} now decides the adapter versions {case.contract.key} serves"
+        f" (tg-adapter-version {adapter!r}); if {case.contract.key} is done deciding, set"
+        f" `status: retired` in {case.contract.path} (its fixtures then run as it decided) or narrow"
+        f" its adapter_versions; if {newer.key} is not ready to decide, set `status: shadow` in"
+        f" {newer.path} until it is promoted"
+    )
 
 
 def fixtures_keyring(root: str | Path) -> Keyring:

@@ -2,8 +2,10 @@
 
 ``summary`` counts the records by tool, code, adapter version and schema path, with
 when each combination was first and last rejected: where a drifting connector
-starts, and which adapter version brought it. ``tail``: the latest records'
-diagnostics, as JSON lines.
+starts, and which adapter version brought it. It marks what replays did, from the
+audit topic (:class:`ReplayMarks`): a record is *replayed* when the worker decided a
+replay of it, *resolved* when a replay of the same result (request id and raw
+SHA-256) was accepted. ``tail``: the latest records' diagnostics, as JSON lines.
 
 Reads the quarantine topic ``read_committed`` with a group-less consumer (it
 commits nothing and moves nobody's offsets), looks at the last ``max_scan``
@@ -22,18 +24,24 @@ import collections
 import contextlib
 import heapq
 import json
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import msgspec
 from aiokafka.errors import KafkaError
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
 from toolgate.service._kafka import AiokafkaClients, partitions_of
+from toolgate.service._store import TopicReader
 
 VALUE_CHARS = 4096
+# How far back summary reads the audit topic for replay marks: the window `replay --apply`
+# looks back for accepted replays, so both say the same about a record.
+REPLAY_WINDOW_HOURS = 24.0
 
 
 class QuarantinedRecord(Protocol):
@@ -60,6 +68,7 @@ class Filters:
     tool: str | None = None
     code: str | None = None
     stage: str | None = None
+    unreplayed: bool = False  # summary only: records no replay decided and no replay resolved
 
 
 def _text(raw: bytes | None) -> str | None:
@@ -222,6 +231,8 @@ class SummaryRow:
     adapter_version: str
     schema_path: str
     count: int = 0
+    replayed: int = 0  # records a replay of which the worker decided (accepted or not)
+    resolved: int = 0  # records whose result a replay got accepted
     first_seen: datetime | None = None
     last_seen: datetime | None = None
 
@@ -235,21 +246,80 @@ def rejected_at(record: QuarantinedRecord, headers: dict[str, Any]) -> datetime:
     return datetime.fromtimestamp(record.timestamp / 1000, UTC)
 
 
-def summarise(records: Iterable[QuarantinedRecord], filters: Filters) -> list[SummaryRow]:
-    """Counts by tool, code, adapter version and schema path, with first and last seen;
-    most records first."""
+class _AuditView(msgspec.Struct, frozen=True):
+    """The audit fields a replay mark needs (other fields ignored)."""
+
+    outcome: str = ""
+    raw_sha256: str = ""
+    request_id: str | None = None
+    kind: str = "decision"
+    replay: int = 0
+    replay_of: str | None = None
+
+
+_audit_decoder = msgspec.json.Decoder(_AuditView)
+
+
+class ReplayMarks:
+    """What replays did, from the audit topic's decisions on replayed results.
+
+    Holds one name per replayed quarantine record and one (request id, raw SHA-256) per result
+    a replay got accepted: bounded by the replays in the window read, not by live traffic.
+    """
+
+    def __init__(self) -> None:
+        self.replayed: set[str] = set()  # quarantine records, as audit's replay_of names them
+        self.resolved: set[tuple[str, str]] = set()
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one audit event (anything not a decision on a replay is skipped)."""
+        if value is None:
+            return
+        try:
+            event = _audit_decoder.decode(value)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return
+        if event.kind != "decision" or not event.replay:
+            return
+        if event.replay_of:
+            self.replayed.add(event.replay_of)
+        if event.outcome not in ("", "rejected") and event.request_id:
+            self.resolved.add((event.request_id, event.raw_sha256))
+
+    def of(self, topic: str, record: QuarantinedRecord, headers: dict[str, Any]) -> tuple[bool, bool]:
+        """(replayed, resolved) for one quarantine record of ``topic``."""
+        replayed = f"{topic}/{record.partition}/{record.offset}" in self.replayed
+        resolved = (_text(record.key) or "", _first(headers, "tg-raw-sha256")) in self.resolved
+        return replayed, resolved
+
+
+def summarise(
+    records: Iterable[QuarantinedRecord],
+    filters: Filters,
+    marks: ReplayMarks | None = None,
+    topic: str = "toolgate.quarantine",
+) -> list[SummaryRow]:
+    """Counts by tool, code, adapter version and schema path, with first and last seen and
+    the replay marks; most records first."""
     rows: dict[tuple[str, str, str, str], SummaryRow] = {}
     for record in records:
-        add(rows, record, filters)
+        add(rows, record, filters, marks or ReplayMarks(), topic)
     return ordered(rows)
 
 
 def add(
-    rows: dict[tuple[str, str, str, str], SummaryRow], record: QuarantinedRecord, filters: Filters
+    rows: dict[tuple[str, str, str, str], SummaryRow],
+    record: QuarantinedRecord,
+    filters: Filters,
+    marks: ReplayMarks,
+    topic: str,
 ) -> None:
     """Count one record into ``rows`` (when it passes ``filters``)."""
     headers = headers_of(record)
     if not matches(headers, filters):
+        return
+    replayed, resolved = marks.of(topic, record, headers)
+    if filters.unreplayed and (replayed or resolved):
         return
     detail = headers.get("tg-error-detail")
     schema_path = detail.get("schema_path", "") if isinstance(detail, dict) else ""
@@ -264,6 +334,8 @@ def add(
         row = rows[key] = SummaryRow(*key)
     at = rejected_at(record, headers)
     row.count += 1
+    row.replayed += replayed
+    row.resolved += resolved
     row.first_seen = at if row.first_seen is None else min(row.first_seen, at)
     row.last_seen = at if row.last_seen is None else max(row.last_seen, at)
 
@@ -273,22 +345,57 @@ def ordered(rows: dict[tuple[str, str, str, str], SummaryRow]) -> list[SummaryRo
     return sorted(rows.values(), key=lambda r: (-r.count, r.tool, r.code, r.adapter_version, r.schema_path))
 
 
+async def replay_marks(config: Config, since: datetime, wait_seconds: float) -> ReplayMarks:
+    """The replay marks of the audit topic's events since ``since``.
+
+    Raises:
+        BrokerError: the audit topic could not be read up to its end within ``wait_seconds``.
+    """
+    marks = ReplayMarks()
+    reader = TopicReader(
+        config.topics.audit, marks.apply, AiokafkaClients(config), start_ms=int(since.timestamp() * 1000)
+    )
+    try:
+        await reader.start()
+        if not await reader.catch_up(wait_seconds):
+            raise BrokerError(
+                f"{config.bootstrap}: reading {config.topics.audit!r} (the replay marks) took longer "
+                f"than {wait_seconds:g} s",
+                retriable=True,
+            )
+    except KafkaError as exc:
+        raise BrokerError(f"{config.bootstrap}: {exc}", retriable=exc.retriable) from exc
+    finally:
+        await reader.stop()
+    return marks
+
+
 async def summary(
-    config: Config, *, filters: Filters, max_scan: int = 1_000_000, wait_seconds: float = 120.0
+    config: Config,
+    *,
+    filters: Filters,
+    max_scan: int = 1_000_000,
+    wait_seconds: float = 120.0,
+    replays_since: datetime | None = None,
 ) -> tuple[list[SummaryRow], int]:
     """The summary rows of the last ``max_scan`` records of each partition, and how many were read.
+
+    ``replays_since``: read the audit topic from then on for the replay marks (None: no marks).
 
     Raises:
         ConfigError: the quarantine topic does not exist.
         BrokerError: the cluster could not be read within ``wait_seconds``.
     """
+    marks = ReplayMarks()
+    if replays_since is not None:
+        marks = await replay_marks(config, replays_since, wait_seconds)
     rows: dict[tuple[str, str, str, str], SummaryRow] = {}
     read = 0
 
     def visit(record: QuarantinedRecord) -> None:
         nonlocal read
         read += 1
-        add(rows, record, filters)
+        add(rows, record, filters, marks, config.topics.quarantine)
 
     await _scan(config, visit, max_scan=max_scan, wait_seconds=wait_seconds)
     return ordered(rows), read
@@ -301,10 +408,25 @@ def _when(at: datetime | None) -> str:
 def format_summary(rows: list[SummaryRow], read: int, topic: str) -> list[str]:
     """The summary as a table, columns as wide as their widest value (times in UTC)."""
     total = sum(row.count for row in rows)
-    lines = [f"{topic}: {total} of {read} quarantine records matched"]
+    replayed = sum(row.replayed for row in rows)
+    resolved = sum(row.resolved for row in rows)
+    lines = [
+        f"{topic}: {total} of {read} quarantine records matched"
+        + (f" ({replayed} replayed, {resolved} resolved by a replay)" if replayed or resolved else "")
+    ]
     if not rows:
         return lines
-    header = ("tool", "code", "adapter", "schema path", "count", "first seen (UTC)", "last seen (UTC)")
+    header = (
+        "tool",
+        "code",
+        "adapter",
+        "schema path",
+        "count",
+        "replayed",
+        "resolved",
+        "first seen (UTC)",
+        "last seen (UTC)",
+    )
     table = [
         (
             _clean(r.tool),
@@ -312,18 +434,27 @@ def format_summary(rows: list[SummaryRow], read: int, topic: str) -> list[str]:
             _clean(r.adapter_version),
             _clean(r.schema_path),
             str(r.count),
+            str(r.replayed),
+            str(r.resolved),
             _when(r.first_seen),
             _when(r.last_seen),
         )
         for r in rows
     ]
+    numbers = {4, 5, 6}
     widths = [max(len(cells[i]) for cells in [header, *table]) for i in range(len(header))]
     for cells in [header, *table]:
         lines.append(
             "  ".join(
-                cell.rjust(widths[i]) if i == 4 else cell.ljust(widths[i]) for i, cell in enumerate(cells)
+                cell.rjust(widths[i]) if i in numbers else cell.ljust(widths[i])
+                for i, cell in enumerate(cells)
             ).rstrip()
         )
+    # The values stay out of the table (adapter-chosen text, docs/design.md, Decisions and why);
+    # the command that shows the top row's, escaped and bounded, one record at a time.
+    top = rows[0]
+    command = ["toolgate", "quarantine", "tail", "--tool", _clean(top.tool), "--code", _clean(top.code)]
+    lines += ["", "its values: " + shlex.join([*command, "--value", "-n", "5"])]
     return lines
 
 

@@ -159,34 +159,47 @@ class Quarantined:
 
 
 class Progress:
-    """A one-line progress bar on a terminal (a line every 10% elsewhere)."""
+    """A one-line progress bar on a terminal (a line every 10% elsewhere), counting records.
 
-    def __init__(self, label: str, total: int, out: TextIO = sys.stderr) -> None:
-        self.label, self.total, self.out = label, max(total, 1), out
+    ``total`` is the number of records when it is known (records to send). Reading a topic,
+    only its offsets are known, and transaction markers and compacted-away records take
+    offsets too: then ``total`` is None, ``span`` the offsets to read, and :meth:`advance`
+    gets the offsets read so far, which move the bar while the count stays the records'.
+    """
+
+    def __init__(
+        self, label: str, total: int | None, out: TextIO | None = None, *, span: int | None = None
+    ) -> None:
+        self.label, self.total = label, total
+        self.out = sys.stderr if out is None else out  # looked up now: a redirected stderr counts
+        self.span = max(total if total is not None else (span or 0), 1)
         self.done = 0
+        self.position = 0
         self.started = time.monotonic()
-        self._tty = out.isatty()
+        self._tty = self.out.isatty()
         self._last_tenth = -1
 
-    def advance(self, n: int = 1) -> None:
-        """Count ``n`` more items done and redraw."""
+    def advance(self, n: int = 1, *, position: int | None = None) -> None:
+        """Count ``n`` more records done (``position``: offsets read so far) and redraw."""
         self.done += n
-        fraction = min(self.done / self.total, 1.0)
+        self.position = self.done if position is None else position
+        fraction = min(self.position / self.span, 1.0)
         rate = self.done / max(time.monotonic() - self.started, 1e-9)
+        count = f"{self.done}/{self.total} records" if self.total is not None else f"{self.done} records"
         if self._tty:
             bar = "#" * int(fraction * 30)
-            self.out.write(f"\r{self.label} [{bar:<30}] {self.done}/{self.total} {rate:,.0f}/s")
+            self.out.write(f"\r{self.label} [{bar:<30}] {count} {rate:,.0f}/s")
             self.out.flush()
         elif int(fraction * 10) != self._last_tenth:
             self._last_tenth = int(fraction * 10)
-            self.out.write(f"{self.label}: {self.done}/{self.total} ({rate:,.0f}/s)\n")
+            self.out.write(f"{self.label}: {count}, {fraction:.0%} ({rate:,.0f}/s)\n")
 
     def close(self) -> None:
         """End the progress display with the final count."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         end = "\n" if self._tty else ""
         self.out.write(
-            f"{end}{self.label}: {self.done} done in {elapsed:.1f}s ({self.done / elapsed:,.0f}/s)\n"
+            f"{end}{self.label}: {self.done} records in {elapsed:.1f}s ({self.done / elapsed:,.0f}/s)\n"
         )
 
 
@@ -215,10 +228,12 @@ async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Qu
             )
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
+        begins = await consumer.beginning_offsets(tps)
         ends = await consumer.end_offsets(tps)
-        progress = Progress("reading quarantine", sum(ends.values()))
+        progress = Progress("reading quarantine", None, span=sum(ends[tp] - begins[tp] for tp in tps))
         while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
             batches = await consumer.getmany(timeout_ms=500, max_records=5000)
+            before = read
             for tp, records in batches.items():
                 for r in records:
                     if r.offset >= ends[tp]:
@@ -235,7 +250,8 @@ async def read_quarantine(config: Config, selection: Selection) -> tuple[list[Qu
                     )
                     if selection.matches(record):
                         selected.append(record)
-                progress.advance(len(records))
+            positions = [min(await consumer.position(tp), ends[tp]) - begins[tp] for tp in tps]
+            progress.advance(read - before, position=sum(positions))
         progress.close()
     finally:
         await consumer.stop()

@@ -267,12 +267,25 @@ def _num(value: float, width: int = 12) -> str:
 
 
 def _name(text: str, width: int) -> str:
-    """A tool name cut in the middle: the start and the end tell connectors apart."""
+    """A tool name cut to ``width``, keeping what tells tools apart.
+
+    An MCP tool is ``<server>.<tool>``: its server is cut first, so the tool's own name stays
+    whole while it fits (``deplo….deploy_status``); any other name is cut in the middle, the
+    start and the end telling connectors apart.
+    """
     cleaned = _safe(text, 10_000)
     if len(cleaned) <= width:
         return cleaned
+    server, dot, tool = cleaned.partition(".")
+    if dot and server and len(tool) + 3 <= width:
+        return server[: width - len(tool) - 2] + "…." + tool
     tail = (width - 1) // 3
     return cleaned[: width - 1 - tail] + "…" + cleaned[len(cleaned) - tail :]
+
+
+def _name_width(names: Iterable[str], narrowest: int, widest: int) -> int:
+    """A name column as wide as its longest name, within ``narrowest`` and ``widest``."""
+    return max(narrowest, min(widest, max((len(_safe(n, 10_000)) for n in names), default=0)))
 
 
 def _rate(value: float | None) -> str:
@@ -357,24 +370,26 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
         for tool, found in sorted(versions.items()):
             lines += _wrap(f"  {_name(tool, 30)}", [text for _, text in sorted(found)], sep="")
 
-    lines += ["", f"{'RESULTS':<16}{'outcome':<10}{'total':>12}{'rate/s':>12}"]
     results = sorted(
         current.series("toolgate_results_total"),
         key=lambda item: (item[0].get("tool", ""), item[0].get("outcome", "")),
     )
+    # The tool column takes what the numbers leave of the 80 columns (MCP names are long).
+    tool_w = _name_width((labels.get("tool", "") for labels, _ in results), 15, WIDTH - 35) + 1
+    lines += ["", f"{'RESULTS':<{tool_w}}{'outcome':<10}{'total':>12}{'rate/s':>12}"]
     total, total_rate = 0.0, 0.0 if previous is not None else None
     for labels, value in results:
         r = rate(current, previous, "toolgate_results_total", labels)
         if value == 0 and not r:
             continue  # pre-initialised series: nothing decided yet
         lines.append(
-            f"{_name(labels.get('tool', ''), 15):<16}{_safe(labels.get('outcome', ''), 9):<10}"
+            f"{_name(labels.get('tool', ''), tool_w - 1):<{tool_w}}{_safe(labels.get('outcome', ''), 9):<10}"
             f"{_num(value):>12}{_rate(r):>12}"
         )
         total += value
         if total_rate is not None and r is not None:
             total_rate += r
-    lines.append(f"{'all':<26}{_num(total):>12}{_rate(total_rate):>12}")
+    lines.append(f"{'all':<{tool_w + 10}}{_num(total):>12}{_rate(total_rate):>12}")
 
     tools = rejections_by_tool(current, previous)
     counted = "last interval" if previous is not None and current.at > previous.at else "totals"
@@ -446,17 +461,19 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
         f"{'commit time':<16}p50 {_seconds(quantile(0.5, txn))}  p99 {_seconds(quantile(0.99, txn))}"
     )
 
-    lines += ["", f"{'SHADOW DISAGREEMENTS':<26}{'total':>12}{'rate/s':>12}"]
-    shown = 0
-    for labels, value in sorted(
+    shadows = sorted(
         current.series("toolgate_shadow_disagreements_total"),
         key=lambda item: (item[0].get("tool", ""), item[0].get("version", "")),
-    ):
+    )
+    shadow_w = _name_width((labels.get("tool", "") for labels, _ in shadows), 18, WIDTH - 33) + 8
+    lines += ["", f"{'SHADOW DISAGREEMENTS':<{shadow_w}}{'total':>12}{'rate/s':>12}"]
+    shown = 0
+    for labels, value in shadows:
         r = rate(current, previous, "toolgate_shadow_disagreements_total", labels)
         if value == 0 and not r:
             continue
-        name = f"{_name(labels.get('tool', ''), 18)} v{_safe(labels.get('version', ''), 5)}"
-        lines.append(f"{name:<26}{_num(value):>12}{_rate(r):>12}")
+        name = f"{_name(labels.get('tool', ''), shadow_w - 8)} v{_safe(labels.get('version', ''), 5)}"
+        lines.append(f"{name:<{shadow_w}}{_num(value):>12}{_rate(r):>12}")
         shown += 1
     if not shown:
         lines.append("none")

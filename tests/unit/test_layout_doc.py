@@ -1,4 +1,4 @@
-"""README's layout section matches the tree: every entry exists, and every part of the tree is named."""
+"""CONTRIBUTING.md's layout matches the tree: every entry exists, and every part of the tree is named."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from tests.ops_catalog import ROOT
 
 # Files that describe or configure the repository itself rather than being part of its layout.
 NOT_LISTED = {"README.md", ".gitignore", ".dockerignore"}
+LAYOUT_FILE = ROOT / "CONTRIBUTING.md"
 
 
 def _layout() -> list[str]:
-    """The paths named in the README's layout block (the first word of each line)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Layout", 1)[1]
+    """The paths named in the layout block (the first word of each line)."""
+    text = LAYOUT_FILE.read_text(encoding="utf-8")
+    section = text.split("## Layout", 1)[1]
     block = re.search(r"```\n(.*?)```", section, re.DOTALL)
     assert block, "no layout block"
     return [line.split()[0] for line in block.group(1).splitlines() if line and not line.startswith(" ")]
