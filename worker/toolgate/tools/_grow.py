@@ -3,8 +3,8 @@
 A request id's request record, accepted attempts and results must sit in the same partition
 number of requests, state and intake (the default partitioner: murmur2 of the key modulo the
 count). Growing the count moves keys: a live request written under the old count sits where
-the new count does not look. So the growth is drain-and-grow (docs/design.md, Growing the
-intake partitions):
+the new count does not look. So the growth is drain-and-grow
+(docs/design.md, Growing the intake partitions):
 
 1. refuse while the worker group has members (the workers are stopped first) or an intake
    partition holds a record no worker has decided yet (the intake is drained first, with the
