@@ -97,12 +97,31 @@ async def grow_topics(
                     await admin.create_partitions({name: partitions})
         finally:
             await admin.close()
-        report.after = {n: len(await partitions_of(clients, n)) for n in names}
+        report.after = await _counts_reach(clients, names, partitions, wait_s, clock)
         for name in (t.requests, t.state):
             report.moved[name] = await _move_keys(clients, name, partitions, wait_s, clock)
     except KafkaError as exc:
         raise BrokerError(f"{config.bootstrap}: {exc}", retriable=exc.retriable) from exc
     return report
+
+
+async def _counts_reach(
+    clients: KafkaClients, names: list[str], partitions: int, wait_s: float, clock: Clock
+) -> dict[str, int]:
+    """The topics' counts once the cluster's metadata shows the new ones (bounded)."""
+    deadline = clock() + wait_s
+    backoff = 0.05
+    while True:
+        counts = {n: len(await partitions_of(clients, n)) for n in names}
+        if all(count >= partitions for count in counts.values()):
+            return counts
+        if clock() > deadline:
+            raise BrokerError(
+                f"the partitions of {', '.join(names)} were not all {partitions} within {wait_s:g} s",
+                retriable=True,
+            )
+        await asyncio.sleep(backoff)  # the metadata of a grown topic propagates
+        backoff = min(backoff * 2, 1.0)
 
 
 async def _check_drained(
