@@ -19,6 +19,7 @@ same tools over stdio (for ``toolgate contracts import-mcp --command``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, cast
 
 import anyio
@@ -145,6 +146,14 @@ async def _call_tool(
 def server() -> Server[Any]:
     """A fresh low-level server with the tools above."""
     return Server(SERVER, on_list_tools=_list_tools, on_call_tool=_call_tool)
+
+
+def review(root: Path) -> None:
+    """What a reviewer does last: every imported draft under ``root`` becomes active."""
+    for path in root.glob("*/v*/contract.yaml"):
+        text = path.read_text()
+        assert "\nstatus: draft\n" in text, path
+        path.write_text(text.replace("\nstatus: draft\n", "\nstatus: active\n"))
 
 
 def dump(result: types.Result) -> dict[str, Any]:

@@ -48,6 +48,7 @@ def mcp_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("contracts")
     tools = anyio.run(fetch_listing, mcp_kit.server())
     import_listing(root, mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
+    mcp_kit.review(root)  # a draft never decides: the reviewer's status: active
     return root
 
 

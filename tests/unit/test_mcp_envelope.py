@@ -133,9 +133,120 @@ def test_json_equality_is_strict_about_types() -> None:
     assert not same_json("1", 1)
 
 
-def test_text_that_is_not_json_is_plain_text() -> None:
-    value = {"content": [{"type": "text", "text": "{not json"}], "structuredContent": GOOD}
-    assert _read(value).text == "{not json"
+class TestTextThatLooksLikeJson:
+    """A text block that looks like JSON is a second view: it must parse strictly to structuredContent."""
+
+    BODY = json.dumps(GOOD)[1:-1]  # the members of GOOD, without the braces
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "{" + BODY + ', "state": "failed"}',  # a duplicate member: a reader may take the second
+            "{" + BODY + ', "st\\u0061te": "failed"}',  # the same duplicate, its name escaped
+            "[" * 40 + "]" * 40,  # nested deeper than max_depth
+            "{" + BODY + ', "big": 1e400}',  # an infinite number
+            "{" + BODY + ",}",  # a trailing comma
+            json.dumps(GOOD) + json.dumps(GOOD),  # two documents
+            "\ufeff" + json.dumps(GOOD),  # a byte order mark before the JSON
+            "\u00a0" + json.dumps(GOOD),  # an NBSP before the JSON
+            "{not json",
+        ],
+    )
+    def test_json_looking_text_that_does_not_parse_strictly_is_a_conflicting_view(self, text: str) -> None:
+        """Strict parse failures are refused, never passed on as untrusted_text."""
+        value = {"content": [{"type": "text", "text": text}], "structuredContent": GOOD}
+        assert _code(value) == ("parse", "CONFLICTING_VIEWS")
+
+    def test_json_text_after_white_space_equal_to_structured_content_is_dropped(self) -> None:
+        """JSON white space before an equal view is the same view again."""
+        value = {"content": [{"type": "text", "text": " \n\t" + json.dumps(GOOD)}], "structuredContent": GOOD}
+        assert _read(value).text is None
+
+    def test_prose_before_json_is_prose(self) -> None:
+        """Text whose first non-space character is not a brace or bracket is untrusted text."""
+        value = {"content": [{"type": "text", "text": "Result: {}"}], "structuredContent": GOOD}
+        assert _read(value).text == "Result: {}"
+
+    def test_json_looking_text_without_structured_content_is_text(self) -> None:
+        """With no structuredContent there is no second view: a text-only result's text is text."""
+        value = {"content": [{"type": "text", "text": "{not json"}]}
+        assert _read(value).text == "{not json"
+
+
+class TestEnvelopeMembers:
+    """Every member of a CallToolResult of the wrong shape is MALFORMED_ENVELOPE, never a crash."""
+
+    @pytest.mark.parametrize(
+        "block",
+        [
+            {"type": ["text"], "text": "x"},
+            {"type": {"text": 1}, "text": "x"},
+            {"type": None},
+            {"type": "text", "text": "x", "annotations": []},
+            {"type": "text", "text": "x", "_meta": "m"},
+        ],
+    )
+    def test_malformed_content_blocks(self, block: Any) -> None:
+        """A block type that is not a string (unhashable or not) is a malformed envelope."""
+        assert _code({"content": [block], "structuredContent": GOOD}) == ("parse", "MALFORMED_ENVELOPE")
+
+    @pytest.mark.parametrize(
+        ("structured", "named"),
+        [([GOOD], "an array"), (None, "null"), ("ok", "a string"), (1, "a number"), (True, "a boolean")],
+    )
+    def test_structured_content_that_is_not_an_object(self, structured: Any, named: str) -> None:
+        """structuredContent of another JSON type is refused at the parse stage, naming the type."""
+        with pytest.raises(RejectedInput) as caught:
+            _read({"content": [], "structuredContent": structured})
+        assert (caught.value.stage, caught.value.code) == ("parse", "MALFORMED_ENVELOPE")
+        assert caught.value.detail == f"structuredContent is {named}, not an object"
+        assert caught.value.instance_path == "/structuredContent"
+
+    @pytest.mark.parametrize("result_type", ["input_required", "task"])
+    def test_result_types_that_are_not_complete(self, result_type: str) -> None:
+        """input_required and task results are not results an agent may act on."""
+        assert _code({"resultType": result_type}) == ("parse", "RESULT_NOT_COMPLETE")
+
+    @pytest.mark.parametrize("result_type", ["completed", "COMPLETE", "", "complete\n"])
+    def test_an_unknown_result_type_is_invalid(self, result_type: str) -> None:
+        """A result type MCP does not define is an invalid result, not an incomplete one."""
+        value = {"content": [], "structuredContent": GOOD, "resultType": result_type}
+        assert _code(value) == ("parse", "MALFORMED_ENVELOPE")
+
+    def test_a_missing_result_type_is_complete(self) -> None:
+        """Servers before 2026-07-28 omit resultType: it means complete."""
+        assert _read({"content": [], "structuredContent": GOOD}).envelope["outcome"] == "success"
+
+    @settings(DERANDOMIZED, max_examples=400)
+    @given(
+        member=st.sampled_from(["content", "structuredContent", "isError", "_meta", "resultType", "block"]),
+        inner=st.sampled_from(["type", "text", "annotations", "_meta"]),
+        junk=st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+            max_leaves=6,
+        ),
+    )
+    def test_arbitrary_json_in_any_member_never_crashes(self, member: str, inner: str, junk: Any) -> None:
+        """Whatever JSON value any envelope member or text block member holds, the read
+        returns or rejects at the parse stage: never another exception."""
+        value: dict[str, Any] = {
+            "content": [{"type": "text", "text": json.dumps(GOOD)}],
+            "structuredContent": GOOD,
+            "_meta": {"traceparent": mcp_kit.TRACEPARENT},
+            "resultType": "complete",
+        }
+        if member == "block":
+            value["content"][0][inner] = junk
+        else:
+            value[member] = junk
+        outcome: tuple[str, str] = ("parse", "READ")
+        try:
+            _read(value)
+        except RejectedInput as exc:
+            outcome = (exc.stage, exc.code)
+        assert outcome[0] == "parse"
+        assert outcome[1] in ("READ", "MALFORMED_ENVELOPE", "RESULT_NOT_COMPLETE", "CONFLICTING_VIEWS")
 
 
 # --- property: whatever an MCP server answers, the agent sees only projected structured data ---
@@ -163,6 +274,7 @@ _block = st.one_of(
     st.fixed_dictionaries(
         {"type": st.sampled_from(["image", "audio", "video"]), "data": st.text(max_size=4)}
     ),
+    st.fixed_dictionaries({"type": _json, "text": _json}, optional={"annotations": _json, "_meta": _json}),
     _json,
 )
 _result = st.fixed_dictionaries(
@@ -182,6 +294,7 @@ def mcp_gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, RequestRec
     root = tmp_path_factory.mktemp("contracts")
     tools = anyio.run(fetch_listing, mcp_kit.server())
     import_listing(Path(root), mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
+    mcp_kit.review(Path(root))
     now = datetime.fromisoformat("2026-05-01T09:15:00+00:00")
     request = RequestRecord(
         request_id="req.1234567890",
@@ -219,6 +332,7 @@ def test_agent_sees_only_projected_structured_content(mcp_gate: tuple[Gate, Requ
             ],
         )
         verdict = gate.evaluate(message, request, now)
+        assert verdict.code != "INTERNAL_ERROR"  # malformed input is a named rejection, never a crash
         agent = json.loads(verdict.agent)
         if not verdict.accepted:
             assert agent["error"] == {"code": "INVALID_RESPONSE", "retryable": False}

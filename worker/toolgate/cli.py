@@ -994,14 +994,18 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         ("contracts", "import-mcp"),
-        "contract versions from an MCP server's tools (outputSchema, closed)",
-        "Write a contract version per tool of an MCP server: the schema from the tool's\n"
-        "outputSchema, closed (additionalProperties: false where it was open) with strings\n"
-        "and arrays bounded, the MCP result envelope, a projection of every scalar field\n"
-        "and fixtures. A version is never overwritten: a tool that has versions gets the\n"
-        "next major version as shadow, and the diff against the current one is printed.\n"
-        "Lint findings still to settle are printed; exit 1 while there are any. --url\n"
-        "must be on the loopback.",
+        "draft contract versions from an MCP server's tools (closed, text-only)",
+        "Write a draft contract version per tool of an MCP server, whole or not at all. A\n"
+        "tool with an outputSchema: the schema is allOf [outputSchema, closure], the closure\n"
+        "rejecting undeclared members and bounding strings and arrays everywhere, so it\n"
+        "accepts only what the outputSchema accepts; a shape that cannot be closed soundly\n"
+        "is refused. A tool without one: a text-only contract (no data, its text as bounded\n"
+        "untrusted_text). Then a projection of every scalar field and fixtures. A draft\n"
+        "never decides: review it, settle `toolgate contracts lint`, set status: active.\n"
+        "A version is never overwritten: the next major version is written and the diff\n"
+        "printed. Refused tools print one line each. Exit 1 while drafts are left to\n"
+        "review or a tool was refused, 2 when the listing cannot be read. --url must be on\n"
+        "the loopback.",
         (
             'toolgate contracts import-mcp --server deployer --command "python -m deployer_mcp"',
             "toolgate contracts import-mcp --server deployer --url http://127.0.0.1:8000/mcp",

@@ -29,7 +29,8 @@ import re2
 
 from toolgate._errors import ContractError
 
-Status = Literal["active", "shadow", "retired"]
+# draft: loaded, linted and tested, never decides nor shadows (import-mcp writes drafts).
+Status = Literal["active", "shadow", "retired", "draft"]
 JSON_CONTENT_TYPE: Final = "application/json"
 TEXT_CONTENT_TYPE: Final = "text/plain"
 MASK = "[masked]"
@@ -555,7 +556,7 @@ def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
     where = str(path)
     if spec.mcp is not None:
         _check_mcp(spec, spec.mcp, where)
-    elif not _TOOL_NAME.match(spec.tool):
+    elif not _TOOL_NAME.fullmatch(spec.tool):
         raise ContractError(where, "$.tool", f"tool name must match {_TOOL_NAME.pattern}")
     if folder.parent.name != spec.tool:
         raise ContractError(where, "$.tool", f"tool {spec.tool!r} sits in folder {folder.parent.name!r}")
@@ -568,7 +569,7 @@ def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
     if not 0 < spec.limits.max_depth <= MAX_DEPTH_CEILING:
         raise ContractError(where, "$.limits.max_depth", f"must be in 1..{MAX_DEPTH_CEILING}")
     for i, code in enumerate(spec.retry.retryable_codes):
-        if not _ERROR_CODE.match(code):
+        if not _ERROR_CODE.fullmatch(code):
             raise ContractError(where, f"$.retry.retryable_codes[{i}]", "not an error code")
     for i, display in enumerate(spec.display_text):
         if not 0 < display.max_length <= 4096:
@@ -596,9 +597,9 @@ def _check_spec(spec: ContractSpec, path: Path, folder: Path) -> None:
 
 
 def _check_mcp(spec: ContractSpec, mcp: McpResultSpec, where: str) -> None:
-    if not MCP_SERVER_NAME.match(mcp.server):
+    if not MCP_SERVER_NAME.fullmatch(mcp.server):
         raise ContractError(where, "$.mcp.server", f"server name must match {MCP_SERVER_NAME.pattern}")
-    if not MCP_TOOL_NAME.match(mcp.tool):
+    if not MCP_TOOL_NAME.fullmatch(mcp.tool):
         raise ContractError(where, "$.mcp.tool", f"MCP tool name must match {MCP_TOOL_NAME.pattern}")
     qualified = qualified_name(mcp.server, mcp.tool)
     if len(qualified) > MAX_QUALIFIED_NAME:
@@ -607,7 +608,7 @@ def _check_mcp(spec: ContractSpec, mcp: McpResultSpec, where: str) -> None:
         raise ContractError(where, "$.tool", f"an MCP tool's contract is named {qualified!r}")
     if spec.content_type != JSON_CONTENT_TYPE:
         raise ContractError(where, "$.content_type", "an MCP result is application/json")
-    if not _ERROR_CODE.match(mcp.error_code):
+    if not _ERROR_CODE.fullmatch(mcp.error_code):
         raise ContractError(where, "$.mcp.error_code", "not an error code")
     if not 0 <= mcp.text_max_length <= 4096:
         raise ContractError(where, "$.mcp.text_max_length", "must be in 0..4096")
@@ -682,7 +683,7 @@ class ContractSet:
 
     def _select(self, tool: str, adapter_version: str | None) -> Contract | None:
         for contract in self._by_tool.get(tool, ()):
-            if contract.spec.status == "shadow" or not serves(contract, adapter_version):
+            if contract.spec.status in ("shadow", "draft") or not serves(contract, adapter_version):
                 continue
             if adapter_version is None and contract.spec.status == "retired":
                 continue

@@ -27,6 +27,7 @@ headers and the extraction, and validates that like any other envelope.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
@@ -260,6 +261,14 @@ class Gate:
                 check_parsed(known.raw, envelope, plan.limits.max_depth)
                 known.stage, known.contract = "schema", plan.key
             raise _schema_rejection(plan, envelope)
+        if not _is_envelope(envelope):
+            raise RejectedInput(
+                "schema",
+                "SCHEMA_VIOLATION",
+                "the contract's schema accepted a value that is not a result envelope "
+                "(request_id, outcome success with an optional data object, or failure with "
+                "an error code and retryable flag)",
+            )
 
     def correlate(
         self, known: _Known, plan: _Plan, envelope: Any, request: RequestRecord | None, now: datetime
@@ -574,6 +583,27 @@ def _attempt(text: str, request: RequestRecord) -> int:
             "semantic", "STALE_RESULT", "the result answers another attempt than the request's current one"
         )
     return attempt
+
+
+def _is_envelope(envelope: Any) -> bool:
+    """Whether a value the schema accepted has the members the later stages read: a
+    schema that does not require them rejects here, never with an INTERNAL_ERROR."""
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("request_id"), str):
+        return False
+    outcome = envelope.get("outcome")
+    if outcome == "success":
+        return isinstance(envelope.get("data", {}), dict)
+    error = envelope.get("error")
+    return (
+        outcome == "failure"
+        and isinstance(error, dict)
+        and isinstance(error.get("code"), str)
+        and _ERROR_CODE.fullmatch(error["code"]) is not None
+        and isinstance(error.get("retryable"), bool)
+    )
+
+
+_ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")  # what an agent envelope's error code may be
 
 
 def _schema_rejection(plan: _Plan, envelope: Any) -> RejectedInput:

@@ -13,15 +13,26 @@ it at the ``parse`` stage and builds the envelope its schema validates:
 * ``content`` text blocks become one bounded ``untrusted_text`` string, never ``data``;
   other block types (image, audio, resources) never reach the agent.
 * ``_meta`` is dropped (its ``traceparent``/``tracestate`` are read as trace context).
-* ``resultType`` other than ``complete`` (``input_required``, a task): ``RESULT_NOT_COMPLETE``.
-* a top-level member MCP does not define, or a member of the wrong type:
+* ``resultType``: absent means ``complete`` (servers before 2026-07-28 omit it);
+  ``input_required`` or ``task``: ``RESULT_NOT_COMPLETE``; any other value, or not a
+  string: ``MALFORMED_ENVELOPE`` (an unknown result type is an invalid result).
+* a top-level member MCP does not define, a member of the wrong type, a content block
+  that is not an object with a string ``type`` of a known block type:
   ``MALFORMED_ENVELOPE``.
-* a text block that claims to be the JSON form of ``structuredContent`` (its text is a
-  JSON object or array) and is not equal to it: ``CONFLICTING_VIEWS``. Two views of
-  one result that differ are the hazard duplicate member names are: a reader that
-  takes the text sees another result than the one validated. A text block equal to
-  ``structuredContent`` is the same view again and is dropped, so fields that
-  projection leaves out cannot reach the agent through the text.
+* ``structuredContent`` that is not a JSON object (an array, a string, a number,
+  ``null``): ``MALFORMED_ENVELOPE``, the detail naming the type. MCP 2026-07-28 lets a
+  server send any JSON value; toolgate's ``data`` is an object and import refuses an
+  ``outputSchema`` that does not say ``"type": "object"``.
+* a text block that *looks like JSON* (:func:`looks_like_json`: its first character
+  that is not white space or a byte order mark is ``{`` or ``[``) beside
+  ``structuredContent`` must parse strictly (toolgate's parse: one document, no
+  duplicate member names, finite numbers, within the contract's depth, nothing before
+  or after it but JSON white space) to a value equal to ``structuredContent``;
+  otherwise ``CONFLICTING_VIEWS``. Two views of one result that differ are the hazard
+  duplicate member names are: a reader that takes the text sees another result than
+  the one validated, and a text no strict parser reads the same way is such a view. A
+  text block equal to ``structuredContent`` is the same view again and is dropped, so
+  fields that projection leaves out cannot reach the agent through the text.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ BLOCK_TYPES = frozenset({"text", "image", "audio", "resource_link", "resource"})
 TEXT_BLOCK_MEMBERS = frozenset({"type", "text", "annotations", "_meta"})
 MAX_BLOCKS = 256
 UNTRUSTED_TEXT_KEY = "content"
+NOT_COMPLETE = frozenset({"input_required", "task"})  # the result types of 2026-07-28 besides complete
 
 
 class McpResult(msgspec.Struct, frozen=True, gc=False):
@@ -51,6 +63,30 @@ class McpResult(msgspec.Struct, frozen=True, gc=False):
 
 def _malformed(detail: str, path: str = "") -> RejectedInput:
     return RejectedInput("parse", "MALFORMED_ENVELOPE", detail, instance_path=path)
+
+
+def looks_like_json(text: str) -> bool:
+    """Whether ``text`` claims to be JSON: its first character that is neither white
+    space (``str.isspace``: JSON's four, NBSP, the Unicode spaces and line separators)
+    nor a byte order mark (U+FEFF) is ``{`` or ``[``. Prose before the JSON
+    (``Result: {...}``) is prose."""
+    for char in text:
+        if char.isspace() or char == "\ufeff":
+            continue
+        return char in "{["
+    return False
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def same_json(a: Any, b: Any) -> bool:
@@ -88,10 +124,12 @@ def read_result(
     result_type = value.get("resultType", "complete")
     if not isinstance(result_type, str):
         raise _malformed("resultType is not a string", "/resultType")
-    if result_type != "complete":
+    if result_type in NOT_COMPLETE:
         raise RejectedInput(
             "parse", "RESULT_NOT_COMPLETE", "resultType is not complete", instance_path="/resultType"
         )
+    if result_type != "complete":
+        raise _malformed("resultType is not one MCP defines (value masked)", "/resultType")
     for name in value:
         if name not in MEMBERS:
             raise _malformed("a member CallToolResult does not define (name masked)")
@@ -108,32 +146,44 @@ def read_result(
         raise _malformed(f"more than {MAX_BLOCKS} content blocks", "/content")
     has_structured = "structuredContent" in value
     structured = value.get("structuredContent")
+    if has_structured and not isinstance(structured, dict):
+        raise _malformed(
+            f"structuredContent is {_type_name(structured)}, not an object", "/structuredContent"
+        )
     texts: list[str] = []
     for i, block in enumerate(content):
         where = f"/content/{i}"
-        if not isinstance(block, dict) or block.get("type") not in BLOCK_TYPES:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if not isinstance(kind, str) or kind not in BLOCK_TYPES:
             raise _malformed("a content block of no known type", where)
-        if block["type"] != "text":
+        if kind != "text":
             continue  # images, audio and resources never reach the agent
         if not block.keys() <= TEXT_BLOCK_MEMBERS:
             raise _malformed("a text block member MCP does not define (name masked)", where)
+        for member in ("annotations", "_meta"):
+            if member in block and not isinstance(block[member], dict):
+                raise _malformed(f"a text block's {member} is not an object", f"{where}/{member}")
         text = block.get("text")
         if not isinstance(text, str):
             raise _malformed("a text block without text", where + "/text")
-        if has_structured and not is_error and text.lstrip()[:1] in ("{", "["):
+        if has_structured and not is_error and looks_like_json(text):
             try:
                 claimed = parse_json(text.encode("utf-8", "surrogatepass"), max_depth)
             except RejectedInput:
-                claimed = None  # not JSON after all: plain text
-            else:
-                if not same_json(claimed, structured):
-                    raise RejectedInput(
-                        "parse",
-                        "CONFLICTING_VIEWS",
-                        "a text block's JSON differs from structuredContent",
-                        instance_path=where + "/text",
-                    )
-                continue  # the same view again: structuredContent is what counts
+                raise RejectedInput(
+                    "parse",
+                    "CONFLICTING_VIEWS",
+                    "a text block that looks like JSON does not parse strictly",
+                    instance_path=where + "/text",
+                ) from None
+            if not same_json(claimed, structured):
+                raise RejectedInput(
+                    "parse",
+                    "CONFLICTING_VIEWS",
+                    "a text block's JSON differs from structuredContent",
+                    instance_path=where + "/text",
+                )
+            continue  # the same view again: structuredContent is what counts
         texts.append(text)
     envelope: dict[str, Any] = {"tool": tool, "request_id": request_id}
     if is_error:
@@ -147,4 +197,12 @@ def read_result(
     return McpResult(envelope, joined or None, from_meta(meta))
 
 
-__all__ = ["MEMBERS", "UNTRUSTED_TEXT_KEY", "McpResult", "read_result", "same_json"]
+__all__ = [
+    "MEMBERS",
+    "NOT_COMPLETE",
+    "UNTRUSTED_TEXT_KEY",
+    "McpResult",
+    "looks_like_json",
+    "read_result",
+    "same_json",
+]

@@ -126,7 +126,7 @@ class Projector:
             RejectedInput: stage ``project`` when the result cannot be projected safely.
         """
         data: dict[str, Any] = {}
-        source = envelope["data"]
+        source = envelope.get("data")  # absent: a text-only result, whose data is empty
         flat = self.flat
         if flat is not None and isinstance(source, dict):
             for name in flat:

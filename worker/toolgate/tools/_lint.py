@@ -27,6 +27,21 @@ Rules (``Finding.rule``)::
     free-text-in-data     (contracts only) a string projected into data with no pattern, enum,
                           const or format: free text belongs in display_text (untrusted_text),
                           unless the contract's free_text names the field with a reason
+    projection-exceeds-envelope
+                          (contracts only) a projected field the schema lets be an object, a
+                          string longer than 4096 characters or an array of more than 1000
+                          items: the agent envelope cannot carry it
+    draft-version         (contracts only) status: draft (import-mcp writes drafts): it never
+                          decides until a person has reviewed it and set status: active
+    closure-mismatch      (contracts only) an imported schema whose closure is not the one
+                          import-mcp derives from its upstream part (edited by hand)
+
+Imported MCP schemas (``data`` is ``{"allOf": [upstream, closure]}``, see
+:mod:`toolgate.tools._mcp_close`) are judged as what they are: the closure is derived
+again from the upstream part and must be the same; the upstream part itself only
+decides (a conjunction with the closure admits nothing the closure does not), so only
+the ``$ref`` and ``format`` rules apply inside it; the pointer rules read the upstream
+part, where the members are declared.
 
 How subschemas are judged:
 
@@ -59,6 +74,7 @@ entry within ``contract.yaml`` (``$.projection[1]``), as
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterator
 from typing import Any, Final, Literal, NamedTuple
@@ -701,23 +717,82 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
     """
     findings: list[Finding] = []
     for contract in contracts:
-        findings.extend(lint_schema(contract.schema, file=str(contract.schema_path)))
-        findings.extend(_check_pointers(contract))
-        findings.extend(_check_free_text(contract))
+        file = str(contract.schema_path)
+        imported = _imported_parts(contract.schema)
+        if imported is None:
+            findings.extend(lint_schema(contract.schema, file=file))
+            doc = SchemaDocument(contract.schema)
+            strip = 0
+            sized = False
+        else:
+            upstream, skeleton = imported
+            findings.extend(_lint_imported(contract.schema, upstream, skeleton, file))
+            doc, strip = SchemaDocument(upstream), 1
+            sized = _closure_fits(skeleton)
+        findings.extend(_check_pointers(contract, doc, strip))
+        findings.extend(_check_free_text(contract, doc, strip))
+        findings.extend(_check_envelope_fit(contract, doc, strip, sized=sized))
+        if contract.spec.status == "draft":
+            findings.append(
+                Finding(
+                    file=str(contract.path),
+                    pointer="$.status",
+                    rule="draft-version",
+                    message="status: draft never decides: review the schema, projection, limits and "
+                    "rules, settle the other findings, then set status: active (or shadow)",
+                )
+            )
     return findings
+
+
+_IMPORTED_AT = ("$defs", "structuredContent")
+
+
+def _imported_parts(schema: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    from toolgate.tools._mcp_close import split
+
+    defs = schema.get(_IMPORTED_AT[0])
+    return split(defs.get(_IMPORTED_AT[1])) if isinstance(defs, dict) else None
+
+
+def _lint_imported(
+    schema: dict[str, Any], upstream: dict[str, Any], skeleton: dict[str, Any], file: str
+) -> Iterator[Finding]:
+    from toolgate.tools._mcp_close import rederive
+
+    at = "/" + "/".join(_IMPORTED_AT)
+    # The envelope around data, with data standing in as the closed object it is.
+    envelope = {**schema, "$defs": {**schema["$defs"], _IMPORTED_AT[1]: _CLOSED_STAND_IN}}
+    yield from lint_schema(envelope, file=file)
+    if not rederive(upstream, skeleton):
+        yield Finding(
+            file=file,
+            pointer=at + "/allOf/1",
+            rule="closure-mismatch",
+            message="this closure is not the one import-mcp derives from the upstream schema beside it: "
+            "import the tool again rather than editing either part",
+        )
+    decide_only = ("remote-ref", "unresolved-ref", "format-not-asserted")
+    for finding in lint_schema(upstream, file=file):
+        if finding.rule in decide_only:
+            yield msgspec.structs.replace(finding, pointer=f"{at}/allOf/0{finding.pointer}")
+
+
+_CLOSED_STAND_IN: Final = {"type": "object", "additionalProperties": False}
+_ENVELOPE_STRING: Final = 4096  # gate/_project.py's projected leaf bounds
+_ENVELOPE_ITEMS: Final = 1000
 
 
 _CONSTRAINING = ("pattern", "enum", "const", "format")
 
 
-def _check_free_text(contract: Contract) -> Iterator[Finding]:
+def _check_free_text(contract: Contract, doc: SchemaDocument, strip: int) -> Iterator[Finding]:
     """Projected strings (and string items) must be constrained, or excepted with a reason."""
-    doc = SchemaDocument(contract.schema)
     excepted = {free.pointer for free in contract.spec.free_text}
     for i, pointer in enumerate(contract.spec.projection):
         if pointer in excepted:
             continue
-        level = _nodes_at(doc, parse_pointer(pointer))
+        level = _nodes_at(doc, parse_pointer(pointer)[strip:])
         if not level:
             continue  # pointer-not-in-schema says so
         items = [
@@ -779,10 +854,156 @@ def _contract_pointers(contract: Contract) -> Iterator[tuple[str, str]]:
         yield f"$.rules[{i}].pointer", rule.pointer
 
 
-def _check_pointers(contract: Contract) -> Iterator[Finding]:
-    doc = SchemaDocument(contract.schema)
+def _closure_fits(skeleton: dict[str, Any]) -> bool:
+    """Whether an imported closure bounds every string and array within the envelope's leaf
+    (only a closure lint re-derived counts: :func:`_lint_imported` reports any other)."""
+    from toolgate.tools._mcp_close import BOUNDS_KEY
+
+    bounds = skeleton.get(BOUNDS_KEY)
+    return (
+        isinstance(bounds, dict)
+        and _is_count(bounds.get("max_string"))
+        and _is_count(bounds.get("max_items"))
+        and bounds["max_string"] <= _ENVELOPE_STRING
+        and bounds["max_items"] <= _ENVELOPE_ITEMS
+    )
+
+
+def _check_envelope_fit(
+    contract: Contract, doc: SchemaDocument, strip: int, *, sized: bool
+) -> Iterator[Finding]:
+    """Projected fields must fit the agent envelope's leaf: a scalar, a string of at most
+    4096 characters, an array of at most 1000 items (gate/_project.py); otherwise the
+    projection refuses a result the schema accepted (an INTERNAL_ERROR). Judged
+    conservatively: a field is flagged when any subschema declaring it admits the shape."""
+    for i, pointer in enumerate(contract.spec.projection):
+        entries = _entries_at(doc, parse_pointer(pointer)[strip:])
+        problems = [
+            shown
+            for kind, shown in (
+                ("object", "an object"),
+                ("string", f"a string longer than {_ENVELOPE_STRING} characters"),
+                ("array", f"an array of more than {_ENVELOPE_ITEMS} items"),
+                ("items", "an array holding objects or arrays"),
+            )
+            if not (sized and kind in ("string", "array"))
+            and any(_admits(doc, p, n, kind, frozenset()) for p, n in entries)
+        ]
+        if problems:
+            yield Finding(
+                file=str(contract.path),
+                pointer=f"$.projection[{i}]",
+                rule="projection-exceeds-envelope",
+                message=f"{pointer} may be {' or '.join(problems)}, which the agent envelope cannot "
+                "carry: bound it in the schema or project its fields one by one",
+            )
+
+
+def _entries_at(doc: SchemaDocument, tokens: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """The subschemas that declare the member at ``tokens`` (outside failure branches)."""
+    level = [(p, n) for p, n in doc.in_place("", doc.root) if not _is_failure_branch(n)]
+    found: list[tuple[str, Any]] = []
+    for depth, token in enumerate(tokens):
+        found = []
+        for pointer, node in level:
+            properties = node.get("properties")
+            if isinstance(properties, dict) and token in properties:
+                found.append((_join(pointer, "properties", token), properties[token]))
+        if depth < len(tokens) - 1:
+            level = [pair for p, n in found for pair in doc.in_place(p, n)]
+    return found
+
+
+def _too_big(value: Any, kind: str) -> bool:
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "string":
+        return isinstance(value, str) and len(value) > _ENVELOPE_STRING
+    if kind == "array":
+        return isinstance(value, list) and len(value) > _ENVELOPE_ITEMS
+    if kind == "any-array":
+        return isinstance(value, list)
+    return isinstance(value, list) and any(isinstance(v, dict | list) for v in value)  # items
+
+
+_KIND_TYPE: Final = {
+    "object": "object",
+    "string": "string",
+    "array": "array",
+    "any-array": "array",
+    "items": "array",
+}
+
+
+def _admits(doc: SchemaDocument, pointer: str, node: Any, kind: str, seen: frozenset[str]) -> bool:
+    """Whether ``node`` may accept a value of the too-big ``kind`` (see :func:`_too_big`)."""
+    if not isinstance(node, dict):
+        return node is not False
+    if pointer in seen:
+        return False  # a cycle adds nothing the first visit did not
+    seen = seen | {pointer}
+    if "const" in node:
+        return _too_big(node["const"], kind)
+    if isinstance(node.get("enum"), list):
+        return any(_too_big(v, kind) for v in node["enum"])
+    types = _types(node)
+    if types is not None and _KIND_TYPE[kind] not in types:
+        return False
+    if kind == "string" and (
+        _at_most(node, "maxLength", _ENVELOPE_STRING)
+        or _pattern_at_most(node.get("pattern"), _ENVELOPE_STRING)
+    ):
+        return False
+    if kind == "array" and _at_most(node, "maxItems", _ENVELOPE_ITEMS):
+        return False
+    if kind == "items":
+        items = node.get("items")
+        if node.get("maxItems") == 0 or items is False:
+            return False
+        where = _join(pointer, "items")
+        if isinstance(items, dict) and not any(
+            _admits(doc, where, items, inner, seen) for inner in ("object", "any-array")
+        ):
+            return False
+    branches = node.get("allOf")
+    if isinstance(branches, list) and any(
+        not _admits(doc, _join(pointer, "allOf", i), b, kind, seen) for i, b in enumerate(branches)
+    ):
+        return False
+    for keyword in ("anyOf", "oneOf"):
+        branches = node.get(keyword)
+        if isinstance(branches, list) and all(
+            not _admits(doc, _join(pointer, keyword, i), b, kind, seen) for i, b in enumerate(branches)
+        ):
+            return False
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        found = doc.target(ref)
+        if found is not None and not _admits(doc, found[0], found[1], kind, seen):
+            return False
+    return True
+
+
+def _pattern_at_most(pattern: Any, limit: int) -> bool:
+    """Whether an anchored ``pattern`` matches no string longer than ``limit``."""
+    if not isinstance(pattern, str) or scan_pattern(pattern) != (True, True):
+        return False
+    try:
+        parser = importlib.import_module("re._parser")  # the widths of the pattern's pieces
+        longest = parser.parse(pattern).getwidth()[1]
+    except (re.error, ValueError, TypeError, OverflowError, RecursionError):
+        return False
+    return bool(longest <= limit)
+
+
+def _at_most(node: dict[str, Any], keyword: str, limit: int) -> bool:
+    value = node.get(keyword)
+    return isinstance(value, int) and _is_count(value) and value <= limit
+
+
+def _check_pointers(contract: Contract, doc: SchemaDocument, strip: int) -> Iterator[Finding]:
     for path, pointer in _contract_pointers(contract):
-        if not _declares(doc, parse_pointer(pointer)):
+        if not _declares(doc, parse_pointer(pointer)[strip:]):
             yield Finding(
                 file=str(contract.path),
                 pointer=path,

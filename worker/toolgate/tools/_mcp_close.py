@@ -1,0 +1,428 @@
+"""Closing an MCP tool's ``outputSchema`` without rewriting it.
+
+The written schema of a result is ``{"allOf": [upstream, closure]}``:
+
+* ``upstream`` is the tool's ``outputSchema`` as it came, embedded as a resource of its
+  own (``$id: urn:toolgate:upstream:<tool>``, so its ``#/...`` references still resolve
+  inside it);
+* ``closure`` (``$id: urn:toolgate:closure:<tool>``) is a *skeleton* derived from it: at
+  every instance position the upstream reaches through applicators that admit values
+  (``properties``, ``patternProperties``, ``items``, ``prefixItems``, ``contains``,
+  ``unevaluatedItems``, ``allOf``/``anyOf``/``oneOf``, ``then``/``else``,
+  ``dependentSchemas``, ``$ref``), it rejects member names no schema there declares
+  (by name or pattern) and bounds string lengths and array lengths. ``not``, ``if`` and
+  ``propertyNames`` only decide: they declare no member, so they widen nothing.
+
+Because the written schema is a conjunction with the upstream, it accepts a subset of
+what the upstream accepts whatever the closure says (the closure can only remove
+values). Because the closure's members at a position are the *union* over every
+branch that can apply there, it never rejects a member some branch declares
+(a closed base used through ``allOf`` + ``$ref`` beside other members still passes
+them). Where a position cannot be closed that way, :func:`close` raises
+:class:`Unclosable` and the tool is refused: an untyped value, a free-form map
+(``additionalProperties``/``unevaluatedProperties`` given a schema), array items no
+schema constrains, a reference it cannot follow (remote, an anchor, a nested ``$id``,
+``$dynamicRef``), ``const``/``enum`` holding objects or arrays, or a shape larger than
+:data:`MAX_POSITIONS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import jsonschema_rs
+
+UPSTREAM_ID: Final = "urn:toolgate:upstream:"
+CLOSURE_ID: Final = "urn:toolgate:closure:"
+BOUNDS_KEY: Final = "x-toolgate-bounds"  # the closure's bounds, for lint to re-derive it
+MAX_POSITIONS: Final = 2000  # skeleton positions: a shape past this is refused, not analysed
+MAX_NESTING: Final = 64  # instance positions and $ref chains deeper than this are refused
+# (each level costs a few Python frames: well inside the interpreter's recursion limit)
+_ALL_TYPES: Final = frozenset({"object", "array", "string", "number", "boolean", "null"})
+_IN_PLACE_LISTS: Final = ("allOf", "anyOf", "oneOf")
+
+
+class Unclosable(ValueError):
+    """The schema has a position that cannot be closed soundly; ``pointer`` names it."""
+
+    def __init__(self, pointer: str, reason: str) -> None:
+        super().__init__(f"{pointer or '/'}: {reason}")
+        self.pointer = pointer
+        self.reason = reason
+
+
+def _join(pointer: str, *tokens: str | int) -> str:
+    return pointer + "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
+
+
+def _value_types(value: Any) -> set[str]:
+    if isinstance(value, bool):
+        return {"boolean"}
+    if isinstance(value, int | float):
+        return {"number"}
+    if isinstance(value, str):
+        return {"string"}
+    if value is None:
+        return {"null"}
+    return {"object" if isinstance(value, dict) else "array"}
+
+
+class _Closer:
+    """One derivation of a closure from one upstream schema."""
+
+    def __init__(self, upstream: Any, max_string: int, max_items: int) -> None:
+        self.root = upstream
+        self.max_string = max_string
+        self.max_items = max_items
+        self.defs: dict[str, Any] = {}
+        self.names: dict[frozenset[str], str] = {}
+        self.types_memo: dict[str, frozenset[str]] = {}
+        self.pattern_memo: dict[tuple[str, str], bool] = {}
+
+    # ------------------------------------------------------------ the upstream document
+
+    def at(self, pointer: str) -> Any:
+        node = self.root
+        for token in pointer.split("/")[1:]:
+            token = token.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                raise Unclosable(pointer, "a reference that points at nothing")
+        return node
+
+    def ref_target(self, pointer: str, node: dict[str, Any]) -> str | None:
+        if "$dynamicRef" in node or "$recursiveRef" in node:
+            raise Unclosable(pointer, "$dynamicRef cannot be analysed")
+        ref = node.get("$ref")
+        if ref is None:
+            return None
+        if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
+            raise Unclosable(pointer, f"$ref {str(ref)[:80]!r} is not a local JSON pointer")
+        from urllib.parse import unquote
+
+        target = unquote(ref[1:])
+        self.at(target)
+        return target
+
+    def check_node(self, pointer: str, node: dict[str, Any]) -> None:
+        for keyword in ("const", "enum"):
+            if keyword not in node:
+                continue
+            values = [node[keyword]] if keyword == "const" else node[keyword]
+            if isinstance(values, list) and any(isinstance(v, dict | list) for v in values):
+                raise Unclosable(pointer, f"{keyword} with an object or array value is not supported")
+        for keyword in ("additionalProperties", "unevaluatedProperties"):
+            sub = node.get(keyword)
+            if isinstance(sub, dict):
+                raise Unclosable(pointer, f"{keyword} is a schema: a free-form map cannot be closed")
+
+    # ------------------------------------------------------------ types a schema admits
+
+    def types(self, pointer: str, depth: int = 0) -> frozenset[str]:
+        """Every JSON type ``pointer``'s schema may accept (an over-approximation)."""
+        if pointer in self.types_memo:
+            return self.types_memo[pointer]
+        if depth > MAX_NESTING:
+            raise Unclosable(pointer, f"subschemas nested deeper than {MAX_NESTING}: not analysed")
+        self.types_memo[pointer] = _ALL_TYPES  # a cycle: assume anything
+        node = self.at(pointer)
+        result: set[str]
+        if node is True:
+            result = set(_ALL_TYPES)
+        elif not isinstance(node, dict):
+            result = set()
+        else:
+            result = set(_ALL_TYPES)
+            kind = node.get("type")
+            if isinstance(kind, str | list):
+                named = {kind} if isinstance(kind, str) else {k for k in kind if isinstance(k, str)}
+                named = {"number" if k == "integer" else k for k in named}
+                result &= named
+            if "const" in node:
+                result &= _value_types(node["const"])
+            if isinstance(node.get("enum"), list):
+                result &= {t for v in node["enum"] for t in _value_types(v)}
+            branches = node.get("allOf")
+            if isinstance(branches, list):
+                for i in range(len(branches)):
+                    result &= self.types(_join(pointer, "allOf", i), depth + 1)
+            for keyword in ("anyOf", "oneOf"):
+                branches = node.get(keyword)
+                if isinstance(branches, list):
+                    result &= {
+                        t
+                        for i in range(len(branches))
+                        for t in self.types(_join(pointer, keyword, i), depth + 1)
+                    }
+            target = self.ref_target(pointer, node)
+            if target is not None:
+                result &= self.types(target, depth + 1)
+        self.types_memo[pointer] = frozenset(result)
+        return self.types_memo[pointer]
+
+    # ------------------------------------------------------------ positions
+
+    def gather(self, entries: frozenset[str]) -> list[tuple[str, Any]]:
+        """Every schema applied to the instance at a position whose own schemas are ``entries``."""
+        seen: set[str] = set()
+        out: list[tuple[str, Any]] = []
+        stack = sorted(entries)
+        while stack:
+            pointer = stack.pop()
+            if pointer in seen:
+                continue
+            seen.add(pointer)
+            node = self.at(pointer)
+            out.append((pointer, node))
+            if not isinstance(node, dict):
+                continue
+            self.check_node(pointer, node)
+            for keyword in _IN_PLACE_LISTS:
+                branches = node.get(keyword)
+                if isinstance(branches, list):
+                    stack.extend(_join(pointer, keyword, i) for i in range(len(branches)))
+            for keyword in ("then", "else"):
+                if keyword in node:
+                    stack.append(_join(pointer, keyword))
+            dependent = node.get("dependentSchemas")
+            if isinstance(dependent, dict):
+                stack.extend(_join(pointer, "dependentSchemas", name) for name in dependent)
+            target = self.ref_target(pointer, node)
+            if target is not None:
+                stack.append(target)
+        return out
+
+    def matches(self, pattern: str, name: str) -> bool:
+        """Whether ``patternProperties``' ``pattern`` applies to ``name``, as the gate decides it."""
+        key = (pattern, name)
+        if key not in self.pattern_memo:
+            try:
+                self.pattern_memo[key] = jsonschema_rs.is_valid(
+                    {"pattern": pattern}, name, pattern_options=jsonschema_rs.RegexOptions()
+                )
+            except ValueError as exc:
+                raise Unclosable("", f"pattern {pattern[:80]!r} does not compile") from exc
+        return self.pattern_memo[key]
+
+    def skeleton(self, entries: frozenset[str], where: str, depth: int) -> dict[str, Any]:
+        """A reference to the closure of the position whose schemas are ``entries``."""
+        if entries in self.names:
+            return {"$ref": f"#/$defs/{self.names[entries]}"}
+        if depth > MAX_NESTING:
+            raise Unclosable(where, f"instance positions nested deeper than {MAX_NESTING}: not analysed")
+        if len(self.names) >= MAX_POSITIONS:
+            raise Unclosable(where, f"more than {MAX_POSITIONS} positions to close: not analysed")
+        name = f"p{len(self.names)}"
+        self.names[entries] = name
+        self.defs[name] = self.position(entries, where, depth)
+        return {"$ref": f"#/$defs/{name}"}
+
+    def position(self, entries: frozenset[str], where: str, depth: int) -> dict[str, Any]:
+        nodes = self.gather(entries)
+        kinds = frozenset().union(*(self.types(p) for p in entries))
+        dicts = [(p, n) for p, n in nodes if isinstance(n, dict)]
+        out: dict[str, Any] = {}
+        if "object" in kinds:
+            out.update(self.object_position(dicts, where, depth))
+        if "array" in kinds:
+            out.update(self.array_position(dicts, where, depth))
+        if "string" in kinds:
+            shortest = max((n.get("minLength", 0) for _, n in dicts if _count(n.get("minLength"))), default=0)
+            if shortest > self.max_string:
+                raise Unclosable(where, f"strings of at least {shortest} characters exceed the bound")
+            out["maxLength"] = self.max_string
+        return out
+
+    def object_position(
+        self, dicts: list[tuple[str, dict[str, Any]]], where: str, depth: int
+    ) -> dict[str, Any]:
+        names: dict[str, set[str]] = {}
+        patterns: dict[str, set[str]] = {}
+        closed_empty = False
+        for pointer, node in dicts:
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                for name in properties:
+                    names.setdefault(name, set()).add(_join(pointer, "properties", name))
+            pattern_properties = node.get("patternProperties")
+            if isinstance(pattern_properties, dict):
+                for pattern in pattern_properties:
+                    patterns.setdefault(pattern, set()).add(_join(pointer, "patternProperties", pattern))
+            if (
+                node.get("additionalProperties") is False
+                or node.get("unevaluatedProperties") is False
+                or node.get("maxProperties") == 0
+            ):
+                closed_empty = True
+        if not names and not patterns and not closed_empty:
+            raise Unclosable(
+                where, "may be an object that declares no member: a free-form map or an untyped value"
+            )
+        out: dict[str, Any] = {}
+        if names:
+            members = {}
+            for name in sorted(names):
+                entries = set(names[name])
+                for pattern, pointers in patterns.items():
+                    if self.matches(pattern, name):
+                        entries |= pointers
+                members[name] = self.skeleton(frozenset(entries), _join(where, name), depth + 1)
+            out["properties"] = members
+        if patterns:
+            every = frozenset(p for pointers in patterns.values() for p in pointers)
+            out["additionalProperties"] = self.skeleton(every, _join(where, "*"), depth + 1)
+            allowed: list[Any] = [{"pattern": p} for p in sorted(patterns)]
+            if names:
+                allowed.insert(0, {"enum": sorted(names)})
+            out["propertyNames"] = {"anyOf": allowed}
+        else:
+            out["additionalProperties"] = False
+        return out
+
+    def array_position(
+        self, dicts: list[tuple[str, dict[str, Any]]], where: str, depth: int
+    ) -> dict[str, Any]:
+        entries: set[str] = set()
+        constrained = False
+        longest = 0
+        for pointer, node in dicts:
+            if _count(node.get("minItems")):
+                longest = max(longest, node["minItems"])
+            items = node.get("items")
+            if items is False or node.get("maxItems") == 0:
+                constrained = True
+            if isinstance(items, dict | bool) and items is not False:
+                entries.add(_join(pointer, "items"))
+                constrained = True
+            prefix = node.get("prefixItems")
+            if isinstance(prefix, list):
+                entries.update(_join(pointer, "prefixItems", i) for i in range(len(prefix)))
+            unevaluated = node.get("unevaluatedItems")
+            if unevaluated is False:
+                constrained = True
+            elif isinstance(unevaluated, dict | bool):
+                entries.add(_join(pointer, "unevaluatedItems"))
+                constrained = True
+            if isinstance(node.get("contains"), dict | bool):
+                entries.add(_join(pointer, "contains"))
+        if not constrained:
+            raise Unclosable(
+                where, "may be an array whose items no schema constrains (declare type and items)"
+            )
+        if longest > self.max_items:
+            raise Unclosable(where, f"arrays of at least {longest} items exceed the bound")
+        out: dict[str, Any] = {"maxItems": self.max_items}
+        if entries:
+            out["items"] = self.skeleton(frozenset(entries), _join(where, "0"), depth + 1)
+        return out
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+_DRAFT_2020_12: Final = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _no_nested_resources(upstream: dict[str, Any]) -> None:
+    """Refuse a ``$id`` or ``$schema`` below the root anywhere in the document: references
+    inside such a resource resolve against another base, or in another dialect, than the
+    one this analysis reads them in. (A member *named* ``$id`` is refused too: rare, and
+    telling it apart would need the analysis this refuses to guess at.)"""
+    stack: list[tuple[str, Any]] = [("", upstream)]
+    while stack:
+        pointer, node = stack.pop()
+        if isinstance(node, dict):
+            if pointer and ("$id" in node or "$schema" in node):
+                raise Unclosable(
+                    pointer, "a nested $id or $schema changes how references resolve: not analysed"
+                )
+            stack.extend((_join(pointer, k), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((_join(pointer, i), v) for i, v in enumerate(node))
+
+
+def closure(upstream: Any, tool: str, *, max_string: int, max_items: int) -> dict[str, Any]:
+    """The closure of ``upstream`` (see the module docstring).
+
+    Raises:
+        Unclosable: a position that cannot be closed soundly, named by its instance path.
+    """
+    if not isinstance(upstream, dict):
+        raise Unclosable("", "an outputSchema is a JSON object")
+    _no_nested_resources(upstream)
+    closer = _Closer(upstream, max_string, max_items)
+    start = closer.skeleton(frozenset({""}), "", 0)
+    return {
+        "$id": CLOSURE_ID + tool,
+        BOUNDS_KEY: {"max_string": max_string, "max_items": max_items},
+        **start,
+        "$defs": closer.defs,
+    }
+
+
+def closed(upstream: dict[str, Any], tool: str, *, max_string: int, max_items: int) -> dict[str, Any]:
+    """``{"allOf": [upstream, closure]}``: what the written contract validates ``data`` with.
+
+    Raises:
+        Unclosable: see :func:`closure`; also a ``$schema`` other than Draft 2020-12.
+    """
+    dialect = upstream.get("$schema", _DRAFT_2020_12)
+    if dialect not in (_DRAFT_2020_12, _DRAFT_2020_12 + "#"):
+        raise Unclosable("", f"$schema {str(dialect)[:80]!r} is not Draft 2020-12, which the gate validates")
+    embedded = {k: v for k, v in upstream.items() if k not in ("$schema", "$id")}
+    return {
+        "allOf": [
+            {"$id": UPSTREAM_ID + tool, **embedded},
+            closure(embedded, tool, max_string=max_string, max_items=max_items),
+        ]
+    }
+
+
+def split(node: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The (upstream, closure) of a schema :func:`closed` wrote, or None for any other."""
+    if not isinstance(node, dict) or set(node) != {"allOf"}:
+        return None
+    parts = node["allOf"]
+    if not (isinstance(parts, list) and len(parts) == 2 and all(isinstance(p, dict) for p in parts)):
+        return None
+    upstream, skeleton = parts
+    up_id, cl_id = upstream.get("$id"), skeleton.get("$id")
+    if not (isinstance(up_id, str) and up_id.startswith(UPSTREAM_ID)):
+        return None
+    if not (isinstance(cl_id, str) and cl_id.startswith(CLOSURE_ID)):
+        return None
+    return upstream, skeleton
+
+
+def rederive(upstream: dict[str, Any], skeleton: dict[str, Any]) -> bool:
+    """Whether ``skeleton`` is exactly the closure :func:`closure` derives from ``upstream``."""
+    bounds = skeleton.get(BOUNDS_KEY)
+    if not (isinstance(bounds, dict) and set(bounds) == {"max_string", "max_items"}):
+        return False
+    if not all(_count(v) and v > 0 for v in bounds.values()):
+        return False
+    tool = str(skeleton["$id"])[len(CLOSURE_ID) :]
+    embedded = {k: v for k, v in upstream.items() if k != "$id"}
+    try:
+        expected = closure(embedded, tool, max_string=bounds["max_string"], max_items=bounds["max_items"])
+    except Unclosable:
+        return False
+    return bool(expected == skeleton)
+
+
+__all__ = [
+    "BOUNDS_KEY",
+    "CLOSURE_ID",
+    "MAX_NESTING",
+    "MAX_POSITIONS",
+    "UPSTREAM_ID",
+    "Unclosable",
+    "closed",
+    "closure",
+    "rederive",
+    "split",
+]
