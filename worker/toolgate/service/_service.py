@@ -342,10 +342,23 @@ class Worker:
         """Requests and the state changelog must have intake's partition count (a request
         id's request, accepted attempts and results then sit in the same partition number)."""
         topics = self.config.topics
-        counts = {name: len(await partitions_of(self._clients, name)) for name in topics.names()}
+        counts = await self._topic_counts()
         log_topics(counts)
         check_copartitioned(topics, counts)
         self._intake_count = counts[topics.intake]
+
+    async def _topic_counts(self) -> dict[str, int]:
+        """Each topic's partition count; a co-partitioned topic missing from the metadata is
+        asked again for a few seconds (topics created just before the worker started)."""
+        topics = self.config.topics
+        backoff = 0.1
+        for _ in range(7):  # about 7 s of backoff in all
+            counts = {name: len(await partitions_of(self._clients, name)) for name in topics.names()}
+            if all(counts[name] for name in (topics.intake, topics.requests, topics.state)):
+                break
+            await self._sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+        return counts
 
     async def _restore(self, partitions: set[int]) -> None:
         """Read the owned partitions' requests up to the end offsets read now, before deciding
