@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 KAFKA := ops/kafka/kafka.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install jars tools rules screenshot broker broker-up broker-stop topics lint contracts test unit simulate run stop bench-gate clean
+.PHONY: help install jars tools k8s-tools chart strimzi rules screenshot broker broker-up broker-stop topics lint contracts test unit simulate run stop bench-gate bench-scale clean
 
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
@@ -20,6 +20,9 @@ help:
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
 	@echo "make bench-gate the gate benchmark (ops/bench/gate_bench.py)"
 	@echo "make simulate   the worker loop's deterministic simulation: SCHEDULES=10000 SEED=0 (docs/simulation.md)"
+	@echo "make bench-scale the scale-out run, static and dynamic membership (ops/bench/scale_bench.py)"
+	@echo "make chart      helm lint + template of deploy/helm/toolgate, validated by kubeconform"
+	@echo "make strimzi    deploy/strimzi/{topics,users}.yaml: KafkaTopics and KafkaUsers from the code"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,6 +65,46 @@ tools:
 	apt-get install -y --no-install-recommends kcat \
 	  || { apt-get update && apt-get install -y --no-install-recommends kcat; } || exit 1; \
 	command -v kcat >/dev/null || { echo "make tools: no kcat after installing it" >&2; exit 1; }
+
+# helm and kubeconform built from their Go modules into ops/k8s/.bin (Go toolchain needed),
+# once: present binaries are kept. No network at test time: schemas are vendored in
+# ops/k8s/schemas (README.md there says where they came from).
+K8S_BIN := ops/k8s/.bin
+HELM := $(K8S_BIN)/helm
+KUBECONFORM := $(K8S_BIN)/kubeconform
+HELM_VERSION := v3.16.4
+KUBECONFORM_VERSION := v0.6.7
+KUBE_VERSION := 1.31.0
+CHART := deploy/helm/toolgate
+k8s-tools: $(HELM) $(KUBECONFORM)
+
+$(HELM):
+	@command -v go >/dev/null || { echo "make k8s-tools: helm is missing and building it needs the Go toolchain (go)" >&2; exit 1; }
+	mkdir -p $(K8S_BIN)
+	GOBIN=$(abspath $(K8S_BIN)) go install -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+$(KUBECONFORM):
+	@command -v go >/dev/null || { echo "make k8s-tools: kubeconform is missing and building it needs the Go toolchain (go)" >&2; exit 1; }
+	mkdir -p $(K8S_BIN)
+	GOBIN=$(abspath $(K8S_BIN)) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
+
+# The chart with its default values and the production-like ones, linted, rendered and
+# validated against the vendored Kubernetes and CRD schemas (tests/unit/test_chart.py too).
+chart: k8s-tools
+	@set -o pipefail; for values in $(CHART)/values.yaml $(CHART)/ci/production-values.yaml; do \
+	  echo "== $$values"; \
+	  $(HELM) lint --strict --kube-version $(KUBE_VERSION) -f $$values $(CHART) 2>&1 | grep -v 'found symbolic link' || exit 1; \
+	  $(HELM) template toolgate $(CHART) --kube-version $(KUBE_VERSION) -f $$values 2>/dev/null \
+	    | $(KUBECONFORM) -strict -summary -schema-location 'ops/k8s/schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json' - || exit 1; \
+	done
+
+# Strimzi KafkaTopics and KafkaUsers from the code that creates the topics and plans the ACLs,
+# for a cluster named events with 12 intake partitions and 3 replicas
+# (tests/unit/test_strimzi.py compares the files with the code).
+STRIMZI_ENV := TOOLGATE_PARTITIONS_INTAKE=12 TOOLGATE_PARTITIONS_AGENT=12 TOOLGATE_PARTITIONS_AUDIT=12 TOOLGATE_REPLICATION_FACTOR=3
+strimzi: install
+	env $(STRIMZI_ENV) $(BIN)/toolgate topics plan --format strimzi --strimzi-cluster events > deploy/strimzi/topics.yaml
+	env $(STRIMZI_ENV) $(BIN)/toolgate acls plan --format strimzi --strimzi-cluster events > deploy/strimzi/users.yaml
 
 broker: jars
 	bash $(KAFKA) start
@@ -120,7 +163,7 @@ unit: install
 # Starts the broker only if none is running, and stops it afterwards only if it started it.
 # One pytest run, measured (the processes it starts included), then the coverage table per layer
 # with its floors (ops/coverage_floors.py); a run narrowed by PYTEST_ARGS prints the table only.
-test: install jars tools lint contracts
+test: install jars tools k8s-tools lint contracts
 	rm -f .coverage .coverage.*
 	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest --cov --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python ops/coverage_floors.py $(if $(strip $(PYTEST_ARGS)),--report-only)
@@ -146,6 +189,10 @@ stop:
 
 bench-gate: install
 	$(BIN)/python ops/bench/gate_bench.py
+
+# The scale-out run in full (1 -> 4 -> 1 workers, one restart), static and dynamic membership.
+bench-scale: install broker-up
+	$(BIN)/python ops/bench/scale_bench.py
 
 clean:
 	-bash ops/worker.sh stop

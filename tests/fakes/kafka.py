@@ -715,6 +715,14 @@ class FakeAdmin:
         self.sent.append(request)
         return None
 
+    async def create_partitions(self, counts: dict[str, int]) -> None:
+        for name, count in counts.items():
+            log = self.broker.logs[name]
+            log.extend([] for _ in range(count - len(log)))
+
+    async def group_members(self, group_id: str) -> int:
+        return len([m for m in self.broker.members[group_id] if m.started])
+
 
 @dataclass
 class _TopicErrors:

@@ -10,6 +10,7 @@ import base64
 import json
 import logging
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -248,6 +249,9 @@ class TestRunStartUp:
         keyring = tmp_path / "keys.toml"
         keyring.write_text('[keys.k1]\nalgorithm = "hmac-sha256"\nadapter = "a"\nsecret_file = "k1"\n')
         port = _closed_port()
+        # Unsigned contracts only: a signed one would need its key in this keyring to start.
+        contracts = tmp_path / "contracts"
+        shutil.copytree(ROOT / "contracts" / "review_status", contracts / "review_status")
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
         env.update(
             {
@@ -258,7 +262,7 @@ class TestRunStartUp:
                 VAR: str(password),
                 "TOOLGATE_KEYRING": str(keyring),
                 "TOOLGATE_METRICS_PORT": "0",
-                "TOOLGATE_CONTRACTS_DIR": str(ROOT / "contracts"),
+                "TOOLGATE_CONTRACTS_DIR": str(contracts),
             }
         )
         done = subprocess.run(

@@ -557,7 +557,8 @@ class TestPartitionLocalState:
             await world.worker(burst=True).run()
         assert str(caught.value) == (
             f"{T.requests} has 4 partitions and {T.intake} has 3: they must be equal "
-            "(state is restored per intake partition)"
+            "(state is restored per intake partition); grow them together: "
+            "toolgate topics grow --partitions 4"
         )
         world.broker.logs[T.requests].pop()
         world.broker.logs[T.state].pop()  # the state changelog: 2 against 3
@@ -565,7 +566,8 @@ class TestPartitionLocalState:
             await world.worker(burst=True).run()
         assert str(caught.value) == (
             f"{T.state} has 2 partitions and {T.intake} has 3: they must be equal "
-            "(state is restored per intake partition)"
+            "(state is restored per intake partition); grow them together: "
+            "toolgate topics grow --partitions 3"
         )
         del world.broker.logs[T.state]
         with pytest.raises(ConfigError) as caught:

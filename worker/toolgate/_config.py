@@ -98,6 +98,15 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     # fit in the session, or the group drops the member and rebalances again.
     # TOOLGATE_SESSION_TIMEOUT_MS.
     session_timeout_ms: int = 10_000
+    # Static group membership (KIP-345): a stable name per worker (a StatefulSet pod's name).
+    # A worker that restarts under the same name within the session timeout gets its
+    # partitions back without a rebalance of the others; it does not leave the group when it
+    # stops. None: a dynamic member. TOOLGATE_GROUP_INSTANCE_ID.
+    group_instance_id: str | None = None
+    # Seconds between checks of the contracts folder and the keyring for changes (a mounted
+    # ConfigMap or Secret updated in place); a change reloads them as SIGHUP does. 0: only
+    # on SIGHUP. TOOLGATE_CONTRACTS_WATCH_SECONDS.
+    contracts_watch_seconds: float = 0
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)

@@ -31,6 +31,8 @@ def check_private(path: str | os.PathLike[str], what: str) -> str | None:
         return None  # reading it reports the problem
     if not mode & _SHARED_BITS:
         return None
+    if not mode & stat.S_IROTH and _kubelet_mounted(path):
+        return None  # a Kubernetes secret volume: group-readable for the pod's fsGroup by design
     who = " and ".join(
         name for bit, name in ((stat.S_IRGRP, "group"), (stat.S_IROTH, "others")) if mode & bit
     )
@@ -40,6 +42,13 @@ def check_private(path: str | os.PathLike[str], what: str) -> str | None:
     )
     log.warning(warning, extra={"file": os.fspath(path), "mode": f"{stat.S_IMODE(mode):04o}"})
     return warning
+
+
+def _kubelet_mounted(path: str | os.PathLike[str]) -> bool:
+    """The file is in a Kubernetes secret or ConfigMap volume: the kubelet writes it into a
+    ``..<timestamp>`` folder and links it through ``..data``, and gives the pod's ``fsGroup``
+    read access (the pod's own group, no other account)."""
+    return any(part.startswith("..") and len(part) > 2 for part in Path(os.path.realpath(path)).parts)
 
 
 def read_secret(path: str | os.PathLike[str], what: str) -> str:

@@ -362,14 +362,51 @@ def _acls_principal_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _strimzi_cluster_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--strimzi-cluster",
+        metavar="NAME",
+        default="my-cluster",
+        help="--format strimzi: the Kafka resource's name (label strimzi.io/cluster; default my-cluster)",
+    )
+
+
 def _acls_plan_arguments(p: argparse.ArgumentParser) -> None:
     _acls_principal_arguments(p)
     p.add_argument(
         "--format",
-        choices=("lines", "kafka-acls"),
+        choices=("lines", "kafka-acls", "strimzi"),
         default="lines",
-        help="lines (default) or kafka-acls.sh command lines",
+        help="lines (default), kafka-acls.sh command lines, or Strimzi KafkaUser resources",
     )
+    _strimzi_cluster_argument(p)
+
+
+def _topics_grow_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--partitions",
+        type=_positive_int,
+        required=True,
+        metavar="N",
+        help="the new partition count of intake, requests and state",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="read each topic to its end within S seconds (default 30)",
+    )
+
+
+def _topics_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format",
+        choices=("lines", "strimzi"),
+        default="lines",
+        help="lines (default: name, partitions, replicas, configs) or Strimzi KafkaTopic resources",
+    )
+    _strimzi_cluster_argument(p)
 
 
 def _top_arguments(p: argparse.ArgumentParser) -> None:
@@ -650,8 +687,12 @@ def _run(args: argparse.Namespace, config: Config) -> int:
         metrics_host=args.metrics_host or config.metrics_host,
     )
 
+    from toolgate.service._startup import check_signature_keys
+
     def load_gate() -> Gate:
-        return _load_gate(config, config.keyring)
+        gate = _load_gate(config, config.keyring)
+        check_signature_keys(gate, config.keyring)  # a reload that drops a needed key is refused too
+        return gate
 
     gate = load_gate()
     options = WorkerOptions(
@@ -665,7 +706,9 @@ def _run(args: argparse.Namespace, config: Config) -> int:
         "configuration",
         extra={
             # The values in force: defaults, file, environment and flags merged.
-            "config": config.masked(),
+            # The configured partition counts are what topics ensure creates; the topics'
+            # real counts follow in the worker's "topics" line.
+            "config": {k: v for k, v in config.masked().items() if k != "partitions"},
             "options": {
                 "batch_size": options.batch_size,
                 "linger_ms": options.linger_ms,
@@ -801,7 +844,41 @@ def _topics_ensure(args: argparse.Namespace, config: Config) -> int:
         print(f"exists   {name}")
     for warning in report.warnings:
         print(f"warning  {warning}")
+    for problem in report.problems:
+        print(f"error    {problem}")
     print(f"{config.bootstrap}: {len(report.created)} created, {len(report.existing)} already existed")
+    return EXIT_PROBLEM if report.problems else EXIT_OK
+
+
+def _topics_grow(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.tools._grow import GrowRefused, describe, grow_topics
+
+    _check_broker(config)
+    try:
+        report = asyncio.run(grow_topics(config, args.partitions, wait_s=args.wait))
+    except GrowRefused as exc:
+        print(f"toolgate: not grown: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    for line in describe(report):
+        print(line)
+    return EXIT_OK
+
+
+def _topics_plan(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.service._kafka import topic_plan
+    from toolgate.tools._strimzi import dump, kafka_topics
+
+    if args.format == "strimzi":
+        header = (
+            "toolgate's six topics as Strimzi KafkaTopics (toolgate topics plan --format strimzi).\n"
+            "Requests and state must keep intake's partition count: grow them together\n"
+            "(ops/RUNBOOK.md, Growing the intake partitions)."
+        )
+        print(dump(kafka_topics(config, args.strimzi_cluster), header), end="")
+        return EXIT_OK
+    for topic in topic_plan(config):
+        configs = ",".join(f"{k}={v}" for k, v in sorted((topic.topic_configs or {}).items())) or "-"
+        print(f"{topic.name}\t{topic.num_partitions}\t{topic.replication_factor}\t{configs}")
     return EXIT_OK
 
 
@@ -829,6 +906,15 @@ def _acls_plan(args: argparse.Namespace, config: Config) -> int:
     plan = _acl_plan(args, config)
     if args.format == "kafka-acls":
         print("\n".join(kafka_acls_commands(plan, config.bootstrap)))
+    elif args.format == "strimzi":
+        from toolgate.tools._strimzi import dump, kafka_users
+
+        try:
+            users = kafka_users(plan, args.strimzi_cluster)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        header = "The ACLs of toolgate acls plan as Strimzi KafkaUsers (toolgate acls plan --format strimzi)."
+        print(dump(users, header), end="")
     else:
         _print_acls(plan)
     return EXIT_OK
@@ -1052,6 +1138,39 @@ COMMANDS: tuple[Command, ...] = (
         ("bootstrap",),
     ),
     Command(
+        ("topics", "grow"),
+        "grow intake, requests and state together (drain first)",
+        "Grow the co-partitioned topics (intake, requests, state) to N partitions and\n"
+        "move every live request record and accepted-attempts entry to the partition\n"
+        "its key belongs to under N, so no live request is looked up in the wrong place.\n"
+        "Refused (exit 1) while the worker group has members or intake holds a record\n"
+        "no worker decided: pause the adapters and the platform, let the workers drain\n"
+        "intake, stop them, grow, start them, resume (ops/RUNBOOK.md, Growing the\n"
+        "intake partitions). Idempotent: run it again after an interruption.",
+        (
+            "toolgate topics grow --partitions 6",
+            "toolgate topics grow --partitions 24 --bootstrap kafka:9092 --wait 120",
+        ),
+        _topics_grow,
+        ("bootstrap",),
+        _topics_grow_arguments,
+    ),
+    Command(
+        ("topics", "plan"),
+        "print the six topics as ensure creates them (nothing is sent)",
+        "Print the six topics with the partition counts, replication factor and\n"
+        "configs that toolgate topics ensure creates them with, one per line, or as\n"
+        "Strimzi KafkaTopic resources (--format strimzi) for a cluster run by the\n"
+        "Strimzi operator. Nothing is sent to the cluster.",
+        (
+            "toolgate topics plan",
+            "TOOLGATE_PARTITIONS_INTAKE=12 toolgate topics plan --format strimzi --strimzi-cluster events",
+        ),
+        _topics_plan,
+        (),
+        _topics_plan_arguments,
+    ),
+    Command(
         ("acls",),
         "the Kafka ACLs of the trust boundaries",
         "The ACLs of the trust boundaries (docs/design.md, Topics and trust boundaries)\n"
@@ -1072,7 +1191,11 @@ COMMANDS: tuple[Command, ...] = (
         "Print the ACLs of the trust boundaries, one per line (principal, operation,\n"
         "resource type, name, pattern), or as kafka-acls.sh command lines. Nothing is\n"
         "sent to the cluster.",
-        ("toolgate acls plan", "toolgate acls plan --format kafka-acls --adapter User:connector-7"),
+        (
+            "toolgate acls plan",
+            "toolgate acls plan --format kafka-acls --adapter User:connector-7",
+            "toolgate acls plan --format strimzi --strimzi-cluster events",
+        ),
         _acls_plan,
         ("bootstrap",),
         _acls_plan_arguments,

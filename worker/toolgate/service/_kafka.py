@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, TopicAlreadyExistsError, for_code
 from aiokafka.producer import sender as aiokafka_sender
@@ -216,6 +216,8 @@ class Admin(Protocol):
     async def delete_topics(self, topics: list[str]) -> Any: ...
     async def send(self, request: Any) -> Any: ...
     async def send_to_coordinator(self, group_id: str, request: Any) -> Any: ...
+    async def create_partitions(self, counts: dict[str, int]) -> None: ...
+    async def group_members(self, group_id: str) -> int: ...
 
 
 class KafkaClients(Protocol):
@@ -286,6 +288,22 @@ class _AiokafkaAdmin:
         node = await self._admin.find_coordinator(group_id)
         client = await self._raw_client()
         return await client.send(node, request)
+
+    async def create_partitions(self, counts: dict[str, int]) -> None:
+        """Grow each topic to its count; a refusal raises the broker's error for that topic."""
+        response = await self._admin.create_partitions({name: NewPartitions(n) for name, n in counts.items()})
+        for name, code, message in response.topic_errors:
+            if code:
+                error = for_code(code)
+                raise BrokerError(
+                    f"growing topic {name!r}: {message or error.__name__}", retriable=error.retriable
+                )
+
+    async def group_members(self, group_id: str) -> int:
+        """How many members the consumer group has now (static members count until they leave)."""
+        (described,) = await self._admin.describe_consumer_groups([group_id])
+        (group,) = described.groups
+        return len(group[5])  # error_code, group, state, protocol_type, protocol, members
 
 
 # A transaction that begins right after the previous one committed finds the broker still
@@ -404,6 +422,17 @@ class TopicReport:
     created: list[str] = field(default_factory=list)
     existing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Requests or state with another partition count than intake: the worker refuses to start.
+    problems: list[str] = field(default_factory=list)
+
+
+def copartition_problem(name: str, count: int, intake_name: str, intake: int) -> str:
+    """One line for a co-partitioned topic whose count differs from intake's, with the fix."""
+    target = max(count, intake)
+    return (
+        f"{name} has {count} partitions and {intake_name} has {intake}: they must be equal (state is "
+        f"restored per intake partition); grow them together: toolgate topics grow --partitions {target}"
+    )
 
 
 def topic_plan(config: Config) -> list[NewTopic]:
@@ -477,8 +506,15 @@ async def ensure_topics(
         if report.existing:
             described = await admin.describe_topics(report.existing)
             wanted = {topic.name: topic.num_partitions for topic in plan}
+            actual = {info["topic"]: len(info.get("partitions", [])) for info in described}
+            intake = actual.get(t.intake, wanted[t.intake])
+            for name in (t.requests, t.state):
+                if actual.get(name, intake) != intake:
+                    report.problems.append(copartition_problem(name, actual[name], t.intake, intake))
             for info in described:
                 count = len(info.get("partitions", []))
+                if info["topic"] in (t.requests, t.state) and count != intake:
+                    continue  # a problem, reported above
                 if count != wanted[info["topic"]]:
                     report.warnings.append(
                         f"{info['topic']} has {count} partitions, configuration says "

@@ -144,7 +144,18 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge(
-            "toolgate_ready", "1 when partitions are assigned and transactions work.", registry=r
+            "toolgate_ready",
+            "1 when the worker has joined its group, its partitions are taken over and restored and "
+            "transactions work; a worker that owns no partition (a hot standby) is ready.",
+            registry=r,
+        )
+        self.owned_partitions = Gauge(
+            "toolgate_owned_partitions",
+            "Intake partitions this worker owns (0: a hot standby, more workers than partitions).",
+            registry=r,
+        )
+        self.intake_partitions = Gauge(
+            "toolgate_intake_partitions", "Partitions of the intake topic, as read at start-up.", registry=r
         )
         self.contract_info = Gauge(
             "toolgate_contract_info",
@@ -295,8 +306,9 @@ class HealthServer:
             elif path == "/readyz":
                 ok = self._ready()
                 status = "200 OK" if ok else "503 Service Unavailable"
-                why = self._status() if self._status is not None and not ok else "not ready"
-                body, ctype = (b"ready\n" if ok else why.encode() + b"\n"), "text/plain"
+                # The worker's own words (a standby says so while ready); else ready / not ready.
+                text = self._status() if self._status is not None else "ready" if ok else "not ready"
+                body, ctype = text.encode() + b"\n", "text/plain"
             else:
                 status, body, ctype = "404 Not Found", b"not found\n", "text/plain"
             writer.write(

@@ -34,7 +34,6 @@ from typing import Any
 from aiokafka.errors import KafkaError
 
 from toolgate._config import Config
-from toolgate._errors import ConfigError
 from toolgate.gate._batch import Batch, ShadowSampler
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
@@ -55,6 +54,15 @@ from toolgate.service._kafka import (
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._partition import OwnedPartition
 from toolgate.service._phases import LOOP, NO_PHASES, POLL, Phases
+from toolgate.service._startup import (
+    ContractWatch,
+    at_home,
+    check_copartitioned,
+    log_topics,
+    readiness_text,
+    start_health,
+    static_membership,
+)
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
 from toolgate.service._tracing import DecisionTracer, tracer_from_env
 from toolgate.service._transport import CONNECT_TIMEOUT_S
@@ -184,6 +192,8 @@ class Worker:
         self._copartitioned: frozenset[str] = frozenset()
         self._partition_counts: dict[str, int] = {}  # output topic -> its partition count
         self._reload_requested = False
+        self._joined = False  # the group's first assignment (possibly empty) has arrived
+        self._watch = ContractWatch.of(config)
         self._last_sweep = 0.0
         self._export_contracts(gate)
 
@@ -243,17 +253,25 @@ class Worker:
         return self._health.port if self._health else None
 
     def ready(self) -> bool:
-        """Assigned at least one partition, all taken over, and the last transaction did not fail."""
+        """Joined the group, every owned partition taken over and restored, and the last
+        transaction did not fail. A worker the group gave no partition (more workers than
+        intake partitions) is ready: a hot standby that takes partitions over on the next
+        rebalance."""
         return (
-            bool(self._producers)
+            self._joined
             and None not in self._producers.values()
             and not self._txn_failing
             and not self._restoring
         )
 
     def status(self) -> str:
-        """What ``/readyz`` says when not ready."""
-        return "restoring" if self._restoring else "not ready"
+        """What ``/readyz`` says (ready or not)."""
+        return readiness_text(
+            joined=self._joined,
+            owned=len(self._producers),
+            restoring=bool(self._restoring),
+            failing=self._txn_failing or None in self._producers.values(),
+        )
 
     def request_stop(self) -> None:
         """Finish the batch in hand, commit it, leave the group and return from :meth:`run`."""
@@ -284,7 +302,7 @@ class Worker:
             self.ready,
             self.status,
         )
-        await self._health.start()
+        await start_health(self._health, port is None)
         try:
             if self.options.connect_check_s is not None:
                 await self._clients.check_connection(self.options.connect_check_s)
@@ -309,6 +327,8 @@ class Worker:
 
     def _apply_request(self, key: bytes | None, value: bytes | None) -> None:
         """A requests-topic record; a tombstone also ends the request's accepted attempts."""
+        if not at_home(key, self._intake_count):
+            return
         self.requests.apply(key, value)
         if value is None and key is not None and self.ledger.end(key.decode("utf-8", "replace")):
             self._tombstone_due(partition_of(key, self._intake_count), key.decode("utf-8", "replace"))
@@ -316,6 +336,8 @@ class Worker:
     def _apply_state(self, key: bytes | None, value: bytes | None) -> None:
         """A state-changelog record read at restore; an ended request's entry is not held
         and its tombstone is due."""
+        if not at_home(key, self._intake_count):
+            return
         if not self.ledger.apply(key, value, self.clock()) and key is not None:
             self._tombstone_due(partition_of(key, self._intake_count), key.decode("utf-8", "replace"))
 
@@ -344,20 +366,24 @@ class Worker:
         """Requests and the state changelog must have intake's partition count (a request
         id's request, accepted attempts and results then sit in the same partition number)."""
         topics = self.config.topics
-        intake = len(await partitions_of(self._clients, topics.intake))
-        if not intake:
-            raise ConfigError(f"topic {topics.intake!r} does not exist (run: toolgate topics ensure)")
-        for name in (topics.requests, topics.state):
-            count = len(await partitions_of(self._clients, name))
-            if not count:
-                raise ConfigError(f"topic {name!r} does not exist (run: toolgate topics ensure)")
-            if count != intake:
-                raise ConfigError(
-                    f"{name} has {count} partitions and {topics.intake} has {intake}: "
-                    "they must be equal (state is restored per intake partition)"
-                )
-        self._intake_count = intake
+        counts = await self._topic_counts()
+        log_topics(counts)
+        check_copartitioned(topics, counts)
+        self._intake_count = counts[topics.intake]
         self.gate.home_partition = self._home_partition
+
+    async def _topic_counts(self) -> dict[str, int]:
+        """Each topic's partition count; a co-partitioned topic missing from the metadata is
+        asked again for a few seconds (topics created just before the worker started)."""
+        topics = self.config.topics
+        backoff = 0.1
+        for _ in range(7):  # about 7 s of backoff in all
+            counts = {name: len(await partitions_of(self._clients, name)) for name in topics.names()}
+            if all(counts[name] for name in (topics.intake, topics.requests, topics.state)):
+                break
+            await self._sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+        return counts
 
     async def _restore(self, partitions: set[int]) -> None:
         """Read the owned partitions' requests up to the end offsets read now, before deciding
@@ -431,8 +457,10 @@ class Worker:
             auto_offset_reset="earliest",
             session_timeout_ms=self.config.session_timeout_ms,
             heartbeat_interval_ms=max(100, self.config.session_timeout_ms // 3),
+            **static_membership(self.config),
         )
         self._consumer = consumer
+        self.metrics.intake_partitions.set(self._intake_count)
         await consumer.start()
         consumer.subscribe([self.config.topics.intake], listener=_Listener(self))
         log.info(
@@ -440,13 +468,14 @@ class Worker:
             extra={
                 "group": self.config.group_id,
                 "intake": self.config.topics.intake,
+                "group_instance_id": self.config.group_instance_id,
                 "metrics_port": self.metrics_port,
             },
         )
         idle_polls = 0
         phases = self._phases
         while not self._stop.is_set():
-            if self._reload_requested:
+            if self._reload_requested or (self._watch is not None and self._watch.changed()):
                 self.reload_contracts()
             if any(owned.producer is None for owned in self._partitions.values()):
                 await self._retake()
@@ -677,8 +706,15 @@ class Worker:
                     "taken over and restored) or spread the partitions over more workers",
                 },
             )
-        log.info("partitions assigned", extra={"partitions": sorted(p.partition for p in partitions)})
-        self.metrics.ready.set(1 if self.ready() else 0)
+        self._joined = True
+        self._export_ownership()
+        log.info(
+            "partitions assigned",
+            extra={
+                "partitions": sorted(p.partition for p in partitions),
+                "owned": sorted(tp.partition for tp in self._producers),
+            },
+        )
 
     def _own(self, tp: TopicPartition) -> OwnedPartition:
         owned = self._partitions[tp] = self.partition_class(self, tp)
@@ -707,6 +743,10 @@ class Worker:
                         self.metrics.restore_last.remove(str(partition))
         if partitions:
             log.info("partitions revoked", extra={"partitions": sorted(p.partition for p in partitions)})
+        self._export_ownership()
+
+    def _export_ownership(self) -> None:
+        self.metrics.owned_partitions.set(len(self._producers))
         self.metrics.ready.set(1 if self.ready() else 0)
 
     async def _shutdown(self) -> None:
@@ -723,6 +763,7 @@ class Worker:
         if self._health is not None:
             await self._health.stop()
         self.metrics.ready.set(0)
+        self.metrics.owned_partitions.set(0)
         log.info(
             "worker stopped",
             extra={

@@ -325,12 +325,22 @@ def _fit(line: str, width: int = WIDTH) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _no_lag(ready: float | None, owned: float | None) -> str:
+    """Why there is no lag to show: a ready worker owning nothing is a standby, not waiting."""
+    if ready == 1 and owned == 0:
+        return "  (standby: owns no partition; more workers than intake partitions)"
+    return "  (no partition assigned yet)"
+
+
 def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int = 10) -> str:
     """One screen of text (no escape codes, at most :data:`WIDTH` columns) for ``current``,
     with rates since ``previous``."""
     lines: list[str] = []
     ready = current.value("toolgate_ready")
+    owned = current.value("toolgate_owned_partitions")
     state = "ready" if ready == 1 else "NOT READY" if ready is not None else "readiness unknown"
+    if ready == 1 and owned == 0:
+        state = "ready (standby)"
     if previous is None or current.at <= previous.at:
         basis = "totals since the worker started (rates from the next screen on)"
     else:
@@ -424,9 +434,7 @@ def render(current: Snapshot, previous: Snapshot | None, *, url: str, top: int =
     )
     for labels, value in lag:
         lines.append(f"{'partition ' + _safe(labels.get('partition', ''), 6):<16}{_num(value):>12}")
-    lines.append(
-        f"{'total':<16}{_num(sum(v for _, v in lag)):>12}" + ("" if lag else "  (no partition assigned yet)")
-    )
+    lines.append(f"{'total':<16}{_num(sum(v for _, v in lag)):>12}" + ("" if lag else _no_lag(ready, owned)))
 
     window = "last interval" if previous is not None and current.at > previous.at else "since start"
     lines += ["", f"{f'GATE LATENCY ({window})':<28}{'results':>8}{'p50':>12}{'p99':>12}"]
