@@ -10,6 +10,7 @@ The server ``deployer`` lists two tools with an ``outputSchema`` as servers writ
   an ``input_required`` result (2026-07-28 revision), text over the byte limit, an
   extra field the schema leaves open, and a result carrying ``traceparent`` in ``_meta``.
 * ``job-runs.list``: recent runs of a job (an array of ``$ref`` objects), for import.
+* ``echo``: no ``outputSchema`` (a text-only tool): ``{"text": T}`` answers T as one text block.
 
 ``wire(case)`` returns (the CallToolResult as the SDK puts it on the wire, what the SDK's
 own client-side validation says of it). Run as ``python -m tests.mcp_kit`` it serves the
@@ -77,8 +78,8 @@ TOOLS = [
     ),
     types.Tool(
         name="echo",
-        description="No output schema: not importable.",
-        input_schema={"type": "object"},
+        description="Says its text back (no outputSchema: a text-only tool).",
+        input_schema={"type": "object", "properties": {"text": {"type": "string"}}},
     ),
 ]
 
@@ -127,6 +128,11 @@ def _result(case: str) -> types.CallToolResult | types.InputRequiredResult:
     raise ValueError(f"no such case: {case}")
 
 
+def echo(text: str) -> types.CallToolResult:
+    """The text-only tool's answer: its text as one block, no structuredContent."""
+    return types.CallToolResult(content=[types.TextContent(text=text)])
+
+
 CASES = ("ok", "error", "banner", "mismatch", "input_required", "oversized", "extra", "trace")
 
 
@@ -140,6 +146,8 @@ async def _call_tool(
     arguments = params.arguments or {}
     if params.name == "job-runs.list":
         return _result("runs")
+    if params.name == "echo":
+        return echo(str(arguments.get("text", "")))
     return _result(str(arguments.get("case", "ok")))
 
 

@@ -67,6 +67,8 @@ class Upstream:
     """mcp_kit's server plus a tool call that fails once then succeeds (``flaky``) and one
     that waits for the test (``hold``)."""
 
+    served = "deploy_status"  # the one tool with an active contract
+
     def __init__(self) -> None:
         self.calls = 0
         self.flaky_seen: set[str] = set()
@@ -121,7 +123,7 @@ async def proxied(
     opts = options or ProxyOptions(wait_s=30, max_attempts=2)
     async with Client(cfg) as client, McpClient(upstream.server()) as up:
         proxy = Proxy(mcp_kit.SERVER, up, client, ContractSet.load(cfg.contracts_dir), options=opts)
-        assert await proxy.load_tools() == ["deploy_status"]
+        assert await proxy.load_tools() == [upstream.served]
         async with McpClient(proxy.mcp_server()) as host:
             yield host, proxy
 
@@ -268,6 +270,129 @@ class TestVerdicts:
         audit = await decisions(cfg)
         assert all(audit[rid] == ["success"] for rid in rids)
         assert upstream.calls == 100
+
+
+LONG = "line of a long answer\n" * 100 + "TAIL-BEYOND-THE-BOUND"  # 2221 characters
+WHOAMI = types.Tool(name="whoami", description="Who the server runs as.", input_schema={"type": "object"})
+
+
+class TextUpstream(Upstream):
+    """mcp_kit's tools plus a second text-only tool (``whoami``); ``echo``'s ``case`` picks
+    what the text-only tool answers."""
+
+    served = "echo"
+
+    def server(self) -> Server[Any]:
+        async def list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
+            return types.ListToolsResult(tools=[*mcp_kit.TOOLS, WHOAMI])
+
+        async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> Any:
+            self.calls += 1
+            arguments = params.arguments or {}
+            case = str(arguments.get("case", "text"))
+            text = types.TextContent
+            if case == "text":
+                return mcp_kit.echo(str(arguments.get("text", "")))
+            if case == "long":  # within max_bytes, beyond text_max_length: cut
+                return mcp_kit.echo(LONG)
+            if case == "huge":  # beyond max_bytes: rejected before parsing
+                return mcp_kit.echo("deploy log line\n" * 8192)
+            if case == "json_text":  # the only view, looks like JSON, not strict JSON
+                return mcp_kit.echo('{"state": "healthy", "state": "failed"}')
+            if case == "structured":  # a text-only contract carries no data
+                return types.CallToolResult(
+                    content=[text(text="ok")], structured_content={"approve_production": True}
+                )
+            if case == "conflicting":  # beside structuredContent, JSON-looking text must parse strictly
+                return types.CallToolResult(
+                    content=[text(text='{"approve_production": true, "approve_production": false}')],
+                    structured_content={"approve_production": True},
+                )
+            if case == "image":  # an image block never reaches the agent
+                image = types.ImageContent(data="aGlkZGVuLWltYWdlLWJ5dGVz", mime_type="image/png")
+                return types.CallToolResult(content=[text(text="see the chart"), image])
+            if case == "error":
+                return types.CallToolResult(content=[text(text="the echo API answered 503")], is_error=True)
+            raise ValueError(f"no such case: {case}")
+
+        return Server(mcp_kit.SERVER, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+@pytest.fixture(scope="module")
+def text_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What import-mcp writes for the two text-only tools; only ``echo`` reviewed to active,
+    ``whoami`` left a draft."""
+    root = tmp_path_factory.mktemp("text-contracts")
+    listing = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in [*mcp_kit.TOOLS, WHOAMI]]
+    import_listing(root, mcp_kit.SERVER, listing, only=["echo", "whoami"], out=lambda _line: None)
+    path = root / "deployer.echo" / "v1" / "contract.yaml"
+    spec = yaml.safe_load(path.read_text())
+    assert spec["status"] == "draft"
+    assert spec["projection"] == []
+    spec["status"] = "active"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert (
+        yaml.safe_load((root / "deployer.whoami" / "v1" / "contract.yaml").read_text())["status"] == "draft"
+    )
+    return root
+
+
+class TestTextOnly:
+    """A reviewed text-only tool through the proxy: listed without an output schema, answered
+    with the gate's bounded untrusted text alone; a text-only draft is not served."""
+
+    async def test_text_only_round_trip(self, config: Config, text_contracts: Path) -> None:
+        """Text passes cut to text_max_length; oversized, structured and conflicting results
+        are INVALID_RESPONSE; nothing of them, of the cut tail or of an image reaches the host."""
+        cfg = msgspec.structs.replace(config, contracts_dir=str(text_contracts))
+        upstream = TextUpstream()
+        cases = {
+            "text": ({"case": "text", "text": "all good, go ahead"}, "success"),
+            "long": ({"case": "long"}, "success"),
+            "json_text": ({"case": "json_text"}, "success"),
+            "image": ({"case": "image"}, "success"),
+            "error": ({"case": "error"}, "failure"),
+            "huge": ({"case": "huge"}, "limits/PAYLOAD_TOO_LARGE"),
+            "structured": ({"case": "structured"}, "schema/SCHEMA_VIOLATION"),
+            "conflicting": ({"case": "conflicting"}, "parse/CONFLICTING_VIEWS"),
+        }
+        async with running_worker(cfg), proxied(cfg, upstream, ProxyOptions(max_attempts=1)) as (host, _p):
+            listed = await host.list_tools()
+            results = {name: await host.call_tool("echo", args) for name, (args, _) in cases.items()}
+            draft = await host.call_tool("whoami", {})
+        (tool,) = listed.tools
+        assert tool.name == "echo"
+        assert tool.output_schema is None  # the agent gets no structured data, only text
+        assert tool.description == "Says its text back (no outputSchema: a text-only tool)."
+        audit = await decisions(cfg)
+        for name, (_args, want) in cases.items():
+            assert audit[request_id_of(results[name])] == [want], name
+
+        def texts(result: types.CallToolResult) -> list[str]:
+            assert not result.is_error
+            assert result.structured_content is None
+            return [b.text for b in result.content if isinstance(b, types.TextContent)]
+
+        assert texts(results["text"]) == ["all good, go ahead"]
+        assert texts(results["long"]) == [LONG[:1000]]
+        assert texts(results["json_text"]) == ['{"state": "healthy", "state": "failed"}']  # the only view
+        assert texts(results["image"]) == ["see the chart"]
+        assert len(results["image"].content) == 1
+        assert error_of(results["error"]) == {"code": "TOOL_ERROR", "retryable": False}
+        for name in ("huge", "structured", "conflicting"):
+            assert error_of(results[name]) == {"code": "INVALID_RESPONSE", "retryable": False}, name
+        assert error_of(draft) == {"code": "UNKNOWN_TOOL", "retryable": False}
+        assert upstream.calls == len(cases)  # the draft's tool was never called
+        everything = "".join(seen_by_host(r) for r in [*results.values(), draft])
+        for forbidden in (
+            "TAIL-BEYOND",
+            "approve_production",
+            "deploy log line",
+            "503",
+            "aGlkZGVu",
+            "image/png",
+        ):
+            assert forbidden not in everything
 
 
 class TestFailures:

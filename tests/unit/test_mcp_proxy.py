@@ -117,6 +117,32 @@ class TestCalls:
         assert dict(intake.headers)["traceparent"] == mcp_kit.TRACEPARENT.encode()
         assert dict(intake.headers)["tg-adapter"] == b"mcp-proxy"
 
+    async def test_a_text_only_tool_is_served_without_a_schema_and_answered_with_text(
+        self, world: World, tmp_path: Path
+    ) -> None:
+        """Reviewed, the text-only tool is listed with no output schema; its answer is the
+        envelope's untrusted text only, not the envelope's empty data."""
+        listing = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in mcp_kit.TOOLS]
+        import_listing(tmp_path, mcp_kit.SERVER, listing, only=["echo"], out=lambda _line: None)
+        mcp_kit.review(tmp_path)
+        upstream = StubUpstream()
+        async with Client(CONFIG, clients=world.clients) as client:
+            proxy = Proxy(mcp_kit.SERVER, upstream, client, ContractSet.load(tmp_path))
+            assert await proxy.load_tools() == ["echo"]
+            (tool,) = proxy.tools()
+            assert tool.output_schema is None
+            call = asyncio.create_task(proxy.call("echo", {"text": "hi"}, None))
+            while not any(world.broker.logs[T.intake]):
+                await world.broker.wait_for_change(0.05)
+            (intake,) = [r for p in world.broker.logs[T.intake] for r in p]
+            rid = (intake.key or b"").decode()
+            envelope = {"tool": "deployer.echo", "request_id": rid, "outcome": "success", "data": {},
+                        "untrusted_text": {"content": "hi"}}  # fmt: skip
+            world.broker.append(T.agent, json.dumps(envelope).encode(), key=intake.key)
+            result = await call
+        assert result.structured_content is None
+        assert [b.text for b in result.content] == ["hi"]
+
     async def test_fixed_codes_for_what_the_gate_never_saw(
         self, world: World, proxy_contracts: ContractSet
     ) -> None:
@@ -194,6 +220,21 @@ class TestHostResult:
         assert bad.is_error
         assert json.loads(bad.content[0].text) == {"error": {"code": "INVALID_RESPONSE", "retryable": False}}
         assert isinstance(bad, types.CallToolResult)
+
+    def test_text_only_success_is_its_bounded_text_alone(self) -> None:
+        """A text-only contract's envelope (``data: {}`` and untrusted_text): no structuredContent,
+        no ``{}`` block, only the gate's text."""
+        answer = Answer(request_id="req.a1", tool="t", outcome="success", data={},
+                        untrusted_text={"content": "shown"})  # fmt: skip
+        got = host_result(answer, structured=False)
+        assert got.structured_content is None
+        assert [b.text for b in got.content] == ["shown"]
+        assert not got.is_error
+        bare = host_result(
+            Answer(request_id="req.a1", tool="t", outcome="success", data={}), structured=False
+        )
+        assert bare.content == []
+        assert bare.structured_content is None
 
     def test_bind_takes_only_what_a_request_record_can_hold(self) -> None:
         """Strings, integers, booleans and lists of strings; nothing nested."""

@@ -15,8 +15,9 @@ the agent will receive) and the contract's reviewed description, not the upstrea
 3. awaits the decided envelope and answers the host with a ``CallToolResult`` built from
    the envelope alone: a success is ``structuredContent`` = the projected data and its JSON
    as the text block (plus the gate's bounded ``untrusted_text``, if the contract passes
-   any); a valid upstream failure or a rejection is ``isError`` with the fixed code and
-   retryable flag. Not one byte of upstream text or structure that did not pass the gate.
+   any; a text-only contract's success is that text alone); a valid upstream failure or
+   a rejection is ``isError`` with the fixed code and retryable flag. Not one byte of
+   upstream text or structure that did not pass the gate.
 
 A failure the envelope calls retryable moves the request to its next attempt and calls
 upstream again (the contract's retry policy, within ``--max-attempts``). An upstream
@@ -104,21 +105,26 @@ def error_result(code: str, retryable: bool, request_id: str | None = None) -> A
     )
 
 
-def host_result(answer: Answer) -> Any:
-    """The host's ``CallToolResult``, built from the decided envelope alone."""
+def host_result(answer: Answer, *, structured: bool = True) -> Any:
+    """The host's ``CallToolResult``, built from the decided envelope alone.
+
+    ``structured`` is False for a text-only contract (no projected ``data``): its envelope's
+    ``data`` is the empty object, which the host gets neither as ``structuredContent`` (the
+    tool is listed without an output schema) nor as a text block; only the gate's bounded
+    ``untrusted_text`` reaches it.
+    """
     import mcp.types as types
 
     meta = {"io.toolgate/request_id": answer.request_id}
     if answer.outcome != "success":
         return error_result(answer.code or "INVALID_RESPONSE", answer.retryable, answer.request_id)
+    data = answer.data if structured else None
     content: list[Any] = []
-    if answer.data is not None:
-        content.append(
-            types.TextContent(text=json.dumps(answer.data, separators=(",", ":"), ensure_ascii=False))
-        )
+    if data is not None:
+        content.append(types.TextContent(text=json.dumps(data, separators=(",", ":"), ensure_ascii=False)))
     for text in (answer.untrusted_text or {}).values():
         content.append(types.TextContent(text=text))
-    return types.CallToolResult(content=content, structured_content=answer.data, _meta=meta)
+    return types.CallToolResult(content=content, structured_content=data, _meta=meta)
 
 
 def advertised_schema(contract: Contract) -> dict[str, Any] | None:
@@ -298,7 +304,7 @@ class Proxy:
                 except (BrokerError, ClientClosed):
                     return self._fixed("BROKER_UNAVAILABLE", request.request_id)
                 continue
-            return host_result(answer)
+            return host_result(answer, structured=served.tool.output_schema is not None)
 
     async def _upstream_call(
         self, name: str, arguments: dict[str, Any] | None, meta: Mapping[str, Any] | None
