@@ -170,6 +170,11 @@ def dump(result: types.Result) -> dict[str, Any]:
     return out
 
 
+def listing_json() -> list[dict[str, Any]]:
+    """The tools of :data:`TOOLS` as ``tools/list`` puts them on the wire."""
+    return [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in TOOLS]
+
+
 async def listing() -> dict[str, Any]:
     """The ``tools/list`` answer, through the SDK's client."""
     async with Client(server()) as client:

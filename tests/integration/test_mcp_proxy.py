@@ -426,6 +426,35 @@ class TestFailures:
                 worker.kill()
                 worker.wait(30)
 
+    def test_nothing_to_serve_is_one_line_saying_what_to_do(
+        self, config: Config, text_contracts: Path, tmp_path: Path
+    ) -> None:
+        """Only drafts: exit 2 naming them and the review step; an upstream that exits at
+        once: exit 2 naming --upstream-command, not an exception group."""
+        drafts = tmp_path / "drafts"
+        import_listing(drafts, mcp_kit.SERVER, mcp_kit.listing_json(), only=["echo"], out=lambda _line: None)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+        env.update(TOOLGATE_BOOTSTRAP=config.bootstrap, PYTHONPATH=str(ROOT), **config.topics.env())
+
+        def proxy(contracts: Path, upstream: str) -> subprocess.CompletedProcess[str]:
+            command = [sys.executable, "-m", "toolgate", "mcp-proxy", "--server", "deployer",
+                       "--contracts", str(contracts), "--upstream-command", upstream]  # fmt: skip
+            return subprocess.run(
+                command, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT,
+                stdin=subprocess.DEVNULL, check=False,
+            )  # fmt: skip
+
+        only_drafts = proxy(drafts, f"{sys.executable} -m tests.mcp_kit")
+        exited = proxy(text_contracts, f"{sys.executable} -c pass")
+        assert only_drafts.returncode == 2
+        (line,) = only_drafts.stderr.strip().splitlines()
+        assert "only drafts (deployer.echo)" in line
+        assert "set status: active" in line
+        assert exited.returncode == 2
+        (line,) = exited.stderr.strip().splitlines()
+        assert line.startswith("toolgate: --upstream-command ")
+        assert "cannot connect to the upstream MCP server" in line
+
     def test_broker_down_is_one_line(self, proxy_contracts: Path) -> None:
         """`toolgate mcp-proxy` with no broker: exit 2 and one line naming the address."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}

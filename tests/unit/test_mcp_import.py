@@ -394,6 +394,35 @@ class TestRefusedTools:
             import_listing(tmp_path, "deployer", [], only=["missing"], out=lambda _l: None)
 
 
+class TestContractsFolder:
+    """The first import starts the contracts folder; a path that cannot be one is one line."""
+
+    def _args(self, saved: Path) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        return parser.parse_args(["--server", "srv", "--tools-list", str(saved)])
+
+    def test_a_missing_folder_is_created(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """No contracts folder yet: it is created, said so, and the drafts are written into it."""
+        saved = tmp_path / "tools.json"
+        saved.write_text(json.dumps({"tools": [{"name": "a", "inputSchema": {}, "outputSchema": _SCHEMA}]}))
+        contracts = tmp_path / "contracts"
+        assert run(self._args(saved), str(contracts)) == 1  # a draft to review
+        assert capsys.readouterr().out.splitlines()[0] == f"created the contracts folder {contracts}"
+        assert (contracts / "srv.a" / "v1" / "contract.yaml").is_file()
+
+    def test_a_missing_parent_or_a_file_is_refused(self, tmp_path: Path) -> None:
+        """A mistyped path is not created deep, and a file is not a folder: ConfigError naming it."""
+        saved = tmp_path / "tools.json"
+        saved.write_text(json.dumps({"tools": []}))
+        deep = tmp_path / "no" / "such" / "contracts"
+        with pytest.raises(ConfigError, match=r"cannot create the contracts folder .*TOOLGATE_CONTRACTS_DIR"):
+            run(self._args(saved), str(deep))
+        assert not (tmp_path / "no").exists()
+        with pytest.raises(ConfigError, match=r"tools.json: not a folder"):
+            run(self._args(saved), str(saved))
+
+
 class TestWholeVersions:
     """A version is on disk whole or not at all, whatever stops the import."""
 

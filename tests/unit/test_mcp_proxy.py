@@ -18,6 +18,7 @@ from toolgate.tools._mcp_proxy import (
     ProxyOptions,
     call_arguments_bind,
     host_result,
+    no_tools_served,
     parse_listen,
     upstream_target,
 )
@@ -235,6 +236,16 @@ class TestHostResult:
         )
         assert bare.content == []
         assert bare.structured_content is None
+
+    def test_nothing_served_says_what_to_do(self, tmp_path: Path) -> None:
+        """Drafts only: name them and the review step; nothing for the server: name import-mcp."""
+        import_listing(tmp_path, mcp_kit.SERVER, mcp_kit.listing_json(), out=lambda _line: None)
+        contracts = ContractSet.load(tmp_path)
+        drafts = no_tools_served(contracts, mcp_kit.SERVER, "contracts")
+        assert "only drafts (deployer.deploy_status, deployer.echo, deployer.job-runs.list)" in drafts
+        assert "set status: active" in drafts
+        other = no_tools_served(contracts, "billing", "contracts")
+        assert other.endswith("(toolgate contracts import-mcp --server billing ... writes them)")
 
     def test_bind_takes_only_what_a_request_record_can_hold(self) -> None:
         """Strings, integers, booleans and lists of strings; nothing nested."""

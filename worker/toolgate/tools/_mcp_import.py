@@ -782,7 +782,8 @@ def _report(imported: Imported) -> Iterator[str]:
         yield f"  toolgate contracts diff {imported.previous} {imported.folder}"
         for line in imported.diff:
             yield f"    {line}"
-    yield f"  lint: {len(imported.lint)} findings to settle" if imported.lint else "  lint: clean"
+    count = len(imported.lint)
+    yield f"  lint: {count} finding{'s' if count != 1 else ''} to settle" if count else "  lint: clean"
     for line in imported.lint:
         yield f"    {line}"
     for note in imported.notes:
@@ -830,8 +831,21 @@ def run(args: argparse.Namespace, contracts_dir: str) -> int:
         raise ConfigError("--max-bytes must be in 1..8388608")
     tools = read_listing(Path(args.tools_list)) if args.tools_list else _fetch(args)
     root = Path(contracts_dir)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"{root}: not a folder (--contracts or TOOLGATE_CONTRACTS_DIR names the contracts folder)"
+        )
     if not root.is_dir():
-        raise ConfigError(f"{root}: contracts folder not found")
+        # The first import starts the contracts folder; its parent must exist, so a
+        # mistyped path is refused rather than created deep.
+        try:
+            root.mkdir()
+        except OSError as exc:
+            raise ConfigError(
+                f"{root}: cannot create the contracts folder ({exc.strerror}; --contracts or "
+                "TOOLGATE_CONTRACTS_DIR names it)"
+            ) from None
+        print(f"created the contracts folder {root}")
     outcome = import_listing(
         root,
         args.server,

@@ -36,6 +36,7 @@ import json
 import logging
 import shlex
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -483,26 +484,75 @@ async def serve(args: argparse.Namespace, config: Config, keyring: Keyring | Non
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
     options = options_from(args)
     contracts = ContractSet.load(config.contracts_dir)
-    async with Client(config) as client, McpClient(upstream_target(args)) as upstream:
-        proxy = Proxy(args.server, upstream, client, contracts, keyring=keyring, options=options)
-        names = await proxy.load_tools()
-        if not names:
-            raise ConfigError(
-                f"{config.contracts_dir}: no active MCP contract for any tool of server {args.server!r} "
-                f"(toolgate contracts import-mcp --server {args.server} ... writes them)"
-            )
-        _log.info("serving %s", ", ".join(names))
-        server = proxy.mcp_server()
-        if listen.stdio:
-            from mcp.server.stdio import stdio_server
+    refused: ConfigError | None = None
+    target = upstream_target(args)
+    where = (
+        f"--upstream-url {args.upstream_url}"
+        if args.upstream_url
+        else f"--upstream-command {args.upstream_command!r}"
+    )
+    async with Client(config) as client, AsyncExitStack() as stack:
+        try:
+            upstream = await stack.enter_async_context(McpClient(target))
+        except Exception as exc:  # the upstream exited, refused or spoke no MCP: one line
+            refused = ConfigError(f"{where}: cannot connect to the upstream MCP server: {_first_cause(exc)}")
+        else:
+            proxy = Proxy(args.server, upstream, client, contracts, keyring=keyring, options=options)
+            try:
+                names = await proxy.load_tools()
+                if not names:
+                    raise ConfigError(no_tools_served(contracts, args.server, config.contracts_dir))
+            except ConfigError as exc:
+                # Raised here, the MCP client's task group would wrap it in an ExceptionGroup:
+                # leave the context first, so the command prints its one line.
+                refused = exc
+            if refused is None:
+                await _serve_host(proxy, listen, names)
+    if refused is not None:
+        raise refused
 
-            async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
-            return
-        import uvicorn
 
-        app = server.streamable_http_app(streamable_http_path=listen.path, host=listen.host)
-        http = uvicorn.Server(
-            uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", lifespan="on")
+def _first_cause(exc: BaseException) -> str:
+    """``Type: first line`` of the innermost first exception of a group, at most 300 characters."""
+    cause: BaseException = exc
+    while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+        cause = cause.exceptions[0]
+    text = str(cause).splitlines()[0] if str(cause) else "no detail"
+    return f"{type(cause).__name__}: {text}"[:300]
+
+
+def no_tools_served(contracts: ContractSet, server: str, contracts_dir: str) -> str:
+    """Why the proxy has nothing to serve, and what to do about it."""
+    drafts = sorted(
+        c.spec.tool
+        for c in contracts.contracts
+        if c.spec.mcp is not None and c.spec.mcp.server == server and c.spec.status == "draft"
+    )
+    if drafts:
+        return (
+            f"{contracts_dir}: no active MCP contract for server {server!r}, only drafts "
+            f"({', '.join(drafts)}): review each, settle `toolgate contracts lint` and set "
+            "status: active in its contract.yaml"
         )
-        await http.serve()
+    return (
+        f"{contracts_dir}: no active MCP contract for any tool of server {server!r} "
+        f"(toolgate contracts import-mcp --server {server} ... writes them)"
+    )
+
+
+async def _serve_host(proxy: Proxy, listen: Listen, names: list[str]) -> None:
+    _log.info("serving %s", ", ".join(names))
+    server = proxy.mcp_server()
+    if listen.stdio:
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        return
+    import uvicorn
+
+    app = server.streamable_http_app(streamable_http_path=listen.path, host=listen.host)
+    http = uvicorn.Server(
+        uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", lifespan="on")
+    )
+    await http.serve()
