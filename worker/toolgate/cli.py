@@ -627,7 +627,8 @@ def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
 
 def _contracts_diff(args: argparse.Namespace, config: Config) -> int:
     from toolgate.gate._contracts import load_contract
-    from toolgate.tools._diff import diff_contracts, diff_schemas
+    from toolgate.tools._contract_diff import diff_contracts
+    from toolgate.tools._schema_diff import diff_schemas
 
     old, new = Path(args.old), Path(args.new)
     if old.is_dir() and new.is_dir():
@@ -650,7 +651,7 @@ def _contracts_diff(args: argparse.Namespace, config: Config) -> int:
 
 def _contracts_history(args: argparse.Namespace, config: Config) -> int:
     from toolgate.gate._contracts import ContractSet
-    from toolgate.tools._diff import contract_history
+    from toolgate.tools._contract_diff import contract_history
 
     steps = contract_history(ContractSet.load(config.contracts_dir))
     for step in steps:
