@@ -1,0 +1,5 @@
+"""python -m toolgate.cli"""
+
+from toolgate.cli import main
+
+raise SystemExit(main())
