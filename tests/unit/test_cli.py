@@ -19,6 +19,7 @@ from toolgate import cli
 from toolgate._codes import CODES, STAGES
 from toolgate._config import Config
 from toolgate._errors import ConfigError
+from toolgate.cli import _contracts
 
 from tests.unit.builders import CONTRACTS
 
@@ -81,10 +82,13 @@ class TestTable:
 
     @pytest.mark.parametrize("option", ["--contracts", "--keyring", "--config", "--bootstrap", "--now"])
     def test_shared_options_are_declared_once(self, option: str) -> None:
-        """Each shared option is added in one place of cli.py (a parent parser), not per command."""
-        tree = ast.parse(Path(cli.__file__).read_text(encoding="utf-8"))
+        """Each shared option is added in one place of the cli package (a parent parser), not per command."""
+        trees = [
+            ast.parse(path.read_text(encoding="utf-8")) for path in Path(cli.__file__).parent.glob("*.py")
+        ]
         adds = [
             node
+            for tree in trees
             for node in ast.walk(tree)
             if isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -273,7 +277,7 @@ class TestBadInput:
         def broken(args: argparse.Namespace, config: Config) -> int:
             raise ConfigError("contract.yaml: while parsing\n  in line 2\nexpected ']'")
 
-        monkeypatch.setattr(cli, "_contracts_history", broken)
+        monkeypatch.setattr(_contracts, "_contracts_history", broken)
         monkeypatch.setattr(
             cli,
             "COMMANDS",

@@ -600,7 +600,13 @@ class TestDockerfile:
         ]
         for required in (".venv", ".git", "ops/kafka/.jars", "ops/kafka/.data"):
             assert required in patterns, required
-        for copied in ("pyproject.toml", "README.md", "worker", "contracts", "worker/toolgate/cli.py"):
+        for copied in (
+            "pyproject.toml",
+            "README.md",
+            "worker",
+            "contracts",
+            "worker/toolgate/cli/__init__.py",
+        ):
             assert not any(fnmatch.fnmatch(copied, p) for p in patterns), copied
 
     def test_healthcheck_passes_on_a_healthy_worker(
@@ -855,7 +861,7 @@ class TestComposeSecure:
         cli = pytest.importorskip("toolgate.cli", reason="toolgate is not importable")
         acls = secured["acls"]
         assert acls["command"] == ["acls", "apply"]
-        cli._parser().parse_args(acls["command"])
+        cli.build_parser().parse_args(acls["command"])
         assert acls.get("restart") == "no"
         chain = [("topics", "kafka-users"), ("acls", "topics"), ("worker", "acls")]
         for service, before in chain:

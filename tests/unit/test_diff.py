@@ -17,7 +17,8 @@ from toolgate.gate._contracts import (
     Signature,
     load_contract,
 )
-from toolgate.tools._diff import Change, diff_contracts, diff_schemas
+from toolgate.tools._contract_diff import diff_contracts
+from toolgate.tools._schema_diff import Change, diff_schemas
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 

@@ -56,7 +56,7 @@ class TestCoverageFloors:
             ("gate/_gate.py", "gate"),
             ("service/_service.py", "service"),
             ("tools/_replay.py", "tools"),
-            ("cli.py", "cli+shared"),
+            ("cli/_run.py", "cli+shared"),
             ("_config.py", "cli+shared"),
             ("__init__.py", "cli+shared"),
         ],

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from toolgate.gate._contracts import ContractSet
-from toolgate.tools._diff import contract_history
+from toolgate.tools._contract_diff import contract_history
 
 from tests.unit.builders import CONTRACTS
 

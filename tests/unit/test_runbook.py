@@ -6,7 +6,7 @@ import re
 import shlex
 
 import pytest
-from toolgate.cli import _parser
+from toolgate.cli import build_parser
 
 from tests.ops_catalog import RUNBOOK_FILE, alerts, runbook_commands
 
@@ -25,7 +25,7 @@ def _first_commands(body: str) -> list[str]:
 
 def _refused(commands: list[str]) -> list[str]:
     """The commands the CLI's parser refuses (argparse exits 2 on them)."""
-    parser = _parser()
+    parser = build_parser()
     refused = []
     for command in commands:
         try:

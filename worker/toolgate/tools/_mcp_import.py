@@ -696,7 +696,7 @@ def lint_lines(folder: Path) -> list[str]:
 
 def diff_lines(old: Path, new: Path) -> list[str]:
     """``toolgate contracts diff OLD NEW`` as it prints."""
-    from toolgate.tools._diff import diff_contracts
+    from toolgate.tools._contract_diff import diff_contracts
 
     changes = diff_contracts(load_contract(old), load_contract(new))
     lines = []

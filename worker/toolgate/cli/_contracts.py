@@ -1,0 +1,208 @@
+"""``toolgate contracts``: test, lint, diff, history and import-mcp."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from toolgate._config import Config
+from toolgate._errors import ConfigError
+from toolgate.cli._common import (
+    EXIT_OK,
+    EXIT_PROBLEM,
+    Command,
+)
+
+
+def _contracts_test_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true", help="print passing fixtures too")
+
+
+def _contracts_diff_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("old", metavar="OLD", help="the older version folder (or schema file)")
+    p.add_argument("new", metavar="NEW", help="the newer version folder (or schema file)")
+
+
+def _contracts_import_mcp(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.tools._mcp_import import run
+
+    return run(args, config.contracts_dir)
+
+
+def _contracts_import_mcp_arguments(p: argparse.ArgumentParser) -> None:
+    from toolgate.tools._mcp_import import add_arguments
+
+    add_arguments(p)
+
+
+def _contracts_test(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._contracts import ContractSet
+    from toolgate.gate._signing import Keyring
+    from toolgate.tools._fixtures import fixtures_keyring, iter_outcomes, without_fixtures
+
+    root = config.contracts_dir
+    contracts = ContractSet.load(root)
+    keyring = Keyring.load(args.keyring) if args.keyring else fixtures_keyring(root)
+    passed = failed = 0
+    for outcome in iter_outcomes(contracts, keyring):
+        if outcome.ok:
+            passed += 1
+            if args.verbose:
+                print(f"ok   {outcome.case.name}")
+        else:
+            failed += 1
+            print(f"FAIL {outcome.case.name} ({outcome.case.path}): {outcome.problem}")
+    for contract in without_fixtures(contracts):
+        failed += 1
+        print(
+            f"FAIL {contract.key} ({contract.folder}): no fixtures; add at least one "
+            "fixtures/accept/*.json or fixtures/reject/*.json"
+        )
+    print(f"{len(contracts)} contract versions: {passed} passed, {failed} failed")
+    return EXIT_PROBLEM if failed else EXIT_OK
+
+
+def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._contracts import ContractSet
+    from toolgate.tools._lint import lint_contracts
+
+    contracts = ContractSet.load(config.contracts_dir)
+    findings = lint_contracts(contracts)
+    for finding in findings:
+        print(f"{finding.file}: {finding.pointer or '/'}: {finding.rule}: {finding.message}")
+    print(f"{len(contracts)} contract versions: {len(findings)} findings")
+    return EXIT_PROBLEM if findings else EXIT_OK
+
+
+def _contracts_diff(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._contracts import load_contract
+    from toolgate.tools._contract_diff import diff_contracts
+    from toolgate.tools._schema_diff import diff_schemas
+
+    old, new = Path(args.old), Path(args.new)
+    if old.is_dir() and new.is_dir():
+        changes = diff_contracts(load_contract(old), load_contract(new))
+    elif old.is_file() and new.is_file():
+        changes = diff_schemas(_read_schema(old), _read_schema(new))
+    else:
+        raise ConfigError(f"{old} and {new}: give two contract version folders or two schema files")
+    for change in changes:
+        label = "BREAKING" if change.breaking else "widens  " if change.widens else "change  "
+        print(f"{label} {change.pointer or '/'}: {change.kind}: {change.message}")
+    breaking = sum(c.breaking for c in changes)
+    widening = sum(c.widens and not c.breaking for c in changes)
+    print(
+        f"{len(changes)} changes, {breaking} breaking, {widening} widening what reaches the agent "
+        "(review them)"
+    )
+    return EXIT_PROBLEM if breaking else EXIT_OK
+
+
+def _contracts_history(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._contracts import ContractSet
+    from toolgate.tools._contract_diff import contract_history
+
+    steps = contract_history(ContractSet.load(config.contracts_dir))
+    for step in steps:
+        breaking = sum(c.breaking for c in step.changes)
+        verdict = "ok" if step.ok else "FAIL: breaking change without a new major version"
+        print(f"{step.old} -> {step.new}: {len(step.changes)} changes, {breaking} breaking: {verdict}")
+        for change in step.changes:
+            label = "BREAKING" if change.breaking else "widens  " if change.widens else "change  "
+            print(f"    {label} {change.pointer or '/'}: {change.kind}")
+    failed = sum(not step.ok for step in steps)
+    print(f"{len(steps)} version steps, {failed} failed")
+    return EXIT_PROBLEM if failed else EXIT_OK
+
+
+def _read_schema(path: Path) -> dict[str, Any]:
+    try:
+        schema = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(schema, dict):
+        raise ConfigError(f"{path}: a schema must be a JSON object")
+    return schema
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        ("contracts",),
+        "test, lint and diff contracts",
+        "Keep contracts honest: fixtures, rules, changes.",
+        (
+            "toolgate contracts test",
+            "toolgate contracts diff contracts/deploy_status/v1 contracts/deploy_status/v2",
+        ),
+    ),
+    Command(
+        ("contracts", "test"),
+        "run every fixture; each reject must hit its stage and code",
+        "Run every fixture of every contract version through the real gate: an accept\n"
+        "fixture must be accepted, a reject fixture must end at the stage and code it\n"
+        "names. Exit 1 when any fixture fails.",
+        ("toolgate contracts test", "toolgate contracts test --contracts ./contracts -v"),
+        _contracts_test,
+        ("contracts", "keyring"),
+        _contracts_test_arguments,
+    ),
+    Command(
+        ("contracts", "lint"),
+        "closed objects, bounded strings and arrays, no free maps",
+        "Hold every contract schema to the schema rules (docs/design.md, Contracts):\n"
+        "closed objects, bounded strings and arrays, no free-form maps, anchored\n"
+        "patterns, format only where asserted. Exit 1 on any finding.",
+        ("toolgate contracts lint", "toolgate contracts lint --contracts ./contracts"),
+        _contracts_lint,
+        ("contracts",),
+    ),
+    Command(
+        ("contracts", "diff"),
+        "class each change between two versions as breaking or not",
+        "Compare two contract versions (folders holding contract.yaml) or two schema\n"
+        "files. Exit 1 when a change is breaking.",
+        (
+            "toolgate contracts diff contracts/deploy_status/v1 contracts/deploy_status/v2",
+            "toolgate contracts diff old/schema.json new/schema.json",
+        ),
+        _contracts_diff,
+        (),
+        _contracts_diff_arguments,
+    ),
+    Command(
+        ("contracts", "history"),
+        "diff every version with its predecessor; breaking needs a new major",
+        "For every tool, diff each version (v1, v1.1, v2, ...) with its predecessor.\n"
+        "Exit 1 when a breaking change comes without a new major version (v1 -> v1.1).",
+        ("toolgate contracts history",),
+        _contracts_history,
+        ("contracts",),
+    ),
+    Command(
+        ("contracts", "import-mcp"),
+        "draft contract versions from an MCP server's tools (closed, text-only)",
+        "Write a draft contract version per tool of an MCP server, whole or not at all. A\n"
+        "tool with an outputSchema: the schema is allOf [outputSchema, closure], the closure\n"
+        "rejecting undeclared members and bounding strings and arrays everywhere, so it\n"
+        "accepts only what the outputSchema accepts; a shape that cannot be closed soundly\n"
+        "is refused. A tool without one: a text-only contract (no data, its text as bounded\n"
+        "untrusted_text). Then a projection of every scalar field and fixtures. A draft\n"
+        "never decides: review it, settle `toolgate contracts lint`, set status: active.\n"
+        "A version is never overwritten: the next major version is written and the diff\n"
+        "printed. Refused tools print one line each. Exit 1 while drafts are left to\n"
+        "review or a tool was refused, 2 when the listing cannot be read. --url must be on\n"
+        "the loopback.",
+        (
+            'toolgate contracts import-mcp --server deployer --command "python -m deployer_mcp"',
+            "toolgate contracts import-mcp --server deployer --url http://127.0.0.1:8000/mcp",
+            "toolgate contracts import-mcp --server deployer --tools-list tools.json --tool deploy_status",
+        ),
+        _contracts_import_mcp,
+        ("contracts",),
+        _contracts_import_mcp_arguments,
+    ),
+)

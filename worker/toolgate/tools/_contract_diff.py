@@ -1,0 +1,284 @@
+"""Contract diff: a contract version against another, and every version against its predecessor.
+
+:func:`diff_contracts` is the schema diff (:mod:`toolgate.tools._schema_diff`, where the
+meaning of ``breaking`` and ``widens`` and the schema kinds are described) followed by the
+changes of ``contract.yaml``; :func:`contract_history` runs it over each tool's versions.
+
+Classification (contracts, :func:`diff_contracts`, on top of the schema's)::
+
+    kind                         breaking  widens
+    projection-added             -         yes   a field now reaches the agent
+    projection-removed           yes       -
+    display-text-added           -         yes
+    display-text-removed         yes       -
+    display-text-max-length-*    lowered: breaking; raised: widens
+    max-bytes-* / max-depth-*    lowered: breaking; raised: widens
+    rule-added                   yes       -     a semantic check now rejects
+    rule-removed                 -         yes
+    rule-changed                 a number lowered: breaking; raised: widens; other: both
+    signature-added              yes       -
+    signature-removed            -         yes   unsigned results now reach the agent
+    signature-changed            yes       yes
+    retryable-code-added         -         yes
+    retryable-code-removed       yes       -
+    status-changed               to retired: breaking; from retired: widens; else neither
+    adapter-versions-changed     a glob removed: breaking; added: widens
+    unversioned-adapters-changed opted in: widens; opted out: breaking
+    tool-changed                 yes       -
+    content-type-changed, text-pattern-changed   yes  yes
+
+Contract settings use the ``$.``-path into ``contract.yaml`` (``$.limits.max_bytes``) as
+``Change.pointer``; projection, display and rule changes use their data pointer.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from toolgate.gate._contracts import Contract, ContractSet, ContractSpec
+from toolgate.tools._schema_diff import Change, diff_schemas
+
+__all__ = ["Step", "contract_history", "diff_contracts"]
+
+
+def diff_contracts(old: Contract, new: Contract) -> list[Change]:
+    """Compare two loaded contract versions: their schemas, then their ``contract.yaml``.
+
+    Returns:
+        :func:`diff_schemas` of the two schemas followed by the contract changes
+        (projection, display text, limits, rules, signature, retry, status, routing).
+    """
+    return list(dict.fromkeys([*diff_schemas(old.schema, new.schema), *_spec_changes(old.spec, new.spec)]))
+
+
+def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
+    if old.tool != new.tool:
+        yield Change(
+            pointer="$.tool", kind="tool-changed", breaking=True, message=f"tool {old.tool!r} -> {new.tool!r}"
+        )
+    if old.content_type != new.content_type:
+        yield Change(
+            pointer="$.content_type",
+            kind="content-type-changed",
+            breaking=True,
+            widens=True,
+            message=f"content type {old.content_type} -> {new.content_type}",
+        )
+    if old.text_pattern != new.text_pattern:
+        yield Change(
+            pointer="$.text_pattern",
+            kind="text-pattern-changed",
+            breaking=True,
+            widens=True,
+            message="text extraction pattern changed; compared conservatively",
+        )
+    if old.status != new.status:
+        yield Change(
+            pointer="$.status",
+            kind="status-changed",
+            breaking=new.status == "retired",
+            widens=old.status == "retired",
+            message=f"status {old.status} -> {new.status}",
+        )
+    removed_globs = sorted(set(old.adapter_versions) - set(new.adapter_versions))
+    added_globs = sorted(set(new.adapter_versions) - set(old.adapter_versions))
+    if removed_globs or added_globs:
+        yield Change(
+            pointer="$.adapter_versions",
+            kind="adapter-versions-changed",
+            breaking=bool(removed_globs),
+            widens=bool(added_globs),
+            message=f"adapter versions served: removed {removed_globs}, added {added_globs}",
+        )
+    if old.unversioned_adapters != new.unversioned_adapters:
+        yield Change(
+            pointer="$.unversioned_adapters",
+            kind="unversioned-adapters-changed",
+            breaking=not new.unversioned_adapters,
+            widens=new.unversioned_adapters,
+            message="messages without tg-adapter-version are "
+            + ("now served" if new.unversioned_adapters else "no longer served"),
+        )
+    for field in ("max_bytes", "max_depth"):
+        before, after = getattr(old.limits, field), getattr(new.limits, field)
+        if before != after:
+            lowered = after < before
+            yield Change(
+                pointer=f"$.limits.{field}",
+                kind=f"{field.replace('_', '-')}-{'lowered' if lowered else 'raised'}",
+                breaking=lowered,
+                widens=not lowered,
+                message=f"{field} {before} -> {after}",
+            )
+    yield from _projection_changes(old, new)
+    yield from _rule_changes(old, new)
+    yield from _signature_changes(old, new)
+    before_codes, after_codes = set(old.retry.retryable_codes), set(new.retry.retryable_codes)
+    for code in sorted(after_codes - before_codes):
+        yield Change(
+            pointer="$.retry.retryable_codes",
+            kind="retryable-code-added",
+            breaking=False,
+            widens=True,
+            message=f"{code} may now be retried by the agent",
+        )
+    for code in sorted(before_codes - after_codes):
+        yield Change(
+            pointer="$.retry.retryable_codes",
+            kind="retryable-code-removed",
+            breaking=True,
+            message=f"{code} is no longer retryable for the agent",
+        )
+
+
+def _projection_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
+    for pointer in new.projection:
+        if pointer not in old.projection:
+            yield Change(
+                pointer=pointer,
+                kind="projection-added",
+                breaking=False,
+                widens=True,
+                message="now projected: this field reaches the agent",
+            )
+    for pointer in old.projection:
+        if pointer not in new.projection:
+            yield Change(
+                pointer=pointer,
+                kind="projection-removed",
+                breaking=True,
+                message="no longer projected: agents stop receiving this field",
+            )
+    before = {d.pointer: d.max_length for d in old.display_text}
+    after = {d.pointer: d.max_length for d in new.display_text}
+    for pointer, length in after.items():
+        if pointer not in before:
+            yield Change(
+                pointer=pointer,
+                kind="display-text-added",
+                breaking=False,
+                widens=True,
+                message=f"now passed to the agent as untrusted text, up to {length} characters",
+            )
+        elif length != before[pointer]:
+            lowered = length < before[pointer]
+            yield Change(
+                pointer=pointer,
+                kind=f"display-text-max-length-{'lowered' if lowered else 'raised'}",
+                breaking=lowered,
+                widens=not lowered,
+                message=f"display text cut at {before[pointer]} -> {length} characters",
+            )
+    for pointer in before:
+        if pointer not in after:
+            yield Change(
+                pointer=pointer,
+                kind="display-text-removed",
+                breaking=True,
+                message="no longer passed to the agent as display text",
+            )
+
+
+def _rule_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
+    def keyed(spec: ContractSpec) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(type(r).__name__, r.pointer): msgspec.structs.asdict(r) for r in spec.rules}
+
+    before, after = keyed(old), keyed(new)
+    for (kind, pointer), fields in after.items():
+        if (kind, pointer) not in before:
+            yield Change(
+                pointer=pointer,
+                kind="rule-added",
+                breaking=True,
+                message=f"{kind} rule added: results that fail it are rejected",
+            )
+            continue
+        for field, value in fields.items():
+            previous = before[(kind, pointer)][field]
+            if value == previous:
+                continue
+            numeric = _number(value) and _number(previous)
+            yield Change(
+                pointer=pointer,
+                kind="rule-changed",
+                breaking=not numeric or value < previous,
+                widens=not numeric or value > previous,
+                message=f"{kind} rule: {field} {previous!r} -> {value!r}",
+            )
+    for kind, pointer in before:
+        if (kind, pointer) not in after:
+            yield Change(
+                pointer=pointer,
+                kind="rule-removed",
+                breaking=False,
+                widens=True,
+                message=f"{kind} rule removed: results it rejected now reach the agent",
+            )
+
+
+def _signature_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
+    if old.signature == new.signature:
+        return
+    if old.signature is None:
+        yield Change(
+            pointer="$.signature",
+            kind="signature-added",
+            breaking=True,
+            message="results must now carry a valid adapter signature",
+        )
+    elif new.signature is None:
+        yield Change(
+            pointer="$.signature",
+            kind="signature-removed",
+            breaking=False,
+            widens=True,
+            message="unsigned results now reach the agent",
+        )
+    else:
+        yield Change(
+            pointer="$.signature",
+            kind="signature-changed",
+            breaking=True,
+            widens=True,
+            message=f"signature {old.signature.algorithm}/{old.signature.key_id} -> "
+            f"{new.signature.algorithm}/{new.signature.key_id}",
+        )
+
+
+class Step(msgspec.Struct, frozen=True, kw_only=True):
+    """One version of a tool against its predecessor."""
+
+    old: str
+    new: str
+    changes: tuple[Change, ...]
+    new_major: bool
+
+    @property
+    def ok(self) -> bool:
+        """A breaking change is allowed only with a new major version."""
+        return self.new_major or not any(c.breaking for c in self.changes)
+
+
+def contract_history(contracts: ContractSet) -> list[Step]:
+    """Every bundled version diffed against its predecessor (by major, then minor)."""
+    steps = []
+    for tool in contracts.tools:
+        versions = sorted(contracts.versions(tool), key=lambda c: (c.spec.version, c.spec.minor))
+        for old, new in itertools.pairwise(versions):
+            steps.append(
+                Step(
+                    old=old.key,
+                    new=new.key,
+                    changes=tuple(diff_contracts(old, new)),
+                    new_major=new.spec.version > old.spec.version,
+                )
+            )
+    return steps
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
