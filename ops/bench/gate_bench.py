@@ -420,7 +420,7 @@ def otel_tracer() -> DecisionTracer | None:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
     except ImportError:
         return None
-    from toolgate.service._tracing import DecisionSpans
+    from toolgate.service._otel_spans import DecisionSpans
 
     class Discard(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:

@@ -17,7 +17,7 @@ from toolgate._config import Topics
 from toolgate._errors import ConfigError
 from toolgate.gate._batch import decide_batch
 from toolgate.gate._gate import Gate
-from toolgate.service._tracing import DecisionSpans, enabled, tracer_from_env
+from toolgate.service._otel_spans import DecisionSpans, enabled, tracer_from_env
 
 from tests.unit.builders import NOW, REQUEST_ID, message, review_request, review_value
 
@@ -132,7 +132,7 @@ def test_off_imports_nothing_of_opentelemetry() -> None:
     code = (
         "import sys, json\n"
         "import toolgate.service._service\n"
-        "from toolgate.service._tracing import tracer_from_env\n"
+        "from toolgate.service._otel_spans import tracer_from_env\n"
         "assert tracer_from_env({}, group='g') is None\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('opentelemetry'))))\n"
     )

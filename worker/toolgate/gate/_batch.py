@@ -23,7 +23,7 @@ from toolgate.gate._gate import Gate, rejection
 from toolgate.gate._outputs import OutRecord, outputs, replay_count, shadow_record
 from toolgate.gate._records import Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Ledger
-from toolgate.gate._trace import TraceContext
+from toolgate.gate._trace_context import TraceContext
 
 Lookup = Callable[[str], RequestRecord | None]
 # (message, verdict, start ns, end ns) -> the trace context of the decision's span
@@ -137,7 +137,7 @@ def decide_batch(
 ) -> Batch:
     """Decide every message; a second result for an attempt in the same batch is a duplicate.
 
-    ``tracer`` (tracing on: :mod:`toolgate.service._tracing`) makes each decision's span
+    ``tracer`` (tracing on: :mod:`toolgate.service._otel_spans`) makes each decision's span
     and returns the trace context the output records carry; None costs nothing.
     ``accepted`` is the batch's view of the accepted ledger (or the committed ledger
     itself, viewed for this batch): it answers "already accepted" for the gate and

@@ -56,7 +56,7 @@ from toolgate.gate._project import Projector, failure
 from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Evidence, Ledger, SemanticRule, build_rules
 from toolgate.gate._signing import Keyring
-from toolgate.gate._trace import TraceContext
+from toolgate.gate._trace_context import TraceContext
 
 DEFAULT_LIMITS = Limits(max_bytes=64 * 1024, max_depth=32)
 MAX_HEADERS = 64

@@ -18,7 +18,7 @@ the stage, and the code and detail as ``exception.class.name`` and
 ``__connect.errors.*`` header is dropped like a forged ``tg-error-*`` one.
 
 Trace context: the agent, quarantine and audit records carry the intake record's W3C
-``traceparent``/``tracestate`` (:mod:`toolgate.gate._trace`), validated; with tracing
+``traceparent``/``tracestate`` (:mod:`toolgate.gate._trace_context`), validated; with tracing
 on, the context of the decision's span instead (same trace). A malformed or repeated
 ``traceparent`` is dropped, never copied, and so is the original one in the
 quarantine copy of the headers.
@@ -34,7 +34,7 @@ import msgspec
 
 from toolgate._version import __version__
 from toolgate.gate._records import Message, Verdict
-from toolgate.gate._trace import TRACEPARENT, TRACESTATE, TraceContext, from_headers
+from toolgate.gate._trace_context import TRACEPARENT, TRACESTATE, TraceContext, from_headers
 
 DIAGNOSTIC_HEADERS = frozenset(
     {

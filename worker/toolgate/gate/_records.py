@@ -9,7 +9,7 @@ from datetime import datetime
 import msgspec
 
 from toolgate._codes import Code, Stage
-from toolgate.gate._trace import TraceContext
+from toolgate.gate._trace_context import TraceContext
 
 BindValue = str | int | bool | list[str]
 

@@ -52,6 +52,7 @@ from toolgate.service._kafka import (
     partitions_of,
 )
 from toolgate.service._metrics import HealthServer, Metrics
+from toolgate.service._otel_spans import DecisionTracer, tracer_from_env
 from toolgate.service._partition import OwnedPartition
 from toolgate.service._phases import LOOP, NO_PHASES, POLL, Phases
 from toolgate.service._startup import (
@@ -64,7 +65,6 @@ from toolgate.service._startup import (
     static_membership,
 )
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
-from toolgate.service._tracing import DecisionTracer, tracer_from_env
 from toolgate.service._transport import CONNECT_TIMEOUT_S
 
 log = logging.getLogger("toolgate.worker")
@@ -106,7 +106,7 @@ class WorkerOptions:
     # Test knob: awaited before each restore attempt with the partitions (a slow restore).
     restore_hook: Callable[[set[int]], Awaitable[None]] | None = None
     shadow_audit_per_minute: int = 60  # sampled shadow disagreements per contract version
-    # Decision spans (toolgate.service._tracing); None: from the OTEL_* variables (off by default).
+    # Decision spans (toolgate.service._otel_spans); None: from the OTEL_* variables (off by default).
     tracer: DecisionTracer | None = None
     # Connect once before starting, within this bound: TLS, protocol and login mistakes and a
     # silent port end the run with one line (None: skip the check).

@@ -33,7 +33,7 @@ from typing import Any
 
 from toolgate._errors import ConfigError
 from toolgate.gate._records import Message, Verdict
-from toolgate.gate._trace import TraceContext, from_headers
+from toolgate.gate._trace_context import TraceContext, from_headers
 
 # (message, verdict, start ns, end ns) -> the context the output records carry
 DecisionTracer = Callable[[Message, Verdict, int, int], TraceContext | None]
