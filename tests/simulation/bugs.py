@@ -87,7 +87,7 @@ class _AnswerWithoutLedger(SimPartition):
         return decide_batch(
             worker.gate,
             messages,
-            worker._lookup(tp, records),
+            worker._lookup_without_misrouted(tp, records),
             AcceptedView(lambda request_id, attempt: False),
             worker.clock(),
             topics=worker.config.topics,

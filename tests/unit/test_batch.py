@@ -177,4 +177,4 @@ class TestOneAnswerPerAttempt:
         verdict = gate.evaluate(message(), review_request(), NOW)
         with pytest.raises(ValueError, match="always has its agent envelope"):
             outputs(message(), verdict, agent_topic="a", quarantine_topic="q", audit_topic="au",
-                    decided_at=NOW, answered=True)  # fmt: skip
+                    decided_at=NOW, attempt_has_answer=True)  # fmt: skip

@@ -178,7 +178,7 @@ def decide_batch(
                 decided_at=now,
                 max_record_bytes=max_record_bytes,
                 trace=trace,
-                answered=answered(verdict, key, request, accepted),
+                attempt_has_answer=attempt_has_answer(verdict, key, request, accepted),
                 replays=replays,
             )
         except Exception:
@@ -200,8 +200,8 @@ def decide_batch(
     return batch
 
 
-def answered(verdict: Verdict, key: str, request: RequestRecord | None, seen: Ledger) -> bool:
-    """A rejected result for an issued request whose attempt already has its accepted answer.
+def attempt_has_answer(verdict: Verdict, key: str, request: RequestRecord | None, seen: Ledger) -> bool:
+    """Whether a rejected result is for an issued request whose attempt has its accepted answer.
 
     Such a result gets no agent envelope (docs/design.md, One answer per attempt): the agent
     already holds the answer to that attempt, and an ``INVALID_RESPONSE`` after it would

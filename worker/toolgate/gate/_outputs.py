@@ -178,25 +178,27 @@ def outputs(
     decided_at: datetime,
     max_record_bytes: int = 1024 * 1024,
     trace: TraceContext | None = None,
-    answered: bool = False,
+    attempt_has_answer: bool = False,
     replays: int | None = None,
 ) -> list[OutRecord]:
     """The records one decision produces: the agent envelope, the quarantine record when
     rejected, the audit event always.
 
-    ``answered``: the rejected result is for a request attempt that already has its
+    ``attempt_has_answer``: the rejected result is for a request attempt that already has its
     accepted answer (docs/design.md, One answer per attempt): no agent envelope is
     written, only the quarantine record and the audit event (``envelope: false``).
     ``trace`` is the decision span's context when tracing is on; otherwise the intake
     record's own (its headers first, then an MCP result's ``_meta``) is carried.
     ``replays``: :func:`replay_count` of the message, when the caller has it already.
     """
-    if answered and verdict.accepted:
+    if attempt_has_answer and verdict.accepted:
         raise ValueError("an accepted verdict always has its agent envelope")
     if trace is None:
         trace = message_trace(message, verdict)
     trace_headers: Sequence[tuple[str, bytes]] = trace.headers() if trace is not None else ()
-    records = [] if answered else [OutRecord(agent_topic, message.key, verdict.agent, trace_headers)]
+    records = (
+        [] if attempt_has_answer else [OutRecord(agent_topic, message.key, verdict.agent, trace_headers)]
+    )
     if replays is None:
         replays = replay_count(message)
     if not verdict.accepted:
@@ -208,7 +210,7 @@ def outputs(
     event = audit_event(verdict, message.origin, decided_at)
     if replays:
         event = msgspec.structs.replace(event, replay=replays, replay_of=replay_origin(message))
-    if answered:
+    if attempt_has_answer:
         event = msgspec.structs.replace(event, envelope=False)
     records.append(OutRecord(audit_topic, message.key, _encode_audit(event), trace_headers))
     return records

@@ -239,7 +239,7 @@ class OwnedPartition:
         return decide_batch(
             worker.gate,
             messages,
-            worker._lookup(tp, records),
+            worker._lookup_without_misrouted(tp, records),
             worker.ledger.batch(),
             worker.clock(),
             topics=worker.config.topics,

@@ -345,7 +345,7 @@ class Worker:
         """The intake partition of ``key`` by murmur2 (where its request is)."""
         return partition_of(key, self._intake_count)
 
-    def _lookup(self, tp: TopicPartition, records: list[Any]) -> Callable[[str], Any]:
+    def _lookup_without_misrouted(self, tp: TopicPartition, records: list[Any]) -> Callable[[str], Any]:
         """The request lookup for a batch of ``tp``: a result in another intake partition than
         the default (murmur2) partitioner puts its key has no request here, whichever worker
         holds it (an adapter whose client partitions differently): it fails closed as
