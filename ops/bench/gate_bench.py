@@ -72,7 +72,7 @@ import jsonschema  # noqa: E402
 import msgspec  # noqa: E402
 from toolgate._config import Topics  # noqa: E402
 from toolgate._errors import ContractError  # noqa: E402
-from toolgate.gate._batch import DecisionTracer, decide_batch  # noqa: E402
+from toolgate.gate._batch import AcceptedView, DecisionTracer, decide_batch  # noqa: E402
 from toolgate.gate._contracts import Contract, ContractSet, load_contract  # noqa: E402
 from toolgate.gate._gate import Gate  # noqa: E402
 from toolgate.gate._records import Message, RequestRecord  # noqa: E402
@@ -403,7 +403,7 @@ def batch_loop(
                 gate,
                 messages[start : start + POOL],
                 requests.get,
-                lambda _r, _a: False,
+                AcceptedView(lambda _r, _a: False),
                 now,
                 topics=TOPICS,
                 max_record_bytes=1024 * 1024,

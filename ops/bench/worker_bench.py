@@ -739,7 +739,7 @@ def _copier_main(spec: dict[str, Any]) -> int:
 def copier_templates(contracts_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """What the worker writes for a sample accepted and a sample rejected result, as plain
     JSON (topic role, value, headers; bytes as latin-1 text) for the copier process."""
-    from toolgate.gate._batch import decide_batch
+    from toolgate.gate._batch import AcceptedView, decide_batch
     from toolgate.gate._contracts import ContractSet
     from toolgate.gate._gate import Gate
     from toolgate.gate._records import Message, RequestRecord
@@ -757,7 +757,7 @@ def copier_templates(contracts_dir: Path) -> dict[str, list[dict[str, Any]]]:
             Gate(ContractSet.load(contracts_dir)),
             [message],
             requests.get,
-            lambda request_id, attempt: False,
+            AcceptedView(lambda request_id, attempt: False),
             now,
             topics=roles,
             max_record_bytes=1024 * 1024,

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from toolgate._config import Topics
 from toolgate._errors import ConfigError
-from toolgate.gate._batch import decide_batch
+from toolgate.gate._batch import AcceptedView, decide_batch
 from toolgate.gate._gate import Gate
 from toolgate.service._otel_spans import DecisionSpans, enabled, tracer_from_env
 
@@ -40,7 +40,7 @@ def _decide(gate: Gate, tracer: DecisionSpans, *messages: object) -> object:
         gate,
         list(messages),  # type: ignore[arg-type]
         lambda key: request if key == REQUEST_ID else None,
-        lambda _r, _a: False,
+        AcceptedView(lambda _r, _a: False),
         NOW,
         topics=TOPICS,
         max_record_bytes=1024 * 1024,

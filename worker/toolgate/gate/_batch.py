@@ -127,7 +127,7 @@ def decide_batch(
     gate: Gate,
     messages: Sequence[Message],
     lookup: Lookup,
-    accepted: AcceptedView | Ledger,
+    accepted: AcceptedView,
     now: datetime,
     *,
     topics: Topics,
@@ -139,16 +139,13 @@ def decide_batch(
 
     ``tracer`` (tracing on: :mod:`toolgate.service._otel_spans`) makes each decision's span
     and returns the trace context the output records carry; None costs nothing.
-    ``accepted`` is the batch's view of the accepted ledger (or the committed ledger
-    itself, viewed for this batch): it answers "already accepted" for the gate and
-    collects this batch's acceptances.
+    ``accepted`` is the batch's view of the accepted ledger: it answers "already
+    accepted" for the gate and collects this batch's acceptances.
 
     Shadow contract versions matching a message are evaluated beside the deciding one
     (same request, clock and ledger) and never decide; disagreements are reported in
     :attr:`Batch.disagreements` and sampled into the audit topic.
     """
-    if not isinstance(accepted, AcceptedView):
-        accepted = AcceptedView(accepted)  # a bare committed ledger: a view of it for this batch
     batch = Batch(accepted)
     sampler = sampler or ShadowSampler()
     has_shadows = any(c.spec.status == "shadow" for c in gate.contracts)
