@@ -8,6 +8,7 @@ plain lists.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -149,6 +150,15 @@ def decide_batch(
     batch = Batch(accepted)
     sampler = sampler or ShadowSampler()
     has_shadows = any(c.spec.status == "shadow" for c in gate.contracts)
+    # What every decision's records share, bound once per batch.
+    write = functools.partial(
+        outputs,
+        agent_topic=topics.agent,
+        quarantine_topic=topics.quarantine,
+        audit_topic=topics.audit,
+        decided_at=now,
+        max_record_bytes=max_record_bytes,
+    )
 
     for message in messages:
         started = time.perf_counter()
@@ -166,30 +176,13 @@ def decide_batch(
             _shadow(gate, message, key, request, verdict, now, accepted, batch, sampler, topics)
         replays = replay_count(message)
         try:
-            records = outputs(
-                message,
-                verdict,
-                agent_topic=topics.agent,
-                quarantine_topic=topics.quarantine,
-                audit_topic=topics.audit,
-                decided_at=now,
-                max_record_bytes=max_record_bytes,
-                trace=trace,
-                attempt_has_answer=attempt_has_answer(verdict, key, request, accepted),
-                replays=replays,
-            )
+            has_answer = attempt_has_answer(verdict, key, request, accepted)
+            records = write(message, verdict, trace=trace, attempt_has_answer=has_answer, replays=replays)
         except Exception:
+            # The verdict's records cannot be built: the decision is an INTERNAL_ERROR
+            # instead, whose records hold only constants and the message's own parts.
             verdict = internal_error(message, "building the output records")
-            records = outputs(
-                message,
-                verdict,
-                agent_topic=topics.agent,
-                quarantine_topic=topics.quarantine,
-                audit_topic=topics.audit,
-                decided_at=now,
-                max_record_bytes=max_record_bytes,
-                trace=trace,
-            )
+            records = write(message, verdict, trace=trace, replays=replays)
         if verdict.accepted and verdict.request_id and verdict.attempt is not None:
             accepted.add(verdict.request_id, verdict.attempt)
         batch.records.extend(records)
