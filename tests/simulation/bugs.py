@@ -12,7 +12,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 from toolgate.gate._batch import AcceptedView, Batch, decide_batch
-from toolgate.gate._records import Message
+from toolgate.gate._records import Message, Origin
 from toolgate.service._kafka import Producer
 
 from tests.simulation.world import SimPartition, SimWorker
@@ -79,9 +79,13 @@ class _AnswerWithoutLedger(SimPartition):
         assert isinstance(worker, SimWorker)
         worker.world.before_decision(worker.node, self)
         tp = self.tp
-        where = f"{tp.topic}/{tp.partition}/"
         messages = [
-            Message(key=r.key, value=r.value, headers=r.headers or (), origin=where + str(r.offset))
+            Message(
+                key=r.key,
+                value=r.value,
+                headers=r.headers or (),
+                origin=Origin(tp.topic, tp.partition, r.offset),
+            )
             for r in records
         ]
         return decide_batch(

@@ -17,6 +17,7 @@ from toolgate._config import Topics
 from toolgate._errors import ConfigError
 from toolgate.gate._batch import AcceptedView, decide_batch
 from toolgate.gate._gate import Gate
+from toolgate.gate._records import Origin
 from toolgate.service._otel_spans import DecisionSpans, enabled, tracer_from_env
 
 from tests.unit.builders import NOW, REQUEST_ID, message, review_request, review_value
@@ -50,7 +51,9 @@ def _decide(gate: Gate, tracer: DecisionSpans, *messages: object) -> object:
 
 def test_accepted_decision_span(gate: Gate, spans: tuple[DecisionSpans, InMemorySpanExporter]) -> None:
     tracer, exporter = spans
-    msg = msgspec.structs.replace(message(review_value(), traceparent=PARENT), origin="toolgate.intake/2/41")
+    msg = msgspec.structs.replace(
+        message(review_value(), traceparent=PARENT), origin=Origin("toolgate.intake", 2, 41)
+    )
     batch = _decide(gate, tracer, msg)
     (span,) = exporter.get_finished_spans()
     assert span.name == "process toolgate.intake"
@@ -83,7 +86,7 @@ def test_accepted_decision_span(gate: Gate, spans: tuple[DecisionSpans, InMemory
 def test_rejection_has_error_type(gate: Gate, spans: tuple[DecisionSpans, InMemorySpanExporter]) -> None:
     tracer, exporter = spans
     msg = msgspec.structs.replace(
-        message(review_value(admin_override=True), traceparent=PARENT), origin="toolgate.intake/0/7"
+        message(review_value(admin_override=True), traceparent=PARENT), origin=Origin("toolgate.intake", 0, 7)
     )
     batch = _decide(gate, tracer, msg)
     (span,) = exporter.get_finished_spans()

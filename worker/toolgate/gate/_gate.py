@@ -53,7 +53,7 @@ from toolgate.gate._first_error import Branches, branches_for, reference_error
 from toolgate.gate._mcp import read_result
 from toolgate.gate._parse import check_parsed, extract_text, parse_json
 from toolgate.gate._project import Projector, failure
-from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict, request_key
+from toolgate.gate._records import Diagnostics, Message, Origin, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Evidence, Ledger, SemanticRule, build_rules
 from toolgate.gate._signing import Keyring
 from toolgate.gate._trace_context import TraceContext
@@ -308,13 +308,10 @@ class Gate:
         """The detail of ``UNKNOWN_REQUEST``: names a result in another intake partition than
         the one its key belongs in (a producer with another partitioner than murmur2)."""
         home = self.home_partition
-        topic_partition = message.origin.split("/")
-        if home is None or message.key is None or len(topic_partition) != 3:
+        origin = message.origin
+        if home is None or message.key is None or not isinstance(origin, Origin):
             return "no outstanding request"
-        try:
-            partition = int(topic_partition[1])
-        except ValueError:
-            return "no outstanding request"
+        partition = origin.partition
         expected = home(message.key)
         if expected == partition:
             return "no outstanding request"

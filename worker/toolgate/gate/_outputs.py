@@ -33,7 +33,7 @@ from datetime import datetime
 import msgspec
 
 from toolgate._version import __version__
-from toolgate.gate._records import Message, Verdict
+from toolgate.gate._records import Message, Origin, Verdict
 from toolgate.gate._trace_context import TRACEPARENT, TRACESTATE, TraceContext, from_headers
 
 DIAGNOSTIC_HEADERS = frozenset(
@@ -133,7 +133,7 @@ def shadow_record(
 ) -> OutRecord:
     """An audit event showing a shadow version's verdict beside the deciding one."""
     event = msgspec.structs.replace(
-        audit_event(decided, message.origin, decided_at),
+        audit_event(decided, str(message.origin), decided_at),
         kind="shadow",
         shadow={
             "contract": shadow.contract,
@@ -207,7 +207,7 @@ def outputs(
                 message, verdict, quarantine_topic, decided_at, max_record_bytes, trace, replays
             )
         )
-    event = audit_event(verdict, message.origin, decided_at)
+    event = audit_event(verdict, str(message.origin), decided_at)
     if replays:
         event = msgspec.structs.replace(event, replay=replays, replay_of=replay_origin(message))
     if attempt_has_answer:
@@ -223,7 +223,11 @@ def message_trace(message: Message, verdict: Verdict) -> TraceContext | None:
 
 def connect_headers(message: Message, verdict: Verdict) -> list[tuple[str, bytes]]:
     """Kafka Connect's dead-letter headers (``__connect.errors.*``) of a rejection."""
-    topic, partition, offset = _origin(message.origin)
+    origin = message.origin
+    if isinstance(origin, Origin):
+        topic, partition, offset = origin.topic, str(origin.partition), str(origin.offset)
+    else:  # a label (an offline check): no coordinates, never a guess
+        topic = partition = offset = ""
     message_text = verdict.diagnostics.message if verdict.diagnostics is not None else ""
     return [
         (CONNECT_PREFIX + "topic", topic.encode()),
@@ -234,15 +238,6 @@ def connect_headers(message: Message, verdict: Verdict) -> list[tuple[str, bytes
         (CONNECT_PREFIX + "exception.class.name", (verdict.code or "").encode()),
         (CONNECT_PREFIX + "exception.message", message_text.encode()),
     ]
-
-
-def _origin(origin: str) -> tuple[str, str, str]:
-    """(topic, partition, offset) of ``topic/partition/offset``; empty parts when it is not one."""
-    topic, sep1, rest = origin.rpartition("/")
-    topic, sep2, partition = topic.rpartition("/")
-    if not (sep1 and sep2 and partition.isdigit() and rest.isdigit()):
-        return "", "", ""
-    return topic, partition, rest
 
 
 def quarantine_record(
@@ -271,7 +266,7 @@ def quarantine_record(
         ("tg-error-stage", (verdict.stage or "").encode()),
         ("tg-error-code", (verdict.code or "").encode()),
         ("tg-error-detail", detail.encode()),
-        ("tg-origin", message.origin.encode()),
+        ("tg-origin", str(message.origin).encode()),
         ("tg-raw-sha256", verdict.raw_sha256.encode()),
         ("tg-contract", (verdict.contract or "").encode()),
         ("tg-worker-version", __version__.encode()),

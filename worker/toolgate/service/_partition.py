@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from toolgate.gate._batch import Batch, decide_batch
-from toolgate.gate._records import Message, request_key
+from toolgate.gate._records import Message, Origin, request_key
 from toolgate.service._kafka import Producer, TopicPartition, send_records
 from toolgate.service._phases import COMMIT, DECIDE, METRICS, SEND
 from toolgate.service._store import StateUpdate
@@ -231,9 +231,13 @@ class OwnedPartition:
         """The gate's decisions on ``records`` and the records they produce."""
         worker = self.worker
         tp = self.tp
-        where = f"{tp.topic}/{tp.partition}/"
         messages = [
-            Message(key=r.key, value=r.value, headers=r.headers or (), origin=where + str(r.offset))
+            Message(
+                key=r.key,
+                value=r.value,
+                headers=r.headers or (),
+                origin=Origin(tp.topic, tp.partition, r.offset),
+            )
             for r in records
         ]
         return decide_batch(
