@@ -74,7 +74,7 @@ class _AnswerWithoutLedger(SimPartition):
     """Results are decided without the accepted ledger: a second result for an attempt
     that has its answer gets an envelope too."""
 
-    def _decide(self, records: list[Any]) -> Batch:
+    def _decide(self, records: list[Any], keys: list[str]) -> Batch:
         worker = self.worker
         assert isinstance(worker, SimWorker)
         worker.world.before_decision(worker.node, self)
@@ -91,11 +91,12 @@ class _AnswerWithoutLedger(SimPartition):
         return decide_batch(
             worker.gate,
             messages,
-            worker._lookup_without_misrouted(tp, records),
+            worker._lookup_without_misrouted(tp, records, keys),
             AcceptedView(lambda request_id, attempt: False),
             worker.clock(),
             topics=worker.config.topics,
             max_record_bytes=worker.options.max_record_bytes,
+            keys=keys,
         )
 
 

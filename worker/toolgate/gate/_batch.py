@@ -135,6 +135,7 @@ def decide_batch(
     max_record_bytes: int,
     sampler: ShadowSampler | None = None,
     tracer: DecisionTracer | None = None,
+    keys: Sequence[str] | None = None,
 ) -> Batch:
     """Decide every message; a second result for an attempt in the same batch is a duplicate.
 
@@ -142,6 +143,9 @@ def decide_batch(
     and returns the trace context the output records carry; None costs nothing.
     ``accepted`` is the batch's view of the accepted ledger: it answers "already
     accepted" for the gate and collects this batch's acceptances.
+    ``keys``: :func:`~toolgate.gate._records.request_key` of each message, when the
+    caller has read them already (the worker, to wait for their requests); else each
+    is read here, once per message, and handed to the gate and the shadows.
 
     Shadow contract versions matching a message are evaluated beside the deciding one
     (same request, clock and ledger) and never decide; disagreements are reported in
@@ -160,9 +164,9 @@ def decide_batch(
         max_record_bytes=max_record_bytes,
     )
 
-    for message in messages:
+    for index, message in enumerate(messages):
         started = time.perf_counter()
-        key = request_key(message.key)
+        key = request_key(message.key) if keys is None else keys[index]
         request = lookup(key) if key else None
         try:
             verdict = gate.evaluate(message, request, now, accepted, key=key)

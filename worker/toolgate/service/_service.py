@@ -38,7 +38,6 @@ from toolgate.gate._batch import Batch, ShadowSampler
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import OutRecord
-from toolgate.gate._records import request_key
 from toolgate.service._kafka import (
     AiokafkaClients,
     Consumer,
@@ -345,16 +344,21 @@ class Worker:
         """The intake partition of ``key`` by murmur2 (where its request is)."""
         return partition_of(key, self._intake_count)
 
-    def _lookup_without_misrouted(self, tp: TopicPartition, records: list[Any]) -> Callable[[str], Any]:
-        """The request lookup for a batch of ``tp``: a result in another intake partition than
-        the default (murmur2) partitioner puts its key has no request here, whichever worker
-        holds it (an adapter whose client partitions differently): it fails closed as
-        ``UNKNOWN_REQUEST`` on every worker alike, and is counted."""
+    def _lookup_without_misrouted(
+        self, tp: TopicPartition, records: list[Any], keys: list[str]
+    ) -> Callable[[str], Any]:
+        """The request lookup for a batch of ``tp`` (``keys``: the request key of each record):
+        a result in another intake partition than the default (murmur2) partitioner puts its
+        key has no request here, whichever worker holds it (an adapter whose client
+        partitions differently): it fails closed as ``UNKNOWN_REQUEST`` on every worker
+        alike, and is counted."""
         count = self._intake_count
         if not count:
             return self.requests.get
         misrouted = {
-            request_key(r.key) for r in records if r.key and partition_of(r.key, count) != tp.partition
+            key
+            for r, key in zip(records, keys, strict=True)
+            if r.key and partition_of(r.key, count) != tp.partition
         }
         if not misrouted:
             return self.requests.get
