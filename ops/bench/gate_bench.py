@@ -72,10 +72,10 @@ import jsonschema  # noqa: E402
 import msgspec  # noqa: E402
 from toolgate._config import Topics  # noqa: E402
 from toolgate._errors import ContractError  # noqa: E402
-from toolgate.gate._batch import DecisionTracer, decide_batch  # noqa: E402
+from toolgate.gate._batch import AcceptedView, DecisionTracer, decide_batch  # noqa: E402
 from toolgate.gate._contracts import Contract, ContractSet, load_contract  # noqa: E402
 from toolgate.gate._gate import Gate  # noqa: E402
-from toolgate.gate._records import Message, RequestRecord  # noqa: E402
+from toolgate.gate._records import Message, Origin, RequestRecord  # noqa: E402
 
 SAMPLE = ROOT / "contracts" / "review_status" / "v1"
 GATE_TARGET_RATIO = 3.0  # accepted 159 B result against the floor
@@ -391,7 +391,12 @@ def batch_loop(
     gate: Gate, pool: list[tuple[Message, RequestRecord]], now: datetime, tracer: DecisionTracer | None
 ) -> Loop:
     traced = [
-        (msgspec.structs.replace(m, headers=[*m.headers, ("traceparent", TRACEPARENT)], origin=f"t/0/{i}"), r)
+        (
+            msgspec.structs.replace(
+                m, headers=[*m.headers, ("traceparent", TRACEPARENT)], origin=Origin("t", 0, i)
+            ),
+            r,
+        )
         for i, (m, r) in enumerate(pool)
     ]
     requests = {r.request_id: r for _, r in traced}
@@ -403,7 +408,7 @@ def batch_loop(
                 gate,
                 messages[start : start + POOL],
                 requests.get,
-                lambda _r, _a: False,
+                AcceptedView(lambda _r, _a: False),
                 now,
                 topics=TOPICS,
                 max_record_bytes=1024 * 1024,
@@ -420,7 +425,7 @@ def otel_tracer() -> DecisionTracer | None:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
     except ImportError:
         return None
-    from toolgate.service._tracing import DecisionSpans
+    from toolgate.service._otel_spans import DecisionSpans
 
     class Discard(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:

@@ -739,10 +739,10 @@ def _copier_main(spec: dict[str, Any]) -> int:
 def copier_templates(contracts_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """What the worker writes for a sample accepted and a sample rejected result, as plain
     JSON (topic role, value, headers; bytes as latin-1 text) for the copier process."""
-    from toolgate.gate._batch import decide_batch
+    from toolgate.gate._batch import AcceptedView, decide_batch
     from toolgate.gate._contracts import ContractSet
     from toolgate.gate._gate import Gate
-    from toolgate.gate._records import Message, RequestRecord
+    from toolgate.gate._records import Message, Origin, RequestRecord
 
     now = datetime.now(UTC)
     sample = list(results("copier", REJECT_EVERY, now))
@@ -752,12 +752,14 @@ def copier_templates(contracts_dir: Path) -> dict[str, list[dict[str, Any]]]:
     )
     out: dict[str, list[dict[str, Any]]] = {}
     for kind, result in (("accepted", sample[0]), ("rejected", sample[-1])):
-        message = Message(key=result.key, value=result.value, headers=result.headers, origin="intake/0/0")
+        message = Message(
+            key=result.key, value=result.value, headers=result.headers, origin=Origin("intake", 0, 0)
+        )
         batch = decide_batch(
             Gate(ContractSet.load(contracts_dir)),
             [message],
             requests.get,
-            lambda request_id, attempt: False,
+            AcceptedView(lambda request_id, attempt: False),
             now,
             topics=roles,
             max_record_bytes=1024 * 1024,

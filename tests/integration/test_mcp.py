@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from toolgate._config import Config
 from toolgate.service._kafka import client_settings
-from toolgate.service._tracing import DecisionSpans
+from toolgate.service._otel_spans import DecisionSpans
 from toolgate.tools._mcp_import import fetch_listing, import_listing
 
 from tests import mcp_kit

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 from toolgate.gate._batch import AcceptedView, Batch, decide_batch
-from toolgate.gate._records import Message
+from toolgate.gate._records import Message, Origin
 from toolgate.service._kafka import Producer
 
 from tests.simulation.world import SimPartition, SimWorker
@@ -74,24 +74,29 @@ class _AnswerWithoutLedger(SimPartition):
     """Results are decided without the accepted ledger: a second result for an attempt
     that has its answer gets an envelope too."""
 
-    def _decide(self, records: list[Any]) -> Batch:
+    def _decide(self, records: list[Any], keys: list[str]) -> Batch:
         worker = self.worker
         assert isinstance(worker, SimWorker)
         worker.world.before_decision(worker.node, self)
         tp = self.tp
-        where = f"{tp.topic}/{tp.partition}/"
         messages = [
-            Message(key=r.key, value=r.value, headers=r.headers or (), origin=where + str(r.offset))
+            Message(
+                key=r.key,
+                value=r.value,
+                headers=r.headers or (),
+                origin=Origin(tp.topic, tp.partition, r.offset),
+            )
             for r in records
         ]
         return decide_batch(
             worker.gate,
             messages,
-            worker._lookup(tp, records),
+            worker._lookup_without_misrouted(tp, records, keys),
             AcceptedView(lambda request_id, attempt: False),
             worker.clock(),
             topics=worker.config.topics,
             max_record_bytes=worker.options.max_record_bytes,
+            keys=keys,
         )
 
 

@@ -170,11 +170,11 @@ class SimWorker(Worker):
 class SimPartition(OwnedPartition):
     """An owned partition that checks, before each decision, what it decides on."""
 
-    def _decide(self, records: list[Any]) -> Batch:
+    def _decide(self, records: list[Any], keys: list[str]) -> Batch:
         worker = self.worker
         assert isinstance(worker, SimWorker)
         worker.world.before_decision(worker.node, self)
-        return super()._decide(records)
+        return super()._decide(records, keys)
 
 
 SimWorker.partition_class = SimPartition

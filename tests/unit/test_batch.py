@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from toolgate._config import Topics
 from toolgate.gate._batch import AcceptedView, ShadowSampler, decide_batch
@@ -82,6 +83,23 @@ class TestDecideBatch:
         assert dict(quarantined[0].headers)["tg-error-code"] == b"INTERNAL_ERROR"
         agent = json.loads(batch.records[0].value or b"")
         assert agent["error"] == {"code": "INVALID_RESPONSE", "retryable": False}
+
+    def test_records_that_cannot_be_built_are_an_internal_error(self, gate: Gate) -> None:
+        """A verdict whose records cannot be encoded becomes INTERNAL_ERROR, with its records."""
+
+        class Unencodable(Gate):
+            def evaluate(self, message: Message, *args: Any, **kwargs: Any) -> Any:
+                verdict = super().evaluate(message, *args, **kwargs)
+                return msgspec.structs.replace(verdict, request_id="\ud800")  # no UTF-8 form
+
+        unencodable = Unencodable(gate.contracts, gate.keyring)
+        batch = decide(unencodable, [message()], {REQUEST_ID: review_request()})
+        (decision,) = batch.decisions
+        assert (decision.verdict.stage, decision.verdict.code) == ("project", "INTERNAL_ERROR")
+        assert [r.topic for r in batch.records] == ["a", "q", "au"]
+        audit = json.loads(batch.records[-1].value or b"")
+        assert (audit["code"], audit["request_id"]) == ("INTERNAL_ERROR", None)
+        assert batch.accepted == frozenset()
 
     def test_missing_request_is_unknown(self, gate: Gate) -> None:
         """With no request record known, the result is UNKNOWN_REQUEST."""
@@ -177,4 +195,4 @@ class TestOneAnswerPerAttempt:
         verdict = gate.evaluate(message(), review_request(), NOW)
         with pytest.raises(ValueError, match="always has its agent envelope"):
             outputs(message(), verdict, agent_topic="a", quarantine_topic="q", audit_topic="au",
-                    decided_at=NOW, answered=True)  # fmt: skip
+                    decided_at=NOW, attempt_has_answer=True)  # fmt: skip

@@ -199,7 +199,7 @@ class TestBoundHolds:
 def _undeferred(gate: Gate) -> Gate:
     """The same gate with the deferral off: the parse walks every value it may."""
     other = Gate(gate.contracts, gate.keyring)
-    for plan in other._plans.values():
+    for plan in other._prepared.values():
         plan.checks_implied = False
     return other
 
@@ -219,7 +219,7 @@ def test_corpus_verdicts_do_not_depend_on_the_deferral() -> None:
         got = gate.evaluate(msg, request, CORPUS_NOW, lambda rid, attempt: False)
         want = walked.evaluate(msg, request, CORPUS_NOW, lambda rid, attempt: False)
         assert _same(got, want), case["file"]
-    assert any(plan.checks_implied for plan in gate._plans.values())
+    assert any(plan.checks_implied for plan in gate._prepared.values())
 
 
 def _nest(value: Any, levels: int, kind: str) -> Any:

@@ -8,6 +8,7 @@ from typing import TypedDict
 import msgspec
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import DIAGNOSTIC_HEADERS, outputs, replay_count
+from toolgate.gate._records import Origin
 
 from tests.unit.builders import NOW, message, review_request, review_value
 
@@ -105,7 +106,7 @@ class TestConnectHeaders:
     def test_quarantine_carries_connect_dead_letter_headers(self, gate: Gate) -> None:
         """Kafka Connect's __connect.errors.* headers mirror the tg-* diagnosis."""
         msg = msgspec.structs.replace(
-            message(review_value(admin_override=True)), origin="toolgate.intake/2/4711"
+            message(review_value(admin_override=True)), origin=Origin("toolgate.intake", 2, 4711)
         )
         verdict = gate.evaluate(msg, review_request(), NOW)
         quarantine = outputs(msg, verdict, decided_at=NOW, **TOPICS)[1]

@@ -12,6 +12,10 @@ from typing import Any
 
 import msgspec
 import pytest
+import toolgate.gate._batch as batch_module
+import toolgate.gate._gate as gate_module
+import toolgate.gate._records as records_module
+import toolgate.service._partition as partition_module
 from aiokafka.errors import KafkaTimeoutError
 from toolgate.gate._gate import Gate
 from toolgate.service._store import TopicReader
@@ -63,6 +67,32 @@ class TestAmbiguousCommit:
         assert world.codes() == ["-"]
         assert len(world.agent()) == 1
         assert worker.ledger(rid(1), 1)
+
+
+class TestRequestKey:
+    async def test_each_record_s_key_is_read_once(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The worker reads a record's request key once: the wait for its request, the
+        misrouted filter and the gate share it."""
+        calls: list[bytes | None] = []
+        real = records_module.request_key
+
+        def counting(key: bytes | None) -> str:
+            calls.append(key)
+            return real(key)
+
+        for module in (partition_module, batch_module, gate_module):
+            monkeypatch.setattr(module, "request_key", counting)
+        world.request(1)
+        worker = world.worker()
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.result(1)
+        await until(lambda: len(world.audit()) == 1)
+        worker.request_stop()
+        await task
+        assert calls == [rid(1).encode()]
 
 
 class TestRequestReader:

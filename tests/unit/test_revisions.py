@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from toolgate import cli
 from toolgate._config import Config, Topics
 from toolgate._errors import ContractError
-from toolgate.gate._batch import decide_batch
+from toolgate.gate._batch import AcceptedView, decide_batch
 from toolgate.gate._contracts import ContractSet, load_contract
 from toolgate.gate._gate import Gate
 from toolgate.service._service import Worker, WorkerOptions
@@ -105,7 +105,7 @@ class TestMetricLabels:
             gate,
             [msg],
             lambda _: request,
-            lambda _r, _a: False,
+            AcceptedView(lambda _r, _a: False),
             now,
             topics=Topics(),
             max_record_bytes=1 << 20,

@@ -16,7 +16,7 @@ import toolgate.gate._records as records_module
 from toolgate._codes import CODES, STAGES, is_code, is_stage
 from toolgate._config import Topics
 from toolgate._errors import ContractError
-from toolgate.gate._batch import decide_batch
+from toolgate.gate._batch import AcceptedView, decide_batch
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.service._store import RequestTable
@@ -89,7 +89,7 @@ class TestRequestKey:
             gate,
             [message(), message(review_value(admin_override=True)), deploy],
             {REQUEST_ID: review_request()}.get,
-            lambda r, a: False,
+            AcceptedView(lambda r, a: False),
             NOW,
             topics=Topics(),
             max_record_bytes=1 << 20,

@@ -8,7 +8,7 @@ import pytest
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import outputs
 from toolgate.gate._records import Message
-from toolgate.gate._trace import (
+from toolgate.gate._trace_context import (
     TraceContext,
     from_headers,
     from_meta,

@@ -15,9 +15,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from toolgate._config import Topics
 from toolgate._errors import ConfigError
-from toolgate.gate._batch import decide_batch
+from toolgate.gate._batch import AcceptedView, decide_batch
 from toolgate.gate._gate import Gate
-from toolgate.service._tracing import DecisionSpans, enabled, tracer_from_env
+from toolgate.gate._records import Origin
+from toolgate.service._otel_spans import DecisionSpans, enabled, tracer_from_env
 
 from tests.unit.builders import NOW, REQUEST_ID, message, review_request, review_value
 
@@ -40,7 +41,7 @@ def _decide(gate: Gate, tracer: DecisionSpans, *messages: object) -> object:
         gate,
         list(messages),  # type: ignore[arg-type]
         lambda key: request if key == REQUEST_ID else None,
-        lambda _r, _a: False,
+        AcceptedView(lambda _r, _a: False),
         NOW,
         topics=TOPICS,
         max_record_bytes=1024 * 1024,
@@ -50,7 +51,9 @@ def _decide(gate: Gate, tracer: DecisionSpans, *messages: object) -> object:
 
 def test_accepted_decision_span(gate: Gate, spans: tuple[DecisionSpans, InMemorySpanExporter]) -> None:
     tracer, exporter = spans
-    msg = msgspec.structs.replace(message(review_value(), traceparent=PARENT), origin="toolgate.intake/2/41")
+    msg = msgspec.structs.replace(
+        message(review_value(), traceparent=PARENT), origin=Origin("toolgate.intake", 2, 41)
+    )
     batch = _decide(gate, tracer, msg)
     (span,) = exporter.get_finished_spans()
     assert span.name == "process toolgate.intake"
@@ -83,7 +86,7 @@ def test_accepted_decision_span(gate: Gate, spans: tuple[DecisionSpans, InMemory
 def test_rejection_has_error_type(gate: Gate, spans: tuple[DecisionSpans, InMemorySpanExporter]) -> None:
     tracer, exporter = spans
     msg = msgspec.structs.replace(
-        message(review_value(admin_override=True), traceparent=PARENT), origin="toolgate.intake/0/7"
+        message(review_value(admin_override=True), traceparent=PARENT), origin=Origin("toolgate.intake", 0, 7)
     )
     batch = _decide(gate, tracer, msg)
     (span,) = exporter.get_finished_spans()
@@ -132,7 +135,7 @@ def test_off_imports_nothing_of_opentelemetry() -> None:
     code = (
         "import sys, json\n"
         "import toolgate.service._service\n"
-        "from toolgate.service._tracing import tracer_from_env\n"
+        "from toolgate.service._otel_spans import tracer_from_env\n"
         "assert tracer_from_env({}, group='g') is None\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('opentelemetry'))))\n"
     )

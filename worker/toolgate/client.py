@@ -52,7 +52,7 @@ from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError, ToolgateError
 from toolgate.gate._records import SAFE_ID, BindValue
 from toolgate.gate._signing import Key, Keyring, signed_message_v2
-from toolgate.gate._trace import from_headers
+from toolgate.gate._trace_context import from_headers
 from toolgate.service._kafka import (
     AiokafkaClients,
     Consumer,

@@ -7,7 +7,7 @@ a function of the bytes, the headers, the request record and an injected clock.
 from toolgate.gate._batch import Batch, Decision, decide_batch
 from toolgate.gate._contracts import Contract, ContractSet
 from toolgate.gate._gate import Gate
-from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict, decode_request
+from toolgate.gate._records import Diagnostics, Message, Origin, RequestRecord, Verdict, decode_request
 from toolgate.gate._signing import Keyring
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Gate",
     "Keyring",
     "Message",
+    "Origin",
     "RequestRecord",
     "Verdict",
     "decide_batch",

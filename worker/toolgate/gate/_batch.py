@@ -8,6 +8,7 @@ plain lists.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +24,7 @@ from toolgate.gate._gate import Gate, rejection
 from toolgate.gate._outputs import OutRecord, outputs, replay_count, shadow_record
 from toolgate.gate._records import Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Ledger
-from toolgate.gate._trace import TraceContext
+from toolgate.gate._trace_context import TraceContext
 
 Lookup = Callable[[str], RequestRecord | None]
 # (message, verdict, start ns, end ns) -> the trace context of the decision's span
@@ -127,35 +128,45 @@ def decide_batch(
     gate: Gate,
     messages: Sequence[Message],
     lookup: Lookup,
-    accepted: AcceptedView | Ledger,
+    accepted: AcceptedView,
     now: datetime,
     *,
     topics: Topics,
     max_record_bytes: int,
     sampler: ShadowSampler | None = None,
     tracer: DecisionTracer | None = None,
+    keys: Sequence[str] | None = None,
 ) -> Batch:
     """Decide every message; a second result for an attempt in the same batch is a duplicate.
 
-    ``tracer`` (tracing on: :mod:`toolgate.service._tracing`) makes each decision's span
+    ``tracer`` (tracing on: :mod:`toolgate.service._otel_spans`) makes each decision's span
     and returns the trace context the output records carry; None costs nothing.
-    ``accepted`` is the batch's view of the accepted ledger (or the committed ledger
-    itself, viewed for this batch): it answers "already accepted" for the gate and
-    collects this batch's acceptances.
+    ``accepted`` is the batch's view of the accepted ledger: it answers "already
+    accepted" for the gate and collects this batch's acceptances.
+    ``keys``: :func:`~toolgate.gate._records.request_key` of each message, when the
+    caller has read them already (the worker, to wait for their requests); else each
+    is read here, once per message, and handed to the gate and the shadows.
 
     Shadow contract versions matching a message are evaluated beside the deciding one
     (same request, clock and ledger) and never decide; disagreements are reported in
     :attr:`Batch.disagreements` and sampled into the audit topic.
     """
-    if not isinstance(accepted, AcceptedView):
-        accepted = AcceptedView(accepted)  # a bare committed ledger: a view of it for this batch
     batch = Batch(accepted)
     sampler = sampler or ShadowSampler()
     has_shadows = any(c.spec.status == "shadow" for c in gate.contracts)
+    # What every decision's records share, bound once per batch.
+    write = functools.partial(
+        outputs,
+        agent_topic=topics.agent,
+        quarantine_topic=topics.quarantine,
+        audit_topic=topics.audit,
+        decided_at=now,
+        max_record_bytes=max_record_bytes,
+    )
 
-    for message in messages:
+    for index, message in enumerate(messages):
         started = time.perf_counter()
-        key = request_key(message.key)
+        key = request_key(message.key) if keys is None else keys[index]
         request = lookup(key) if key else None
         try:
             verdict = gate.evaluate(message, request, now, accepted, key=key)
@@ -169,30 +180,13 @@ def decide_batch(
             _shadow(gate, message, key, request, verdict, now, accepted, batch, sampler, topics)
         replays = replay_count(message)
         try:
-            records = outputs(
-                message,
-                verdict,
-                agent_topic=topics.agent,
-                quarantine_topic=topics.quarantine,
-                audit_topic=topics.audit,
-                decided_at=now,
-                max_record_bytes=max_record_bytes,
-                trace=trace,
-                answered=answered(verdict, key, request, accepted),
-                replays=replays,
-            )
+            has_answer = attempt_has_answer(verdict, key, request, accepted)
+            records = write(message, verdict, trace=trace, attempt_has_answer=has_answer, replays=replays)
         except Exception:
+            # The verdict's records cannot be built: the decision is an INTERNAL_ERROR
+            # instead, whose records hold only constants and the message's own parts.
             verdict = internal_error(message, "building the output records")
-            records = outputs(
-                message,
-                verdict,
-                agent_topic=topics.agent,
-                quarantine_topic=topics.quarantine,
-                audit_topic=topics.audit,
-                decided_at=now,
-                max_record_bytes=max_record_bytes,
-                trace=trace,
-            )
+            records = write(message, verdict, trace=trace, replays=replays)
         if verdict.accepted and verdict.request_id and verdict.attempt is not None:
             accepted.add(verdict.request_id, verdict.attempt)
         batch.records.extend(records)
@@ -200,8 +194,8 @@ def decide_batch(
     return batch
 
 
-def answered(verdict: Verdict, key: str, request: RequestRecord | None, seen: Ledger) -> bool:
-    """A rejected result for an issued request whose attempt already has its accepted answer.
+def attempt_has_answer(verdict: Verdict, key: str, request: RequestRecord | None, seen: Ledger) -> bool:
+    """Whether a rejected result is for an issued request whose attempt has its accepted answer.
 
     Such a result gets no agent envelope (docs/design.md, One answer per attempt): the agent
     already holds the answer to that attempt, and an ``INVALID_RESPONSE`` after it would

@@ -53,10 +53,10 @@ from toolgate.gate._first_error import Branches, branches_for, reference_error
 from toolgate.gate._mcp import read_result
 from toolgate.gate._parse import check_parsed, extract_text, parse_json
 from toolgate.gate._project import Projector, failure
-from toolgate.gate._records import Diagnostics, Message, RequestRecord, Verdict, request_key
+from toolgate.gate._records import Diagnostics, Message, Origin, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Evidence, Ledger, SemanticRule, build_rules
 from toolgate.gate._signing import Keyring
-from toolgate.gate._trace import TraceContext
+from toolgate.gate._trace_context import TraceContext
 
 DEFAULT_LIMITS = Limits(max_bytes=64 * 1024, max_depth=32)
 MAX_HEADERS = 64
@@ -99,12 +99,12 @@ class Gate:
         self._projectors: dict[str, Projector] = {}
         self._rules: dict[str, tuple[SemanticRule, ...]] = {}
         # Keyed by the Contract object itself (identity), not by its key.
-        self._plans: dict[Contract, _Plan] = {}
+        self._prepared: dict[Contract, _PreparedContract] = {}
         for contract in contracts:
             self._projectors[contract.key] = Projector(contract)
             self._rules[contract.key] = build_rules(contract, self.keyring)
-            self._plans[contract] = _Plan(contract)
-        self._selected: dict[tuple[str, str | None], _Plan | None] = {}
+            self._prepared[contract] = _PreparedContract(contract)
+        self._selected: dict[tuple[str, str | None], _PreparedContract | None] = {}
 
     def evaluate(
         self,
@@ -128,74 +128,74 @@ class Gate:
                 caller has computed it already (to look the request up).
         """
         raw = message.value if message.value is not None else b""
-        known = _Known(message, raw, _sha256(raw).hexdigest(), key, headers={})
+        evaluation = _Evaluation(message, raw, _sha256(raw).hexdigest(), key, headers={})
         try:
-            plan = self.limits(known, contract)
-            envelope = self.parse(known, plan)
-            deciding = self.select_contract(known, plan)
-            self.schema(known, deciding, envelope)
-            attempt = self.correlate(known, deciding, envelope, request, now)
+            prepared = self.limits(evaluation, contract)
+            envelope = self.parse(evaluation, prepared)
+            deciding = self.select_contract(evaluation, prepared)
+            self.schema(evaluation, deciding, envelope)
+            attempt = self.correlate(evaluation, deciding, envelope, request, now)
             assert request is not None  # correlate rejects a missing request
-            self.semantic(known, deciding, envelope, request, attempt, now, ledger)
-            return self.project(known, deciding, envelope, request, attempt)
+            self.semantic(evaluation, deciding, envelope, request, attempt, now, ledger)
+            return self.project(evaluation, deciding, envelope, request, attempt)
         except Exception as exc:  # the gate must never crash on input
-            return known.rejected(exc, request)
+            return evaluation.rejected(exc, request)
 
     # ------------------------------------------------------------------ the stages
 
-    def limits(self, known: _Known, contract: Contract | None) -> _Plan | None:
+    def limits(self, evaluation: _Evaluation, contract: Contract | None) -> _PreparedContract | None:
         """``limits``: header count and sizes, then the value's byte size against the limits
         of the version ``tg-tool`` and ``tg-adapter-version`` select (the defaults if none).
 
-        Returns the selected version's plan (None: none; it may be retired).
+        Returns the selected version, prepared (None: none; it may be retired).
         """
-        known.stage = "limits"
-        headers = known.headers
-        known.header_problem = _read_headers(known.message, headers)
+        evaluation.stage = "limits"
+        headers = evaluation.headers
+        evaluation.header_problem = _read_headers(evaluation.message, headers)
         # The key counts once the headers passed their limits (a key over its limit is one).
-        given = known.given_key
-        known.key = (request_key(known.message.key) if given is None else given) or None
+        given = evaluation.given_key
+        evaluation.key = (request_key(evaluation.message.key) if given is None else given) or None
         tool = headers.get("tg-tool")
         if tool is not None and tool in self._tools:
-            known.tool = tool  # a known tool name: safe to echo to the agent
-        plan: _Plan | None
+            evaluation.tool = tool  # a known tool name: safe to echo to the agent
+        prepared: _PreparedContract | None
         if contract is not None:
             # A version passed in (a shadow) must serve this tg-adapter-version, as a
             # selected one does: otherwise none does (UNKNOWN_CONTRACT_VERSION). One this
-            # gate was not built with gets a plan for this message only (and no rules or
+            # gate was not built with is prepared for this message only (and no rules or
             # projector: INTERNAL_ERROR later).
             served = serves(contract, headers.get("tg-adapter-version"))
-            plan = (self._plans.get(contract) or _Plan(contract)) if served else None
+            prepared = (self._prepared.get(contract) or _PreparedContract(contract)) if served else None
         elif tool is None:
-            plan = None
+            prepared = None
         else:
             selection = (tool, headers.get("tg-adapter-version"))
-            plan = self._selected.get(selection, _UNSELECTED)
-            if plan is _UNSELECTED:
-                plan = self._select(selection)
-        max_bytes = DEFAULT_LIMITS.max_bytes if plan is None else plan.max_bytes
-        size = len(known.raw)
+            prepared = self._selected.get(selection, _UNSELECTED)
+            if prepared is _UNSELECTED:
+                prepared = self._select(selection)
+        max_bytes = DEFAULT_LIMITS.max_bytes if prepared is None else prepared.max_bytes
+        size = len(evaluation.raw)
         if size > max_bytes:
             raise RejectedInput(
                 "limits", "PAYLOAD_TOO_LARGE", f"{size} bytes exceeds the limit of {max_bytes}"
             )
-        return plan
+        return prepared
 
-    def _select(self, selection: tuple[str, str | None]) -> _Plan | None:
-        """The plan of the version that decides for (tool, adapter version), remembered
+    def _select(self, selection: tuple[str, str | None]) -> _PreparedContract | None:
+        """The prepared version that decides for (tool, adapter version), remembered
         (boundedly: adapter versions are attacker-chosen)."""
         selected = self.contracts.select(*selection)
-        plan = None if selected is None else self._plans.get(selected) or _Plan(selected)
+        prepared = None if selected is None else self._prepared.get(selected) or _PreparedContract(selected)
         if len(self._selected) >= 4096:
             self._selected.clear()
-        self._selected[selection] = plan
-        return plan
+        self._selected[selection] = prepared
+        return prepared
 
-    def parse(self, known: _Known, plan: _Plan | None) -> Any:
+    def parse(self, evaluation: _Evaluation, prepared: _PreparedContract | None) -> Any:
         """``parse``: the content type, then strict JSON or the text contract's one pattern."""
-        known.stage = "parse"
-        headers = known.headers
-        deciding = plan if plan is not None and not plan.retired else None
+        evaluation.stage = "parse"
+        headers = evaluation.headers
+        deciding = prepared if prepared is not None and not prepared.retired else None
         content_type = headers.get("tg-content-type", JSON_CONTENT_TYPE)
         if content_type not in _CONTENT_TYPES or (
             deciding is not None and content_type != deciding.content_type
@@ -204,19 +204,19 @@ class Gate:
                 "parse", "UNSUPPORTED_CONTENT_TYPE", "tg-content-type is not the contract's content type"
             )
         if content_type == JSON_CONTENT_TYPE:
-            if known.message.value is None:
+            if evaluation.message.value is None:
                 raise RejectedInput("parse", "MALFORMED_JSON", "the value is null")
             max_depth = deciding.limits.max_depth if deciding else DEFAULT_LIMITS.max_depth
             # The schema refuses every value the checks after jiter would (too deep, an
             # infinite number): they run only once it has (Gate.schema), where the
             # contract stage cannot reject first.
-            known.checks_deferred = (
+            evaluation.checks_deferred = (
                 deciding is not None
                 and deciding.checks_implied
-                and known.tool is not None
-                and not known.header_problem
+                and evaluation.tool is not None
+                and not evaluation.header_problem
             )
-            value = parse_json(known.raw, max_depth, checked=not known.checks_deferred)
+            value = parse_json(evaluation.raw, max_depth, checked=not evaluation.checks_deferred)
             if deciding is None or deciding.mcp is None:
                 return value
             mcp = deciding.mcp  # an MCP CallToolResult: read into the envelope (gate/_mcp.py)
@@ -229,42 +229,44 @@ class Gate:
                 text_max_length=mcp.text_max_length,
                 max_depth=max_depth,
             )
-            known.text, known.trace = result.text, result.trace
+            evaluation.text, evaluation.trace = result.text, result.trace
             return result.envelope
         if deciding is not None and deciding.text_regex is not None:
             return {
                 "tool": headers.get("tg-tool"),
                 "request_id": headers.get("tg-request-id"),
                 "outcome": "success",
-                "data": extract_text(known.raw, deciding.text_regex),
+                "data": extract_text(evaluation.raw, deciding.text_regex),
             }
         return None  # text for no text contract: the contract stage rejects it
 
-    def select_contract(self, known: _Known, plan: _Plan | None) -> _Plan:
+    def select_contract(
+        self, evaluation: _Evaluation, prepared: _PreparedContract | None
+    ) -> _PreparedContract:
         """``contract``: the headers are sound and name a tool with a deciding version."""
-        known.stage = "contract"
-        if known.header_problem:
-            raise RejectedInput("contract", "HEADER_MISMATCH", known.header_problem)
-        if known.tool is None:
+        evaluation.stage = "contract"
+        if evaluation.header_problem:
+            raise RejectedInput("contract", "HEADER_MISMATCH", evaluation.header_problem)
+        if evaluation.tool is None:
             raise RejectedInput("contract", "UNKNOWN_TOOL", "tg-tool names no contract")
-        if plan is None or plan.retired:
+        if prepared is None or prepared.retired:
             raise RejectedInput(
                 "contract",
                 "UNKNOWN_CONTRACT_VERSION",
                 "no active contract version for tg-adapter-version",
             )
-        known.contract = plan.key
-        return plan
+        evaluation.contract = prepared.key
+        return prepared
 
-    def schema(self, known: _Known, plan: _Plan, envelope: Any) -> None:
+    def schema(self, evaluation: _Evaluation, prepared: _PreparedContract, envelope: Any) -> None:
         """``schema``: the contract's Draft 2020-12 schema."""
-        known.stage = "schema"
-        if not plan.validator.is_valid(envelope):
-            if known.checks_deferred:  # the parse's verdict first, as without the deferral
-                known.stage, known.contract = "parse", None
-                check_parsed(known.raw, envelope, plan.limits.max_depth)
-                known.stage, known.contract = "schema", plan.key
-            raise _schema_rejection(plan, envelope)
+        evaluation.stage = "schema"
+        if not prepared.validator.is_valid(envelope):
+            if evaluation.checks_deferred:  # the parse's verdict first, as without the deferral
+                evaluation.stage, evaluation.contract = "parse", None
+                check_parsed(evaluation.raw, envelope, prepared.limits.max_depth)
+                evaluation.stage, evaluation.contract = "schema", prepared.key
+            raise _schema_rejection(prepared, envelope)
         if not _is_envelope(envelope):
             raise RejectedInput(
                 "schema",
@@ -275,39 +277,41 @@ class Gate:
             )
 
     def correlate(
-        self, known: _Known, plan: _Plan, envelope: Any, request: RequestRecord | None, now: datetime
+        self,
+        evaluation: _Evaluation,
+        prepared: _PreparedContract,
+        envelope: Any,
+        request: RequestRecord | None,
+        now: datetime,
     ) -> int:
         """``correlate``: key, ``tg-request-id`` and ``request_id`` agree and name a known,
         unexpired request for this tool. Returns the attempt the result answers."""
-        known.stage = "correlate"
+        evaluation.stage = "correlate"
         claimed = envelope["request_id"]
-        if claimed != known.headers.get("tg-request-id") or claimed != known.key:
+        if claimed != evaluation.headers.get("tg-request-id") or claimed != evaluation.key:
             raise RejectedInput(
                 "correlate", "HEADER_MISMATCH", "Kafka key, tg-request-id and request_id disagree"
             )
-        known.request_id = claimed
+        evaluation.request_id = claimed
         if request is None or request.request_id != claimed:
-            raise RejectedInput("correlate", "UNKNOWN_REQUEST", self._unknown_request(known.message))
-        if request.tool != plan.tool:
+            raise RejectedInput("correlate", "UNKNOWN_REQUEST", self._unknown_request(evaluation.message))
+        if request.tool != prepared.tool:
             raise RejectedInput("correlate", "TOOL_MISMATCH", "the request was issued for another tool")
         if now >= request.expires_at:
             raise RejectedInput("correlate", "REQUEST_EXPIRED", "the request has expired")
-        header = known.headers.get("tg-attempt")
+        header = evaluation.headers.get("tg-attempt")
         attempt = request.attempt if header is None else _attempt(header, request)
-        known.attempt = attempt
+        evaluation.attempt = attempt
         return attempt
 
     def _unknown_request(self, message: Message) -> str:
         """The detail of ``UNKNOWN_REQUEST``: names a result in another intake partition than
         the one its key belongs in (a producer with another partitioner than murmur2)."""
         home = self.home_partition
-        topic_partition = message.origin.split("/")
-        if home is None or message.key is None or len(topic_partition) != 3:
+        origin = message.origin
+        if home is None or message.key is None or not isinstance(origin, Origin):
             return "no outstanding request"
-        try:
-            partition = int(topic_partition[1])
-        except ValueError:
-            return "no outstanding request"
+        partition = origin.partition
         expected = home(message.key)
         if expected == partition:
             return "no outstanding request"
@@ -319,8 +323,8 @@ class Gate:
 
     def semantic(
         self,
-        known: _Known,
-        plan: _Plan,
+        evaluation: _Evaluation,
+        prepared: _PreparedContract,
         envelope: Any,
         request: RequestRecord,
         attempt: int,
@@ -328,67 +332,72 @@ class Gate:
         ledger: Ledger | None,
     ) -> None:
         """``semantic``: the contract's rules (bindings, freshness, ownership, signature, duplicates)."""
-        known.stage = "semantic"
+        evaluation.stage = "semantic"
         evidence = Evidence(
             envelope=envelope,
             request=request,
             request_id=request.request_id,
             attempt=attempt,
             now=now,
-            raw=known.raw,
-            headers=known.headers,
+            raw=evaluation.raw,
+            headers=evaluation.headers,
             ledger=ledger,
         )
-        for rule in self._rules[plan.key]:
+        for rule in self._rules[prepared.key]:
             rule(evidence)
 
     def project(
-        self, known: _Known, plan: _Plan, envelope: Any, request: RequestRecord, attempt: int
+        self,
+        evaluation: _Evaluation,
+        prepared: _PreparedContract,
+        envelope: Any,
+        request: RequestRecord,
+        attempt: int,
     ) -> Verdict:
         """``project``: a new closed object for the agent, and the accepted verdict."""
-        known.stage = "project"
-        projector = self._projectors[plan.key]
+        evaluation.stage = "project"
+        projector = self._projectors[prepared.key]
         request_id = request.request_id
         code: str | None
         if envelope["outcome"] == "success":
-            out = projector.success(envelope, request_id, known.text)
+            out = projector.success(envelope, request_id, evaluation.text)
             code = None
         else:
             code = envelope["error"]["code"]
             retryable = (
                 bool(envelope["error"]["retryable"])
-                and code in plan.retryable_codes
+                and code in prepared.retryable_codes
                 and request.attempt < request.max_attempts
             )
-            out = failure(plan.tool, request_id, code, retryable)
+            out = failure(prepared.tool, request_id, code, retryable)
             projector.check(out)
         agent = _encode(out)
         # The same bytes have the same digest: a result that is already its own projection
         # (the declared fields, in order) is hashed once.
-        projected = known.digest if agent == known.raw else _sha256(agent).hexdigest()
-        headers = known.headers
+        projected = evaluation.digest if agent == evaluation.raw else _sha256(agent).hexdigest()
+        headers = evaluation.headers
         return Verdict(
             accepted=True,
             outcome=out["outcome"],
-            tool=plan.tool,
+            tool=prepared.tool,
             request_id=request_id,
-            contract=plan.key,
+            contract=prepared.key,
             stage=None,
             code=code,
             attempt=attempt,
             agent=agent,
-            raw_sha256=known.digest,
+            raw_sha256=evaluation.digest,
             projected_sha256=projected,
             adapter=headers.get("tg-adapter"),
             adapter_version=headers.get("tg-adapter-version"),
             source=headers.get("tg-source"),
-            trace=known.trace,
+            trace=evaluation.trace,
         )
 
 
-class _Known(msgspec.Struct, gc=False):
-    """What is known about one message so far: the stage it reached and what may be
-    reported about it if that stage rejects it. A msgspec struct: one is built per
+class _Evaluation(msgspec.Struct, gc=False):
+    """One message's evaluation so far: the stage it reached and what may be reported
+    about the message if that stage rejects it. A msgspec struct: one is built per
     message, and that costs half a slotted class's ``__init__``."""
 
     message: Message
@@ -405,7 +414,7 @@ class _Known(msgspec.Struct, gc=False):
     attempt: int | None = None
     text: str | None = None  # an MCP result's text blocks, for untrusted_text
     trace: TraceContext | None = None  # an MCP result's _meta trace context
-    checks_deferred: bool = False  # the parse left its checks to the schema (_Plan.checks_implied)
+    checks_deferred: bool = False  # the parse left its checks to the schema (checks_implied)
 
     def rejected(self, exc: Exception, request: RequestRecord | None) -> Verdict:
         """The rejected verdict for ``exc`` raised at the stage reached."""
@@ -434,8 +443,9 @@ class _Known(msgspec.Struct, gc=False):
         return verdict if self.trace is None else msgspec.structs.replace(verdict, trace=self.trace)
 
 
-class _Plan:
-    """What the gate reads from one contract's spec on every message, gathered once."""
+class _PreparedContract:
+    """One contract version prepared for the gate: what it reads from the version's spec
+    on every message, gathered once."""
 
     __slots__ = (
         "_branches",
@@ -506,8 +516,8 @@ def rejection(
         tool: a known contract's tool name (echoed to the agent), else None.
         request_id: the identifier the message claimed (for operators).
         agent_request_id: the request id the agent may hear: only one the platform issued.
-        contract: the deciding version's key, once known.
-        attempt: the attempt the result answers, once known.
+        contract: the deciding version's key, once evaluation.
+        attempt: the attempt the result answers, once evaluation.
         headers: the checked ``tg-*`` headers.
     """
     agent = _encode(failure(tool, agent_request_id, INVALID_RESPONSE, False))
@@ -553,10 +563,10 @@ def _read_headers(message: Message, headers: dict[str, str]) -> str:
         # Most header values repeat from message to message (tool, adapter, version,
         # source): a pair checked before skips the checks below.
         try:
-            known = checked.get((name, value))
+            cached = checked.get((name, value))
         except TypeError:  # an unhashable value (not bytes): the checks below decide
-            known = None
-        if known is None:
+            cached = None
+        if cached is None:
             if value is None:
                 value = b""
             if len(value) > MAX_HEADER_BYTES or len(name) > MAX_HEADER_BYTES:
@@ -588,7 +598,7 @@ def _read_headers(message: Message, headers: dict[str, str]) -> str:
                     checked.clear()
                 checked[name, value] = (canonical, text)
         else:
-            canonical, text = known
+            canonical, text = cached
             if canonical in headers:
                 problem = "a tg-* header appears more than once"
                 continue
@@ -630,13 +640,13 @@ def _is_envelope(envelope: Any) -> bool:
 _ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")  # what an agent envelope's error code may be
 
 
-def _schema_rejection(plan: _Plan, envelope: Any) -> RejectedInput:
+def _schema_rejection(prepared: _PreparedContract, envelope: Any) -> RejectedInput:
     """The most useful violation, masked: the branch of a ``oneOf`` the envelope meant
     (:mod:`toolgate.gate._first_error`)."""
-    branches = plan.branches()
+    branches = prepared.branches()
     found = None if branches is None else branches.first_error(envelope)
     if found is None:
-        found = reference_error(plan.validator, envelope)
+        found = reference_error(prepared.validator, envelope)
     if found is None:  # is_valid and validate disagree: never accept on that
         return RejectedInput("schema", "SCHEMA_VIOLATION", "schema violation")
     error, schema_path = found
@@ -648,7 +658,7 @@ def _schema_rejection(plan: _Plan, envelope: Any) -> RejectedInput:
         "schema",
         "SCHEMA_VIOLATION",
         message,
-        instance_path=_instance_pointer(error.instance_path, plan.declared_names),
+        instance_path=_instance_pointer(error.instance_path, prepared.declared_names),
         schema_path=_json_pointer(schema_path),
         keyword=keyword,
     )

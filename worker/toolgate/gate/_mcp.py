@@ -43,7 +43,7 @@ import msgspec
 
 from toolgate._errors import RejectedInput
 from toolgate.gate._parse import parse_json
-from toolgate.gate._trace import TraceContext, from_meta
+from toolgate.gate._trace_context import TraceContext, from_meta
 
 MEMBERS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
 BLOCK_TYPES = frozenset({"text", "image", "audio", "resource_link", "resource"})

@@ -18,7 +18,7 @@ the stage, and the code and detail as ``exception.class.name`` and
 ``__connect.errors.*`` header is dropped like a forged ``tg-error-*`` one.
 
 Trace context: the agent, quarantine and audit records carry the intake record's W3C
-``traceparent``/``tracestate`` (:mod:`toolgate.gate._trace`), validated; with tracing
+``traceparent``/``tracestate`` (:mod:`toolgate.gate._trace_context`), validated; with tracing
 on, the context of the decision's span instead (same trace). A malformed or repeated
 ``traceparent`` is dropped, never copied, and so is the original one in the
 quarantine copy of the headers.
@@ -33,8 +33,8 @@ from datetime import datetime
 import msgspec
 
 from toolgate._version import __version__
-from toolgate.gate._records import Message, Verdict
-from toolgate.gate._trace import TRACEPARENT, TRACESTATE, TraceContext, from_headers
+from toolgate.gate._records import Message, Origin, Verdict
+from toolgate.gate._trace_context import TRACEPARENT, TRACESTATE, TraceContext, from_headers
 
 DIAGNOSTIC_HEADERS = frozenset(
     {
@@ -133,7 +133,7 @@ def shadow_record(
 ) -> OutRecord:
     """An audit event showing a shadow version's verdict beside the deciding one."""
     event = msgspec.structs.replace(
-        audit_event(decided, message.origin, decided_at),
+        audit_event(decided, str(message.origin), decided_at),
         kind="shadow",
         shadow={
             "contract": shadow.contract,
@@ -178,25 +178,27 @@ def outputs(
     decided_at: datetime,
     max_record_bytes: int = 1024 * 1024,
     trace: TraceContext | None = None,
-    answered: bool = False,
+    attempt_has_answer: bool = False,
     replays: int | None = None,
 ) -> list[OutRecord]:
     """The records one decision produces: the agent envelope, the quarantine record when
     rejected, the audit event always.
 
-    ``answered``: the rejected result is for a request attempt that already has its
+    ``attempt_has_answer``: the rejected result is for a request attempt that already has its
     accepted answer (docs/design.md, One answer per attempt): no agent envelope is
     written, only the quarantine record and the audit event (``envelope: false``).
     ``trace`` is the decision span's context when tracing is on; otherwise the intake
     record's own (its headers first, then an MCP result's ``_meta``) is carried.
     ``replays``: :func:`replay_count` of the message, when the caller has it already.
     """
-    if answered and verdict.accepted:
+    if attempt_has_answer and verdict.accepted:
         raise ValueError("an accepted verdict always has its agent envelope")
     if trace is None:
         trace = message_trace(message, verdict)
     trace_headers: Sequence[tuple[str, bytes]] = trace.headers() if trace is not None else ()
-    records = [] if answered else [OutRecord(agent_topic, message.key, verdict.agent, trace_headers)]
+    records = (
+        [] if attempt_has_answer else [OutRecord(agent_topic, message.key, verdict.agent, trace_headers)]
+    )
     if replays is None:
         replays = replay_count(message)
     if not verdict.accepted:
@@ -205,10 +207,10 @@ def outputs(
                 message, verdict, quarantine_topic, decided_at, max_record_bytes, trace, replays
             )
         )
-    event = audit_event(verdict, message.origin, decided_at)
+    event = audit_event(verdict, str(message.origin), decided_at)
     if replays:
         event = msgspec.structs.replace(event, replay=replays, replay_of=replay_origin(message))
-    if answered:
+    if attempt_has_answer:
         event = msgspec.structs.replace(event, envelope=False)
     records.append(OutRecord(audit_topic, message.key, _encode_audit(event), trace_headers))
     return records
@@ -221,7 +223,11 @@ def message_trace(message: Message, verdict: Verdict) -> TraceContext | None:
 
 def connect_headers(message: Message, verdict: Verdict) -> list[tuple[str, bytes]]:
     """Kafka Connect's dead-letter headers (``__connect.errors.*``) of a rejection."""
-    topic, partition, offset = _origin(message.origin)
+    origin = message.origin
+    if isinstance(origin, Origin):
+        topic, partition, offset = origin.topic, str(origin.partition), str(origin.offset)
+    else:  # a label (an offline check): no coordinates, never a guess
+        topic = partition = offset = ""
     message_text = verdict.diagnostics.message if verdict.diagnostics is not None else ""
     return [
         (CONNECT_PREFIX + "topic", topic.encode()),
@@ -232,15 +238,6 @@ def connect_headers(message: Message, verdict: Verdict) -> list[tuple[str, bytes
         (CONNECT_PREFIX + "exception.class.name", (verdict.code or "").encode()),
         (CONNECT_PREFIX + "exception.message", message_text.encode()),
     ]
-
-
-def _origin(origin: str) -> tuple[str, str, str]:
-    """(topic, partition, offset) of ``topic/partition/offset``; empty parts when it is not one."""
-    topic, sep1, rest = origin.rpartition("/")
-    topic, sep2, partition = topic.rpartition("/")
-    if not (sep1 and sep2 and partition.isdigit() and rest.isdigit()):
-        return "", "", ""
-    return topic, partition, rest
 
 
 def quarantine_record(
@@ -269,7 +266,7 @@ def quarantine_record(
         ("tg-error-stage", (verdict.stage or "").encode()),
         ("tg-error-code", (verdict.code or "").encode()),
         ("tg-error-detail", detail.encode()),
-        ("tg-origin", message.origin.encode()),
+        ("tg-origin", str(message.origin).encode()),
         ("tg-raw-sha256", verdict.raw_sha256.encode()),
         ("tg-contract", (verdict.contract or "").encode()),
         ("tg-worker-version", __version__.encode()),

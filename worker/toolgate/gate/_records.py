@@ -9,7 +9,7 @@ from datetime import datetime
 import msgspec
 
 from toolgate._codes import Code, Stage
-from toolgate.gate._trace import TraceContext
+from toolgate.gate._trace_context import TraceContext
 
 BindValue = str | int | bool | list[str]
 
@@ -54,13 +54,30 @@ def decode_request(raw: bytes) -> RequestRecord:
     return _request_decoder.decode(raw)
 
 
+class Origin(msgspec.Struct, frozen=True, gc=False):
+    """The Kafka record an intake message was read from."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        """``topic/partition/offset``: the text of ``tg-origin`` and of the audit event's ``origin``."""
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+
 class Message(msgspec.Struct, frozen=True, kw_only=True):
-    """One intake record as the gate sees it: no Kafka types."""
+    """One intake record as the gate sees it: no Kafka types.
+
+    ``origin`` is for diagnostics only: the :class:`Origin` of a record read from Kafka,
+    or a label (a file's path) for a message that came from no topic, which then has
+    no coordinates.
+    """
 
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes]] = ()
-    origin: str = ""  # topic/partition/offset, for diagnostics only
+    origin: Origin | str = ""
 
 
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from toolgate.gate._batch import Batch, decide_batch
-from toolgate.gate._records import Message, request_key
+from toolgate.gate._records import Message, Origin, request_key
 from toolgate.service._kafka import Producer, TopicPartition, send_records
 from toolgate.service._phases import COMMIT, DECIDE, METRICS, SEND
 from toolgate.service._store import StateUpdate
@@ -174,7 +174,9 @@ class OwnedPartition:
             return
         worker = self.worker
         held = worker.requests
-        if any(request_key(r.key) not in held for r in records):  # membership: nothing rebuilt
+        # Read once per record: the wait below, the misrouted filter and the gate use them.
+        keys = [request_key(r.key) for r in records]
+        if any(key not in held for key in keys):  # membership: nothing rebuilt
             assert worker._request_reader is not None
             try:
                 caught_up = await worker._request_reader.catch_up(worker.options.request_wait_seconds)
@@ -186,7 +188,7 @@ class OwnedPartition:
             worker.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
         phases = worker._phases
         phases.enter(DECIDE)
-        batch = self._decide(records)
+        batch = self._decide(records, keys)
         phases.enter(SEND)
         # The changelog records of what the batch accepted, and the tombstones due in this
         # partition, go in the same transaction as the decisions.
@@ -227,25 +229,31 @@ class OwnedPartition:
             )
         return records
 
-    def _decide(self, records: list[Any]) -> Batch:
-        """The gate's decisions on ``records`` and the records they produce."""
+    def _decide(self, records: list[Any], keys: list[str]) -> Batch:
+        """The gate's decisions on ``records`` (``keys``: the request key of each) and the
+        records they produce."""
         worker = self.worker
         tp = self.tp
-        where = f"{tp.topic}/{tp.partition}/"
         messages = [
-            Message(key=r.key, value=r.value, headers=r.headers or (), origin=where + str(r.offset))
+            Message(
+                key=r.key,
+                value=r.value,
+                headers=r.headers or (),
+                origin=Origin(tp.topic, tp.partition, r.offset),
+            )
             for r in records
         ]
         return decide_batch(
             worker.gate,
             messages,
-            worker._lookup(tp, records),
+            worker._lookup_without_misrouted(tp, records, keys),
             worker.ledger.batch(),
             worker.clock(),
             topics=worker.config.topics,
             max_record_bytes=worker.options.max_record_bytes,
             sampler=worker._sampler,
             tracer=worker._tracer,
+            keys=keys,
         )
 
     async def _commit(self, producer: Producer, batch: Batch, txn: OpenTransaction) -> None:

@@ -38,7 +38,6 @@ from toolgate.gate._batch import Batch, ShadowSampler
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import OutRecord
-from toolgate.gate._records import request_key
 from toolgate.service._kafka import (
     AiokafkaClients,
     Consumer,
@@ -52,6 +51,7 @@ from toolgate.service._kafka import (
     partitions_of,
 )
 from toolgate.service._metrics import HealthServer, Metrics
+from toolgate.service._otel_spans import DecisionTracer, tracer_from_env
 from toolgate.service._partition import OwnedPartition
 from toolgate.service._phases import LOOP, NO_PHASES, POLL, Phases
 from toolgate.service._startup import (
@@ -64,7 +64,6 @@ from toolgate.service._startup import (
     static_membership,
 )
 from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
-from toolgate.service._tracing import DecisionTracer, tracer_from_env
 from toolgate.service._transport import CONNECT_TIMEOUT_S
 
 log = logging.getLogger("toolgate.worker")
@@ -106,7 +105,7 @@ class WorkerOptions:
     # Test knob: awaited before each restore attempt with the partitions (a slow restore).
     restore_hook: Callable[[set[int]], Awaitable[None]] | None = None
     shadow_audit_per_minute: int = 60  # sampled shadow disagreements per contract version
-    # Decision spans (toolgate.service._tracing); None: from the OTEL_* variables (off by default).
+    # Decision spans (toolgate.service._otel_spans); None: from the OTEL_* variables (off by default).
     tracer: DecisionTracer | None = None
     # Connect once before starting, within this bound: TLS, protocol and login mistakes and a
     # silent port end the run with one line (None: skip the check).
@@ -345,16 +344,21 @@ class Worker:
         """The intake partition of ``key`` by murmur2 (where its request is)."""
         return partition_of(key, self._intake_count)
 
-    def _lookup(self, tp: TopicPartition, records: list[Any]) -> Callable[[str], Any]:
-        """The request lookup for a batch of ``tp``: a result in another intake partition than
-        the default (murmur2) partitioner puts its key has no request here, whichever worker
-        holds it (an adapter whose client partitions differently): it fails closed as
-        ``UNKNOWN_REQUEST`` on every worker alike, and is counted."""
+    def _lookup_without_misrouted(
+        self, tp: TopicPartition, records: list[Any], keys: list[str]
+    ) -> Callable[[str], Any]:
+        """The request lookup for a batch of ``tp`` (``keys``: the request key of each record):
+        a result in another intake partition than the default (murmur2) partitioner puts its
+        key has no request here, whichever worker holds it (an adapter whose client
+        partitions differently): it fails closed as ``UNKNOWN_REQUEST`` on every worker
+        alike, and is counted."""
         count = self._intake_count
         if not count:
             return self.requests.get
         misrouted = {
-            request_key(r.key) for r in records if r.key and partition_of(r.key, count) != tp.partition
+            key
+            for r, key in zip(records, keys, strict=True)
+            if r.key and partition_of(r.key, count) != tp.partition
         }
         if not misrouted:
             return self.requests.get

@@ -13,7 +13,7 @@ validated strictly (https://www.w3.org/TR/trace-context/):
 * ``tracestate`` is kept only beside a valid ``traceparent``, and only when it is a
   list of at most 32 ``key=value`` members of the W3C grammar, at most 512 characters.
 
-Pure: no OpenTelemetry import here; :mod:`toolgate.service._tracing` builds spans when
+Pure: no OpenTelemetry import here; :mod:`toolgate.service._otel_spans` builds spans when
 tracing is on.
 """
 

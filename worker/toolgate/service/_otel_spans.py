@@ -32,8 +32,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from toolgate._errors import ConfigError
-from toolgate.gate._records import Message, Verdict
-from toolgate.gate._trace import TraceContext, from_headers
+from toolgate.gate._records import Message, Origin, Verdict
+from toolgate.gate._trace_context import TraceContext, from_headers
 
 # (message, verdict, start ns, end ns) -> the context the output records carry
 DecisionTracer = Callable[[Message, Verdict, int, int], TraceContext | None]
@@ -82,12 +82,6 @@ def tracer_from_env(environ: Mapping[str, str] | None = None, *, group: str) -> 
     return DecisionSpans(provider, group=group)
 
 
-def _origin(origin: str) -> tuple[str, str, int | None]:
-    topic, _, offset = origin.rpartition("/")
-    topic, _, partition = topic.rpartition("/")
-    return topic, partition, int(offset) if offset.isdigit() else None
-
-
 class DecisionSpans:
     """Makes the span of each decision with a tracer of ``provider``.
 
@@ -129,7 +123,10 @@ class DecisionSpans:
             remote = self.parent(producer)
             context = self._trace.set_span_in_context(non_recording(remote))
             links.append(link_type(remote))
-        topic, partition, offset = _origin(message.origin)
+        origin = message.origin
+        topic, partition, offset = "", "", None
+        if isinstance(origin, Origin):  # else a label (an offline check): no coordinates
+            topic, partition, offset = origin.topic, str(origin.partition), origin.offset
         attributes: dict[str, Any] = {
             "messaging.system": "kafka",
             "messaging.operation.name": "process",
