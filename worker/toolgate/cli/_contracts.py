@@ -185,13 +185,15 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         ("contracts", "import-mcp"),
         "draft contract versions from an MCP server's tools (closed, text-only)",
-        "Write a draft contract version per tool of an MCP server, whole or not at all. A\n"
+        "Write a draft contract version per tool of an MCP server, whole or not at all, into\n"
+        "the contracts folder (created when missing; its parent must exist). A\n"
         "tool with an outputSchema: the schema is allOf [outputSchema, closure], the closure\n"
         "rejecting undeclared members and bounding strings and arrays everywhere, so it\n"
         "accepts only what the outputSchema accepts; a shape that cannot be closed soundly\n"
         "is refused. A tool without one: a text-only contract (no data, its text as bounded\n"
         "untrusted_text). Then a projection of every scalar field and fixtures. A draft\n"
-        "never decides: review it, settle `toolgate contracts lint`, set status: active.\n"
+        "never decides: review it, settle `toolgate contracts lint`, set status: active\n"
+        "(docs/mcp.md, Quick start, says what to settle).\n"
         "A version is never overwritten: the next major version is written and the diff\n"
         "printed. Refused tools print one line each. Exit 1 while drafts are left to\n"
         "review or a tool was refused, 2 when the listing cannot be read. --url must be on\n"
