@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from tests.integration.live import LiveWorker
-from tests.integration.worker_kit import ROOT
+from tests.readme import README, ROOT, example
 
-README = ROOT / "README.md"
 SECTION = "## Adapter and platform quick start"
-
-
-def _example() -> tuple[str, str]:
-    """The section's Python block and the output block that follows it."""
-    text = README.read_text(encoding="utf-8")
-    assert SECTION in text, f"README.md has no {SECTION!r} section"
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```.*?```\n(.*?)```", section, re.DOTALL)
-    assert match, "the section needs a ```python block followed by its output block"
-    return match.group(1), match.group(2)
 
 
 class TestReadmeClientExample:
@@ -30,7 +17,7 @@ class TestReadmeClientExample:
         self, bootstrap: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """With a worker on private topics (TOOLGATE_* naming them), the block prints its output block."""
-        code, expected = _example()
+        code, expected = example(SECTION)
         assert len(code.strip().splitlines()) < 20
         worker = LiveWorker(bootstrap)
         try:
