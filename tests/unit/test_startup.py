@@ -17,7 +17,7 @@ from toolgate.cli import main
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
-from toolgate.service._kafka import ensure_topics, partition_of
+from toolgate.service._kafka import TopicPartition, ensure_topics, partition_of
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._service import Worker, WorkerOptions
 from toolgate.service._startup import (
@@ -30,7 +30,7 @@ from toolgate.service._startup import (
     start_health,
 )
 from toolgate.service._store import reading
-from toolgate.tools._grow import GrowRefused, grow_topics
+from toolgate.tools._grow import GrowRefused, _offset_settled_past, grow_topics
 from toolgate.tools._top import parse, render
 
 from tests.fakes.kafka import FakeBroker, FakeClients
@@ -353,3 +353,46 @@ class TestGrowRefusals:
         assert len(world.broker.logs[Config().topics.intake]) == 1
         worker.request_stop()
         await task
+
+
+class _ShownLate:
+    """A consumer whose group offset for a partition is shown only after a few asks, as the
+    coordinator shows a transaction's offset once its markers are written."""
+
+    def __init__(self, answers: list[int | None]) -> None:
+        self.answers = answers
+        self.asked = 0
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        self.asked += 1
+        return self.answers[min(self.asked, len(self.answers)) - 1]
+
+
+class TestGrowDrainCheck:
+    async def test_an_offset_shown_late_counts_as_decided(self) -> None:
+        """A record found past a stale group offset is decided once the offset moves past it."""
+        consumer = _ShownLate([None, 0, 7])
+        ticks = iter(range(100))
+        settled = await _offset_settled_past(
+            consumer,  # type: ignore[arg-type]
+            TopicPartition("toolgate.intake", 2),
+            offset=0,
+            deadline=30.0,
+            clock=lambda: float(next(ticks)) / 10,
+        )
+        assert settled
+        assert consumer.asked == 3
+
+    async def test_an_offset_that_never_moves_refuses(self) -> None:
+        """An offset still short of the record when the settle time is over: not decided."""
+        consumer = _ShownLate([4])
+        ticks = iter(range(100))
+        settled = await _offset_settled_past(
+            consumer,  # type: ignore[arg-type]
+            TopicPartition("toolgate.intake", 0),
+            offset=4,
+            deadline=30.0,
+            clock=lambda: float(next(ticks)) * 2,
+        )
+        assert not settled
+        assert consumer.asked == 2

@@ -149,6 +149,10 @@ async def _check_drained(
         while pending:
             batches = await consumer.getmany(*pending, timeout_ms=200, max_records=1)
             for tp, records in batches.items():
+                if records and await _offset_settled_past(consumer, tp, records[0].offset, deadline, clock):
+                    pending[tp] = await consumer.committed(tp) or 0
+                    consumer.seek(tp, pending[tp])  # decided: its offset was still being shown
+                    continue
                 if records:
                     raise GrowRefused(
                         f"{topic} partition {tp.partition} has records no worker decided yet (from offset "
@@ -162,6 +166,26 @@ async def _check_drained(
                 raise BrokerError(f"{topic}: not read to its end offsets within {wait_s:g} s", retriable=True)
     finally:
         await consumer.stop()
+
+
+async def _offset_settled_past(
+    consumer: Consumer, tp: TopicPartition, offset: int, deadline: float, clock: Clock
+) -> bool:
+    """The group's committed offset of ``tp`` moved past ``offset`` within a short settle time.
+
+    A worker's transaction commits its consumed offset with its records, but the group
+    coordinator shows that offset only once the transaction's markers are written, a moment
+    after the commit returned: a record found just after a worker stopped may be decided
+    already. Asked again for up to 3 s (bounded by the drain deadline) before refusing.
+    """
+    settle = min(deadline, clock() + 3.0)
+    while True:
+        committed = await consumer.committed(tp) or 0
+        if committed > offset:
+            return True
+        if clock() >= settle:
+            return False
+        await asyncio.sleep(0.1)
 
 
 async def _move_keys(clients: KafkaClients, topic: str, count: int, wait_s: float, clock: Clock) -> int:
