@@ -89,7 +89,7 @@ $(KUBECONFORM):
 	GOBIN=$(abspath $(K8S_BIN)) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
 
 # The chart with its default values and the production-like ones, linted, rendered and
-# validated against the vendored Kubernetes and CRD schemas (tests/unit/test_chart.py too).
+# validated against the vendored Kubernetes and CRD schemas (tests/repo/test_chart.py too).
 chart: k8s-tools
 	@set -o pipefail; for values in $(CHART)/values.yaml $(CHART)/ci/production-values.yaml; do \
 	  echo "== $$values"; \
@@ -100,7 +100,7 @@ chart: k8s-tools
 
 # Strimzi KafkaTopics and KafkaUsers from the code that creates the topics and plans the ACLs,
 # for a cluster named events with 12 intake partitions and 3 replicas
-# (tests/unit/test_strimzi.py compares the files with the code).
+# (tests/repo/test_strimzi.py compares the files with the code).
 STRIMZI_ENV := TOOLGATE_PARTITIONS_INTAKE=12 TOOLGATE_PARTITIONS_AGENT=12 TOOLGATE_PARTITIONS_AUDIT=12 TOOLGATE_REPLICATION_FACTOR=3
 strimzi: install
 	env $(STRIMZI_ENV) $(BIN)/toolgate topics plan --format strimzi --strimzi-cluster events > deploy/strimzi/topics.yaml
@@ -157,8 +157,10 @@ screenshot: install broker-up tools
 	fi
 	$(BIN)/python ops/screenshot/drift.py --out $(SCREENSHOT)
 
+# The tests that need no broker: tests/unit (laid out like worker/toolgate) and tests/repo (the
+# repository's documents, configuration and scripts).
 unit: install
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit tests/repo $(PYTEST_ARGS)
 
 # Starts the broker only if none is running, and stops it afterwards only if it started it.
 # One pytest run, measured (the processes it starts included), then the coverage table per layer

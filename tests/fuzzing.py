@@ -1,7 +1,7 @@
 """Fuzzing kit: envelopes generated from the contracts' own schemas, mutated, and the
 properties every gate verdict must have.
 
-Used by ``tests/unit/test_fuzz.py`` (bounded, in CI) and ``ops/chaos/fuzz_long.py``
+Used by ``tests/unit/gate/test_fuzz.py`` (bounded, in CI) and ``ops/chaos/fuzz_long.py``
 (hours). Nothing here imports the gate's helpers for its expectations: the oracle is
 python-jsonschema (Draft 2020-12, format checker) on what the standard library parses,
 and the expected agent envelope is computed from the contract's declared projection.
@@ -27,7 +27,6 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -38,7 +37,8 @@ from toolgate.gate._records import Message, RequestRecord, Verdict
 from toolgate.gate._signing import signed_message_v2
 from toolgate.tools._fixtures import fixtures_keyring
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests import ROOT
+
 CONTRACTS = ROOT / "contracts"
 CORPUS_CONTRACTS = ROOT / "tests" / "corpus" / "contracts"
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

@@ -1,12 +1,11 @@
 """What the operations artefacts query, and what the worker exports: shared by the static
-checks (tests/unit) and the runs against a real Prometheus (tests/integration)."""
+checks (tests/repo) and the runs against a real Prometheus (tests/integration)."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -15,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from toolgate.gate._contracts import ContractSet, version_label
 from toolgate.service._metrics import Metrics
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests import ROOT
+
 RULES_FILE = ROOT / "ops" / "prometheus" / "rules" / "toolgate.yml"
 RULE_TESTS_DIR = ROOT / "ops" / "prometheus" / "tests"
 DASHBOARD_FILE = ROOT / "ops" / "grafana" / "dashboards" / "toolgate.json"

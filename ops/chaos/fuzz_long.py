@@ -1,4 +1,4 @@
-"""Long fuzz run of the gate: the properties of tests/unit/test_fuzz.py for minutes or hours.
+"""Long fuzz run of the gate: the properties of tests/unit/gate/test_fuzz.py for minutes or hours.
 
 Usage::
 

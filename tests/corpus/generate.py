@@ -11,7 +11,7 @@ entries as they are. Files ``100`` and up are written here: cases that are large
 (100,000 brackets, a 1 MB string), made of bytes an editor mangles (invalid UTF-8,
 byte-order marks, NUL) or that sit exactly on a limit. The manifest's ``tools``
 section (default headers and request record per tool) and ``now`` are written here
-too. ``tests/unit/test_corpus.py`` sends every case through the real gate and checks
+too. ``tests/unit/gate/test_corpus.py`` sends every case through the real gate and checks
 that this script's output on disk is current.
 
 Tools ``wide_report`` and ``token_check`` are corpus-only contracts

@@ -53,7 +53,8 @@ from toolgate._config import Config
 from toolgate.gate._signing import Keyring
 from toolgate.tools._traffic import Sample, TrafficGenerator
 
-from tests.integration.worker_kit import KEYRING, ROOT, private_config, read_all, start_worker
+from tests import ROOT
+from tests.integration.worker_kit import KEYRING, private_config, read_all, start_worker
 
 KAFKA_SH = ROOT / "ops" / "kafka" / "kafka.sh"
 HOST = "127.0.0.1"

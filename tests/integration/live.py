@@ -22,9 +22,9 @@ from toolgate.gate._signing import Keyring
 from toolgate.service._service import Worker, WorkerOptions, WorkerStats
 from toolgate.tools._traffic import Sample
 
+from tests import ROOT
 from tests.integration.worker_kit import (
     KEYRING,
-    ROOT,
     drop_topics,
     private_config,
     publish,

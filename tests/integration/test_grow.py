@@ -16,8 +16,9 @@ from toolgate.service._kafka import client_settings, partition_of, partitions_of
 from toolgate.tools._grow import GrowRefused, grow_topics
 from toolgate.tools._traffic import Sample
 
+from tests import ROOT
 from tests.integration.test_worker import make_worker, run_until
-from tests.integration.worker_kit import ROOT, Record, publish, read_all, samples, worker_env
+from tests.integration.worker_kit import Record, publish, read_all, samples, worker_env
 
 
 def decisions(audit: list[Record]) -> list[dict[str, object]]:

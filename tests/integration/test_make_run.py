@@ -10,15 +10,14 @@ import shutil
 import socket
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 from toolgate._config import Config, Topics
 
+from tests import ROOT
 from tests.integration.conftest import LOCAL_BOOTSTRAP
 from tests.integration.worker_kit import drop_topics
 
-ROOT = Path(__file__).resolve().parents[2]
 KAFKA_SH = ROOT / "ops" / "kafka" / "kafka.sh"
 MAKE = shutil.which("make")
 

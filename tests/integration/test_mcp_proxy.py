@@ -35,9 +35,9 @@ from toolgate.gate._contracts import ContractSet
 from toolgate.tools._mcp_import import fetch_listing, import_listing
 from toolgate.tools._mcp_proxy import Proxy, ProxyOptions
 
-from tests import mcp_kit
+from tests import ROOT, mcp_kit
 from tests.integration.test_worker import make_worker
-from tests.integration.worker_kit import ROOT, read_all, start_worker
+from tests.integration.worker_kit import read_all, start_worker
 
 TOOL = "deployer.deploy_status"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"

@@ -27,10 +27,10 @@ from toolgate.gate._rules import Evidence
 from toolgate.gate._signing import Keyring
 from toolgate.service._service import Worker, WorkerOptions
 
+from tests import ROOT
 from tests.integration.worker_kit import (
     CONTRACTS,
     KEYRING,
-    ROOT,
     drop_topics,
     private_config,
     read_all,

@@ -9,8 +9,9 @@ import json
 import subprocess
 from datetime import UTC, datetime
 
+from tests import ROOT
 from tests.integration.live import LiveWorker
-from tests.integration.worker_kit import ROOT, read_all
+from tests.integration.worker_kit import read_all
 
 
 def summary(live: LiveWorker, *args: str) -> subprocess.CompletedProcess[str]:

@@ -7,8 +7,9 @@ import json
 import subprocess
 from typing import Any
 
+from tests import ROOT
 from tests.integration.live import LiveWorker
-from tests.integration.worker_kit import ROOT, Record, read_all
+from tests.integration.worker_kit import Record, read_all
 
 
 def tail(live: LiveWorker, *args: str, **env: str) -> tuple[int, list[dict[str, Any]], str]:

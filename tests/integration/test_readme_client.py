@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests import ROOT
 from tests.integration.live import LiveWorker
-from tests.readme import README, ROOT, example
+from tests.readme import README, example
 
 SECTION = "## Adapter and platform quick start"
 

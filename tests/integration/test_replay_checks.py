@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from tests import ROOT
 from tests.integration.live import LiveWorker
 from tests.integration.test_replay import contracts_with_v2, gate_for, publish_reviews
-from tests.integration.worker_kit import KEYRING, ROOT, read_all
+from tests.integration.worker_kit import KEYRING, read_all
 
 COUNT = 12  # review results from adapter 1.5.0; every third carries `comment` (quarantined by v1)
 

@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 from toolgate.tools._top import parse
 
+from tests import ROOT
 from tests.integration.live import LiveWorker
-from tests.integration.worker_kit import ROOT
 from tests.ops_catalog import runbook_commands
 
 COMMANDS = runbook_commands()

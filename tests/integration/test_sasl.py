@@ -42,11 +42,11 @@ from toolgate.service._kafka import client_settings, ensure_topics
 from toolgate.service._service import Worker, WorkerOptions
 from toolgate.tools._acls import TRANSACTIONAL_PREFIX, acl_plan, apply_acls, describe_acls
 
+from tests import ROOT
 from tests.integration.worker_kit import (
     CLEAN,
     CONTRACTS,
     KEYRING,
-    ROOT,
     check_exactly_once,
     expected_rejections,
     publish,

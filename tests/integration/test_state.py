@@ -22,9 +22,9 @@ from toolgate.gate._signing import Keyring
 from toolgate.service._service import Worker, WorkerOptions
 from toolgate.tools._traffic import Sample, TrafficGenerator
 
+from tests import ROOT
 from tests.integration.worker_kit import (
     KEYRING,
-    ROOT,
     publish,
     read_all,
     start_worker,

@@ -44,11 +44,11 @@ from toolgate._config import Config, Partitions, Security, Topics
 from toolgate.service._kafka import ensure_topics
 from toolgate.tools._acls import acl_plan, apply_acls
 
+from tests import ROOT
 from tests.integration.worker_kit import (
     CLEAN,
     CONTRACTS,
     KEYRING,
-    ROOT,
     check_exactly_once,
     publish,
     read_all,
@@ -498,7 +498,7 @@ class TestFailures:
     @pytest.mark.parametrize("case", FAILURES)
     def test_run(self, tls_broker: TlsBroker, case: str) -> None:
         """`toolgate run` ends with one JSON error line carrying the case's line, exit 2, before it
-        owned any partition (so /readyz never answered ready: tests/unit/test_transport.py)."""
+        owned any partition (so /readyz never answered ready: tests/unit/service/test_transport.py)."""
         config, line = _case(tls_broker, case)
         done = toolgate(config, "run", timeout=60)
         assert done.returncode == 2, done.stderr

@@ -8,8 +8,9 @@ import re
 import socket
 import subprocess
 
+from tests import ROOT
 from tests.integration.live import LiveWorker
-from tests.integration.worker_kit import ROOT, read_all
+from tests.integration.worker_kit import read_all
 
 
 def top(live: LiveWorker, *args: str) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,8 @@ from toolgate.service._kafka import (
 )
 from toolgate.tools._traffic import Sample, TrafficGenerator
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import ROOT
+
 CONTRACTS = ROOT / "contracts"
 KEYRING = CONTRACTS / "fixtures-keyring.toml"
 

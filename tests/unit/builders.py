@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import msgspec
 from toolgate.gate._records import Message, RequestRecord
 
-CONTRACTS = Path(__file__).parents[2] / "contracts"
+from tests import ROOT
+
+CONTRACTS = ROOT / "contracts"
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 REQUEST_ID = "req.J7q94MkP"
 

@@ -21,7 +21,7 @@ from toolgate.service._kafka import partition_of
 import tests.fakes.kafka as fake_kafka
 from tests.fakes.kafka import FakeRecord
 from tests.unit.builders import NOW, review_value
-from tests.unit.test_worker_loop import CONFIG, World, until
+from tests.unit.worker_kit import CONFIG, World, until
 
 T = CONFIG.topics
 KEYRING = "contracts/fixtures-keyring.toml"

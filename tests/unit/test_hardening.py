@@ -25,10 +25,10 @@ from toolgate.gate._signing import Keyring, signed_message, signed_message_v2
 from toolgate.tools._fixtures import fixtures_keyring
 from toolgate.tools._lint import lint_contracts
 
+from tests import ROOT
 from tests.properties import DERANDOMIZED
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, message, review_request, review_value
 
-ROOT = Path(__file__).resolve().parents[2]
 PROBES = ROOT / "tests" / "corpus" / "probes"
 VECTORS = ROOT / "ops" / "signing" / "vectors.json"
 

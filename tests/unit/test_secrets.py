@@ -27,7 +27,8 @@ from toolgate.gate._signing import Keyring, signed_message
 from toolgate.service._kafka import client_settings
 from toolgate.service._transport import tls_context
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import ROOT
+
 PASSWORD = "s3cret-Password-never-logged"
 SECRET = base64.b64encode(b"k" * 32).decode()
 VAR = "TOOLGATE_SECURITY_SASL_PASSWORD_FILE"
