@@ -1,9 +1,11 @@
-"""Builders for gate tests: the bundled contracts, a request, a message."""
+"""Builders for gate tests: the bundled contracts, a request, a message, a changed contract copy."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -12,6 +14,7 @@ from toolgate.gate._records import Message, RequestRecord
 from tests import ROOT
 
 CONTRACTS = ROOT / "contracts"
+PROBES = ROOT / "tests" / "corpus" / "probes"
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 REQUEST_ID = "req.J7q94MkP"
 
@@ -59,3 +62,30 @@ def message(
 
 
 Evaluate = Callable[..., Any]
+
+
+def copy_tool(root: Path, tool: str, **changes: str) -> Path:
+    """contracts/<tool>/v1 copied under root, contract.yaml keys replaced or added."""
+    folder = root / tool / "v1"
+    shutil.copytree(CONTRACTS / tool / "v1", folder)
+    path = folder / "contract.yaml"
+    lines: list[str] = []
+    dropping = False
+    for line in path.read_text().splitlines():
+        if not line.startswith((" ", "#")):
+            dropping = line.split(":")[0] in changes
+        if not dropping:
+            lines.append(line)
+    lines += [f"{key}: {value}" for key, value in changes.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def pairs(msg: Message, *extra: tuple[str, str]) -> Message:
+    """The message with (name, value) headers added after its own."""
+    return msgspec.structs.replace(msg, headers=[*msg.headers, *((k, v.encode()) for k, v in extra)])
+
+
+def without(msg: Message, name: str) -> Message:
+    """The message without any header called ``name``."""
+    return msgspec.structs.replace(msg, headers=[(k, v) for k, v in msg.headers if k != name])

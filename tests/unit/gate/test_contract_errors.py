@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from toolgate._errors import ContractError
-from toolgate.gate._contracts import ContractSet, load_contract, parse_pointer, resolve
+from toolgate.gate._contracts import ContractSet, compile_text_pattern, load_contract, parse_pointer, resolve
+from toolgate.gate._gate import Gate
 
-from tests.unit.builders import CONTRACTS
+from tests import ROOT
+from tests.properties import DERANDOMIZED
+from tests.unit.builders import (
+    CONTRACTS,
+    NOW,
+    PROBES,
+    REQUEST_ID,
+    copy_tool,
+    message,
+    review_request,
+    review_value,
+)
 
 
 def _copy(tmp_path: Path, tool: str) -> Path:
@@ -178,3 +195,237 @@ class TestSelection:
             contracts.select("review_status", f"9.{i}")
         assert len(contracts._selected) <= 4096
         assert contracts.select("review_status", "1.4.2") is not None
+
+
+CATASTROPHIC = [r"(?P<t>(a|aa)+)", r"(?P<t>(a+)+)", r"(?P<t>(a|a)*)", r"(?P<t>(a*)*b?)", r"(?P<t>(\w+\s?)*)"]
+
+
+class TestLinearPatterns:
+    """Patterns run in linear time: one that needs backtracking is refused at load."""
+
+    @pytest.mark.parametrize("pattern", [r"(?P<a>(?=a)a)", r"(?P<a>a)(?P=a)", r"(?P<a>(?<!b)a)"])
+    def test_text_pattern_needing_backtracking_is_refused(self, tmp_path: Path, pattern: str) -> None:
+        """Look-around and back-references do not compile on RE2: refused, naming file and field."""
+        folder = copy_tool(tmp_path, "service_state", text_pattern=json.dumps(pattern))
+        with pytest.raises(ContractError) as caught:
+            ContractSet.load(tmp_path)
+        assert caught.value.file == str(folder / "contract.yaml")
+        assert caught.value.path == "$.text_pattern"
+        assert "\n" not in str(caught.value)
+
+    @pytest.mark.parametrize(
+        "schema_part",
+        [
+            {"pattern": "^(?=a)a$"},
+            {"patternProperties": {"^(a)\\1$": {}}},
+            {"propertyNames": {"pattern": "(?!x)"}},
+        ],
+    )
+    def test_schema_pattern_needing_backtracking_is_refused(
+        self, tmp_path: Path, schema_part: dict[str, Any]
+    ) -> None:
+        """Schema patterns run on jsonschema-rs's linear regex engine: one it cannot compile is
+        refused at load, in one line naming the schema file."""
+        folder = copy_tool(tmp_path, "review_status")
+        schema = json.loads((folder / "schema.json").read_text())
+        schema["$defs"]["reviewStatus"]["properties"]["reviewed_by"].update(schema_part)
+        (folder / "schema.json").write_text(json.dumps(schema))
+        with pytest.raises(ContractError) as caught:
+            ContractSet.load(tmp_path)
+        assert caught.value.file == str(folder / "schema.json")
+        assert "\n" not in str(caught.value)
+
+    @staticmethod
+    def cost(run: Any, text: str) -> float:
+        """The least CPU time of this thread over 7 runs: a bounded-work comparison, not a
+        deadline. Thread CPU time leaves out the time other processes take on a loaded
+        machine, and the least of several runs leaves out this thread's own interruptions."""
+        samples = []
+        for _ in range(7):
+            started = time.thread_time()
+            run(text)
+            samples.append(time.thread_time() - started)
+        return min(samples)
+
+    @pytest.mark.parametrize("pattern", [*CATASTROPHIC, "BUNDLED"])
+    def test_text_decision_cost_is_linear(self, pattern: str, tmp_path: Path) -> None:
+        """Deciding 4x the input costs at most ~4x (bound 12: quadratic is 16, exponential
+        never finishes), for the bundled text pattern and classic catastrophic ones."""
+        if pattern == "BUNDLED":
+            folder = tmp_path / "service_state"
+            shutil.copytree(CONTRACTS / "service_state", folder)
+        else:
+            folder = copy_tool(tmp_path, "service_state", text_pattern=json.dumps(pattern))
+        yaml = folder / "v1" / "contract.yaml" if pattern == "BUNDLED" else folder / "contract.yaml"
+        yaml.write_text(yaml.read_text().replace("max_bytes: 64", "max_bytes: 65536"))
+        gate = Gate(ContractSet.load(tmp_path))
+        request = review_request(tool="service_state")
+
+        def decide(text: str) -> None:
+            msg = message(
+                raw=text.encode(),
+                tool="service_state",
+                tg_content_type="text/plain",
+                tg_adapter_version="1.0.3",
+            )
+            gate.evaluate(msg, request, NOW)
+
+        small, large = (self.cost(decide, "a" * n + "!") for n in (4000, 16000))
+        assert large / small < 12, (pattern, small, large)
+
+    @pytest.mark.parametrize("pattern", ["^(a+)+$", "^(a|aa)+$", "^(a|a)*$", "^([a-z]+)*[0-9]$"])
+    def test_schema_decision_cost_is_linear(self, pattern: str, tmp_path: Path) -> None:
+        """The same bound for schema patterns, through the whole gate."""
+        folder = copy_tool(tmp_path, "review_status")
+        schema = json.loads((folder / "schema.json").read_text())
+        field = schema["$defs"]["reviewStatus"]["properties"]["reviewed_by"]
+        field.update(pattern=pattern, maxLength=20000)
+        (folder / "schema.json").write_text(json.dumps(schema))
+        (folder / "contract.yaml").write_text(
+            (folder / "contract.yaml").read_text().replace("max_bytes: 2048", "max_bytes: 65536")
+        )
+        gate = Gate(ContractSet.load(tmp_path))
+
+        def decide(text: str) -> None:
+            gate.evaluate(message(review_value(reviewed_by=text)), review_request(), NOW)
+
+        small, large = (self.cost(decide, "a" * n + "!") for n in (4000, 16000))
+        assert large / small < 12, (pattern, small, large)
+
+    def test_every_bundled_pattern_compiles_on_re2(self) -> None:
+        """Every pattern in the bundled and corpus contracts is RE2 syntax (no backtracking)."""
+        found = 0
+        for root in (CONTRACTS, ROOT / "tests" / "corpus" / "contracts", PROBES):
+            for contract in ContractSet.load(root):
+                stack: list[Any] = [contract.schema]
+                while stack:
+                    node = stack.pop()
+                    if isinstance(node, dict):
+                        if isinstance(node.get("pattern"), str):
+                            compile_text_pattern(node["pattern"], str(contract.schema_path), "pattern")
+                            found += 1
+                        stack.extend(node.values())
+                    elif isinstance(node, list):
+                        stack.extend(node)
+        assert found > 10
+
+
+class TestProjectionOverlaps:
+    """Projected and displayed pointers never repeat, nest or share a display name."""
+
+    @pytest.mark.parametrize(
+        ("projection", "field"),
+        [
+            ("[/data/change_id, /data/change_id/b]", "$.projection[1]"),
+            ("[/data/change_id/b, /data/change_id]", "$.projection[1]"),
+            ("[/data/change_id, /data/change_id]", "$.projection[1]"),
+        ],
+    )
+    def test_overlap_is_a_contract_error(self, tmp_path: Path, projection: str, field: str) -> None:
+        """Pointers that repeat or nest are refused at load, naming file and field."""
+        folder = copy_tool(tmp_path, "review_status", projection=projection)
+        with pytest.raises(ContractError) as caught:
+            ContractSet.load(tmp_path)
+        assert (caught.value.file, caught.value.path) == (str(folder / "contract.yaml"), field)
+
+    def test_display_names_collide(self, tmp_path: Path) -> None:
+        """Two display texts with the same last token would share untrusted_text.<name>."""
+        copy_tool(
+            tmp_path,
+            "review_status",
+            projection="[/data/change_id]",
+            display_text="[{pointer: /data/reviewed_by, max_length: 9},"
+            " {pointer: /data/x/reviewed_by, max_length: 9}]",
+        )
+        with pytest.raises(ContractError) as caught:
+            ContractSet.load(tmp_path)
+        assert caught.value.path == "$.display_text[1].pointer"
+
+    @settings(DERANDOMIZED, max_examples=60)
+    @given(
+        projection=st.lists(st.lists(st.sampled_from("abc"), min_size=1, max_size=3), min_size=1, max_size=4),
+        display=st.lists(st.lists(st.sampled_from("abcd"), min_size=1, max_size=2), max_size=2),
+    )
+    def test_every_loaded_contract_evaluates(
+        self, tmp_path_factory: pytest.TempPathFactory, projection: list[list[str]], display: list[list[str]]
+    ) -> None:
+        """Any contract shape: the loader refuses it with a ContractError naming the file, or
+        the gate builds and accepts a result that fills every declared field."""
+        root = tmp_path_factory.mktemp("shapes")
+        folder = root / "shape" / "v1"
+        folder.mkdir(parents=True)
+        tree: dict[str, Any] = {}
+        for tokens in projection + display:
+            node = tree
+            for token in tokens[:-1]:
+                child = node.setdefault(token, {})
+                node[token] = child if isinstance(child, dict) else {}
+                node = node[token]
+            node.setdefault(tokens[-1], "leaf")
+
+        def schema_of(node: Any) -> dict[str, Any]:
+            if not isinstance(node, dict):
+                return {"type": "string", "pattern": "^[a-z]{1,8}$", "maxLength": 8}
+            return {
+                "type": "object",
+                "properties": {k: schema_of(v) for k, v in node.items()},
+                "additionalProperties": False,
+            }
+
+        def value_of(node: Any) -> Any:
+            return {k: value_of(v) for k, v in node.items()} if isinstance(node, dict) else "abc"
+
+        schema = {
+            "type": "object",
+            "required": ["tool", "request_id", "outcome", "data"],
+            "properties": {
+                "tool": {"const": "shape"},
+                "request_id": {"type": "string", "maxLength": 64},
+                "outcome": {"const": "success"},
+                "data": schema_of(tree),
+            },
+            "additionalProperties": False,
+        }
+        (folder / "schema.json").write_text(json.dumps(schema))
+        spec = {
+            "tool": "shape",
+            "version": 1,
+            "status": "active",
+            "schema": "schema.json",
+            "limits": {"max_bytes": 4096, "max_depth": 8},
+            "projection": ["/data/" + "/".join(t) for t in projection],
+            "display_text": [{"pointer": "/data/" + "/".join(t), "max_length": 20} for t in display],
+        }
+        (folder / "contract.yaml").write_text(json.dumps(spec))
+        try:
+            contracts = ContractSet.load(root)
+        except ContractError as exc:
+            refused = str(exc)
+            assert str(folder / "contract.yaml") in refused
+            return
+        gate = Gate(contracts)
+        value = {"tool": "shape", "request_id": REQUEST_ID, "outcome": "success", "data": value_of(tree)}
+        verdict = gate.evaluate(message(value, tool="shape"), review_request(tool="shape"), NOW)
+
+        def holds_object(tokens: list[str]) -> bool:
+            node: Any = tree
+            for token in tokens:
+                node = node[token]
+            return isinstance(node, dict)
+
+        if any(holds_object(t) for t in projection):
+            # Projected leaves must be scalars: an object fails closed at the project stage.
+            assert (verdict.stage, verdict.code) == ("project", "INTERNAL_ERROR"), verdict.diagnostics
+        else:
+            assert verdict.accepted, verdict.diagnostics
+
+
+class TestIssuedAt:
+    """The freshness rule's skew is a positive number of seconds."""
+
+    def test_freshness_skew_must_be_positive(self, tmp_path: Path) -> None:
+        folder = copy_tool(tmp_path, "job_status")
+        path = folder / "contract.yaml"
+        path.write_text(path.read_text().replace("issued_skew_seconds: 60", "issued_skew_seconds: -1"))
+        with pytest.raises(ContractError):
+            ContractSet.load(tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from datetime import timedelta
 from pathlib import Path
@@ -15,9 +16,22 @@ from hypothesis import strategies as st
 from toolgate._errors import ContractError
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
+from toolgate.gate._outputs import quarantine_record
 from toolgate.gate._records import Verdict
 
-from tests.unit.builders import NOW, REQUEST_ID, message, review_request, review_value
+from tests.fuzzing import make_message, make_request
+from tests.unit.builders import (
+    CONTRACTS,
+    NOW,
+    PROBES,
+    REQUEST_ID,
+    copy_tool,
+    message,
+    pairs,
+    review_request,
+    review_value,
+    without,
+)
 
 
 def agent(verdict: Verdict) -> dict[str, object]:
@@ -203,6 +217,57 @@ class TestContract:
         assert (verdict.stage, verdict.code) == ("contract", "UNKNOWN_CONTRACT_VERSION")
 
 
+class TestAdapterVersionRequired:
+    """A message without tg-adapter-version is decided only by a version that opts in."""
+
+    def test_missing_header_selects_no_version(self, gate: Gate) -> None:
+        """Without tg-adapter-version no bundled version decides: UNKNOWN_CONTRACT_VERSION."""
+        verdict = gate.evaluate(without(message(), "tg-adapter-version"), review_request(), NOW)
+        assert (verdict.stage, verdict.code) == ("contract", "UNKNOWN_CONTRACT_VERSION")
+        assert gate.contracts.select("review_status", None) is None
+
+    def test_opt_in_serves_unversioned_adapters(self, tmp_path: Path) -> None:
+        """A version with unversioned_adapters: true decides messages without the header."""
+        copy_tool(tmp_path, "review_status", unversioned_adapters="true")
+        gate = Gate(ContractSet.load(tmp_path))
+        assert gate.evaluate(without(message(), "tg-adapter-version"), review_request(), NOW).accepted
+
+    def test_shadows_follow_the_same_rule(self, tmp_path: Path) -> None:
+        """A shadow is evaluated for an unversioned message only if it opts in too."""
+        shutil.copytree(CONTRACTS / "deploy_status", tmp_path / "deploy_status")
+        contracts = ContractSet.load(tmp_path)
+        assert [c.key for c in contracts.shadows("deploy_status", "3.1.0")] == ["deploy_status@v2"]
+        assert contracts.shadows("deploy_status", None) == []
+        shadow = contracts.versions("deploy_status")[0]
+        gate = Gate(contracts)
+        msg = without(message(tool="deploy_status"), "tg-adapter-version")
+        verdict = gate.evaluate(msg, review_request(tool="deploy_status"), NOW, contract=shadow)
+        assert (verdict.stage, verdict.code) == ("contract", "UNKNOWN_CONTRACT_VERSION")
+
+
+class TestHeaderCase:
+    """Header names are read in any case: a variant beside the canonical name is a duplicate."""
+
+    def test_any_case_is_the_header(self, gate: Gate) -> None:
+        msg = message(tg_tool=None)
+        assert gate.evaluate(pairs(msg, ("TG-TOOL", "review_status")), review_request(), NOW).accepted
+
+    @pytest.mark.parametrize("variant", ["TG-Tool", "Tg-Tool", "tG-tOOL"])
+    def test_variant_beside_canonical_is_duplicate(self, gate: Gate, variant: str) -> None:
+        verdict = gate.evaluate(pairs(message(), (variant, "review_status")), review_request(), NOW)
+        assert (verdict.stage, verdict.code) == ("contract", "HEADER_MISMATCH")
+
+    def test_non_ascii_tg_name(self, gate: Gate) -> None:
+        verdict = gate.evaluate(pairs(message(), ("tg-too\u212a", "x")), review_request(), NOW)  # Kelvin sign
+        assert (verdict.stage, verdict.code) == ("contract", "HEADER_MISMATCH")
+
+    def test_forged_diagnostics_in_any_case_are_dropped(self, gate: Gate) -> None:
+        msg = pairs(message(review_value(admin_override=True)), ("TG-Error-Code", "NONE"))
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        record = quarantine_record(msg, verdict, "q", NOW, 1 << 20)
+        assert [v for k, v in record.headers if k.lower() == "tg-error-code"] == [b"SCHEMA_VIOLATION"]
+
+
 class TestSchema:
     @pytest.mark.parametrize(
         ("value", "keyword"),
@@ -232,6 +297,25 @@ class TestSchema:
         assert verdict.diagnostics is not None
         assert "CANARY" not in verdict.diagnostics.message
         assert "<value>" in verdict.diagnostics.message
+
+
+class TestMaskedNames:
+    """Member names the contract does not declare never reach diagnostics."""
+
+    def test_undeclared_names_masked(self) -> None:
+        """A member name matched by patternProperties or refused as additional is masked in
+        instance_path; declared names and array indexes stay."""
+        gate = Gate(ContractSet.load(PROBES))
+        for data, path in (
+            ({"count": 1, "labels": {"xCANARYk7z": "text"}}, "/data/labels/<name>"),
+            ({"count": 1, "labels": {"CANARY": 1}}, "/data/labels"),
+            ({"count": 1, "counts": [1, "CANARY"]}, "/data/counts/1"),
+        ):
+            value = {"tool": "probe_map", "request_id": REQUEST_ID, "outcome": "success", "data": data}
+            verdict = gate.evaluate(message(value, tool="probe_map"), review_request(tool="probe_map"), NOW)
+            assert verdict.diagnostics is not None
+            assert verdict.diagnostics.instance_path == path
+            assert "CANARY" not in json.dumps(msgspec.to_builtins(verdict.diagnostics))
 
 
 class TestCorrelate:
@@ -264,6 +348,24 @@ class TestCorrelate:
         """A tg-attempt that is not a small integer is a header mismatch."""
         verdict = gate.evaluate(message(tg_attempt="one"), review_request(), NOW)
         assert (verdict.stage, verdict.code) == ("correlate", "HEADER_MISMATCH")
+
+
+class TestAttemptHeader:
+    """tg-attempt is ASCII digits: other Unicode digits are a header mismatch, not an internal error."""
+
+    def test_superscript_digit_is_header_mismatch(self, gate: Gate) -> None:
+        """tg-attempt '²' is not a small integer: correlate/HEADER_MISMATCH, not INTERNAL_ERROR."""
+        verdict = gate.evaluate(message(tg_attempt="²"), review_request(), NOW)
+        assert (verdict.stage, verdict.code) == ("correlate", "HEADER_MISMATCH")
+
+    def test_fullwidth_digit_is_header_mismatch(self, gate: Gate) -> None:
+        """tg-attempt '１' (FULLWIDTH DIGIT ONE) is not the ASCII integer 1: it is refused."""
+        verdict = gate.evaluate(message(tg_attempt="１"), review_request(), NOW)
+        assert (verdict.stage, verdict.code) == ("correlate", "HEADER_MISMATCH")
+
+    def test_ascii_attempt_is_accepted(self, gate: Gate) -> None:
+        """tg-attempt '1' names the request's current attempt: accepted."""
+        assert gate.evaluate(message(tg_attempt="1"), review_request(), NOW).accepted
 
 
 class TestSemantic:
@@ -420,6 +522,27 @@ class TestProjection:
         )
         assert (verdict.stage, verdict.code) == ("project", "INTERNAL_ERROR")
         assert b"CANARY" not in verdict.agent
+
+
+class TestIntegers:
+    """Integer fields reach the agent as integers, whatever JSON spelling the adapter used."""
+
+    @pytest.mark.parametrize(("text", "value"), [(b"1.0", 1), (b"1e0", 1), (b"-0.0", 0), (b"3", 3)])
+    def test_integer_fields_are_ints(self, text: bytes, value: int) -> None:
+        gate = Gate(ContractSet.load(PROBES))
+        raw = (
+            b'{"tool":"probe_map","request_id":"%s","outcome":"success","data":{"count":%s,"counts":[%s]}}'
+            % (
+                REQUEST_ID.encode(),
+                text,
+                text,
+            )
+        )
+        verdict = gate.evaluate(message(raw=raw, tool="probe_map"), review_request(tool="probe_map"), NOW)
+        data = json.loads(verdict.agent)["data"]
+        assert data == {"count": value, "counts": [value]}
+        assert type(data["count"]) is int
+        assert type(data["counts"][0]) is int
 
 
 class TestContractLoading:
@@ -587,6 +710,50 @@ class TestTimestamps:
             assert got.utcoffset() == expected.utcoffset()
 
 
+class TestFreshnessTimestamps:
+    """Fresh timestamps with many fraction digits are fresh."""
+
+    def test_ten_fraction_digits_are_fresh(self, gate: Gate) -> None:
+        """A fresh RFC 3339 timestamp with 10 fraction digits is accepted, not STALE_RESULT."""
+        job = next(c for c in gate.contracts if c.spec.tool == "job_status")
+        envelope = {
+            "tool": "job_status",
+            "request_id": REQUEST_ID,
+            "outcome": "success",
+            "data": {
+                "project_id": "bluebird",
+                "run_id": "run_7Hk2mQ9xLp4sTb",
+                "state": "failed",
+                "observed_at": "2026-05-01T11:59:30.1234567891Z",
+            },
+        }
+        raw = json.dumps(envelope).encode()
+        verdict = gate.evaluate(
+            make_message(gate, job, raw, REQUEST_ID), make_request(job, REQUEST_ID, envelope, 1), NOW
+        )
+        assert verdict.accepted, verdict.diagnostics
+
+    def test_nine_fraction_digits_are_fresh(self, gate: Gate) -> None:
+        """A fresh RFC 3339 timestamp with 9 fraction digits is accepted."""
+        job = next(c for c in gate.contracts if c.spec.tool == "job_status")
+        envelope = {
+            "tool": "job_status",
+            "request_id": REQUEST_ID,
+            "outcome": "success",
+            "data": {
+                "project_id": "bluebird",
+                "run_id": "run_7Hk2mQ9xLp4sTb",
+                "state": "failed",
+                "observed_at": "2026-05-01T11:59:30.123456789Z",
+            },
+        }
+        raw = json.dumps(envelope).encode()
+        verdict = gate.evaluate(
+            make_message(gate, job, raw, REQUEST_ID), make_request(job, REQUEST_ID, envelope, 1), NOW
+        )
+        assert verdict.accepted, verdict.diagnostics
+
+
 class TestAgentRequestId:
     def test_key_naming_no_request_is_not_echoed(self, gate: Gate) -> None:
         """A plain key that names no issued request is not echoed to the agent."""
@@ -598,3 +765,13 @@ class TestAgentRequestId:
         """The agent waiting on a request hears its failure under that request's id."""
         verdict = gate.evaluate(message(review_value(admin_override=True)), review_request(), NOW)
         assert agent(verdict)["request_id"] == REQUEST_ID
+
+
+class TestPlainIdentifier:
+    """A key with a trailing newline is not a plain identifier."""
+
+    def test_key_with_trailing_newline_is_not_a_plain_identifier(self, gate: Gate) -> None:
+        """A Kafka key 'req.J7q94MkP\\n' is not a plain identifier: the verdict records none."""
+        msg = msgspec.structs.replace(message(), key=REQUEST_ID.encode() + b"\n")
+        verdict = gate.evaluate(msg, None, NOW)
+        assert verdict.request_id is None

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import msgspec
 import pytest
+from toolgate import cli
 from toolgate._errors import ConfigError
 from toolgate.tools._check import intake_envelope
 
-from tests.unit.builders import REQUEST_ID, review_request
+from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, review_request, review_value
 
 
 class TestIntakeEnvelope:
@@ -50,3 +55,59 @@ class TestIntakeEnvelope:
             intake_envelope(["tg-tool=\udcff"], None, None)
         with pytest.raises(ConfigError, match="--key: the value is not UTF-8"):
             intake_envelope([], None, "\udcff")
+
+
+class TestCheckCommand:
+    """toolgate check sends the gate what the worker would receive, and says bad input in one line."""
+
+    def files(self, tmp_path: Path) -> list[str]:
+        request = tmp_path / "request.json"
+        request.write_bytes(msgspec.json.encode(review_request()))
+        result = tmp_path / "result.json"
+        result.write_bytes(msgspec.json.encode(review_value()))
+        return [
+            "check",
+            "--contracts",
+            str(CONTRACTS),
+            "--request",
+            str(request),
+            "--now",
+            NOW.isoformat(),
+        ], str(result)  # type: ignore[return-value]
+
+    def test_repeated_header_reaches_the_gate(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Two --header values for one name are both sent: HEADER_MISMATCH, as in the worker."""
+        argv, result = self.files(tmp_path)
+        version = ["--header", "tg-adapter-version=1.4.2"]
+        assert cli.main([*argv, *version, result]) == 0
+        capsys.readouterr()
+        assert (
+            cli.main(
+                [
+                    *argv,
+                    *version,
+                    "--header",
+                    "tg-tool=review_status",
+                    "--header",
+                    "TG-Tool=job_status",
+                    result,
+                ]
+            )
+            == 1
+        )
+        line = json.loads(capsys.readouterr().out)
+        assert (line["stage"], line["code"]) == ("contract", "HEADER_MISMATCH")
+
+    @pytest.mark.parametrize("option", ["--header", "--key"])
+    def test_non_utf8_value_is_one_line(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str
+    ) -> None:
+        argv, result = self.files(tmp_path)
+        bad = "tg-source=\udcff" if option == "--header" else "req.\udcff"
+        assert cli.main([*argv, option, bad, result]) == 2
+        out, err = capsys.readouterr()
+        assert len(err.splitlines()) == 1
+        assert "not UTF-8" in err
+        assert "Traceback" not in out + err
