@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 import shutil
 import subprocess
@@ -28,6 +29,16 @@ def _floors() -> ModuleType:
     sys.modules["coverage_floors"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def _make_n(*args: str) -> str:
+    """What ``make -n ARGS`` would run here, without the variables of a make this test runs under
+    (``make unit PYTEST_ARGS=...`` passes them down in MAKEFLAGS)."""
+    outer = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTEST_ARGS"}
+    env = {name: value for name, value in os.environ.items() if name not in outer}
+    return subprocess.run(
+        ["make", "-n", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
 
 
 floors = _floors()
@@ -105,14 +116,7 @@ class TestMakeTest:
 
     def test_one_measured_run_then_the_floors(self) -> None:
         """The recipe has a single pytest command, with --cov, followed by the floors script."""
-        recipe = subprocess.run(
-            ["make", "-n", "-W", "pyproject.toml", "test"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout.splitlines()
+        recipe = _make_n("-W", "pyproject.toml", "test").splitlines()
         runs = [i for i, line in enumerate(recipe) if "bin/pytest" in line]
         assert len(runs) == 1
         assert "--cov" in recipe[runs[0]]
@@ -121,14 +125,7 @@ class TestMakeTest:
 
     def test_a_narrowed_run_reports_only(self) -> None:
         """With PYTEST_ARGS narrowing the run, the table is printed without failing on the floors."""
-        recipe = subprocess.run(
-            ["make", "-n", "-W", "pyproject.toml", "test", "PYTEST_ARGS=tests/unit/test_logs.py"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout
+        recipe = _make_n("-W", "pyproject.toml", "test", "PYTEST_ARGS=tests/unit/test_logs.py")
         assert "ops/coverage_floors.py --report-only" in recipe
 
     def test_one_python_version_is_named(self) -> None:
@@ -186,14 +183,9 @@ class TestPreCommit:
     @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
     def test_code_hooks_are_make_lint(self) -> None:
         """Before a commit the hooks run the tools make lint runs (ruff check and format, mypy), no fewer."""
-        recipe = subprocess.run(
-            ["make", "-n", "-o", ".venv/.installed-stamp", "lint"],  # the recipe alone, not the install
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout.splitlines()
+        recipe = _make_n(
+            "-o", ".venv/.installed-stamp", "lint"
+        ).splitlines()  # the recipe alone, not the install
 
         def tool(command: str) -> tuple[str, ...]:
             words = shlex.split(command)
