@@ -39,11 +39,14 @@ Cases:
   through the SDK's ``BatchSpanProcessor`` to an exporter that discards (what the
   worker does with ``OTEL_TRACES_EXPORTER`` set, minus the network). Off is the
   default: no OpenTelemetry import, one ``is None`` test per message.
+* ``decide_batch, rejected``: the batch step over the rejected results (tracing off):
+  the quarantine record and the audit event of each rejection.
 
 Targets, printed with met / not met: an accepted 159 B result <= 3x the floor and
 >= 100,000 verdicts/s; a rejection <= 1.5x an acceptance of the same size (159 B
 and 20 KB); an accepted 20 KB result <= 1.3x the floor. ``--profile N`` then runs
-each jsonschema-rs gate case under cProfile and prints where its time goes.
+each jsonschema-rs gate case and the untraced ``decide_batch`` cases under cProfile
+and prints where its time goes.
 """
 
 from __future__ import annotations
@@ -498,6 +501,14 @@ def build_cases(tmp: Path) -> tuple[list[Case], str]:
             "floor",
         )
     )
+    cases.append(
+        Case(
+            "decide_batch, rejected",
+            small.rejected_size,
+            batch_loop(rs_gate, small.rejected, small.now, None),
+            "floor",
+        )
+    )
     tracer = otel_tracer()
     if tracer is not None:
         cases.append(
@@ -690,7 +701,9 @@ def main(argv: list[str] | None = None) -> int:
             print_worst_cases(args.repeat)
         if args.profile:
             for case in cases:
-                if case.name.startswith("gate") and "python" not in case.name:
+                if (case.name.startswith("gate") and "python" not in case.name) or (
+                    case.name.startswith("decide_batch") and "tracing on" not in case.name
+                ):
                     profile(case, args.profile)
     return 0
 

@@ -14,11 +14,15 @@ import jiter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from toolgate.gate._contracts import Contract, compile_schema
-from toolgate.gate._first_error import Branches, branches_for, reference_error
+from toolgate._errors import RejectedInput
+from toolgate.gate._contracts import Contract, ContractSet, compile_schema
+from toolgate.gate._first_error import Branches, Located, branches_for, reference_error
+from toolgate.gate._gate import UNEXPECTED_MEMBER, Gate, _PreparedContract, _schema_rejection
+from toolgate.tools._fixtures import fixtures_keyring, load_cases, run_case
 
 from tests.fuzzing import CONTRACTS, fuzz_gate, scenarios, targets
 from tests.properties import DERANDOMIZED
+from tests.unit.test_corpus import CASES, CORPUS, NOW, corpus_contracts, corpus_message, corpus_request
 
 GATE = fuzz_gate()
 JSON_TARGETS = [c for c in targets(GATE) if c.spec.content_type == "application/json"]
@@ -27,10 +31,53 @@ _ci = settings(
 )
 
 
+_MASKED = ("additionalProperties", "unevaluatedProperties", "propertyNames")
+
+
 def described(found: tuple[Any, list[str | int]] | None) -> tuple[str, list[str | int], list[str | int]]:
+    """The error as a rejection reports it: a masked keyword's message is never shown
+    (and a :class:`Located` error has none)."""
     assert found is not None
     error, schema_path = found
-    return error.message, list(error.instance_path), schema_path
+    masked = bool(schema_path) and schema_path[-1] in _MASKED
+    assert error.message is not None or masked
+    return UNEXPECTED_MEMBER if masked else error.message, list(error.instance_path), schema_path
+
+
+def without_search(found: Branches) -> Branches:
+    """The same per-branch validators without the extra-member search: the meant branch's
+    first error from jsonschema-rs, as before the search existed."""
+    return Branches(found._keyword, found._branches, found._outcomes)
+
+
+def legacy(prepared: _PreparedContract) -> _PreparedContract:
+    """A copy of ``prepared`` whose rejections take the meant branch's first error from
+    jsonschema-rs (no extra-member search)."""
+    copy = _PreparedContract.__new__(_PreparedContract)
+    for name in _PreparedContract.__slots__:
+        setattr(copy, name, getattr(prepared, name))
+    found = prepared.branches()
+    copy._branches = None if found is None else without_search(found)
+    return copy
+
+
+def legacy_gate(gate: Gate) -> Gate:
+    """``gate`` with every prepared version :func:`legacy` (in place; returns it)."""
+    for contract, prepared in gate._prepared.items():
+        gate._prepared[contract] = legacy(prepared)
+    gate._selected.clear()
+    return gate
+
+
+def reported(rejected: RejectedInput) -> tuple[str, str, str, str, str, str]:
+    return (
+        rejected.stage,
+        rejected.code,
+        rejected.detail,
+        rejected.instance_path,
+        rejected.schema_path,
+        rejected.keyword,
+    )
 
 
 def branches(contract: Contract) -> Branches:
@@ -170,3 +217,176 @@ class TestAgainstTheReference:
         fast = None if shortcut is None else shortcut.first_error(value)
         if fast is not None:
             assert described(fast) == described(reference_error(validator, value))
+
+
+class TestExtraMemberSearch:
+    """A member too many in a closed object is found without jsonschema-rs building the
+    error, and reported exactly as the meant branch's first error was."""
+
+    @pytest.mark.parametrize(
+        ("value", "instance_path", "schema_path"),
+        [
+            (
+                envelope(data={"change_id": "CR-1", "decision": "approved", "reviewed_by": "ana", "x": 1}),
+                ["data"],
+                ["$defs", "reviewStatus", "additionalProperties"],
+            ),
+            (envelope(extra=True), [], ["oneOf", 0, "additionalProperties"]),
+            (
+                envelope(outcome="failure", error={"code": "NOT_FOUND", "retryable": True, "x": 1}, data=None)
+                | {"data": None},
+                None,
+                None,
+            ),
+        ],
+        ids=["in-data", "at-root", "failure-with-two-faults"],
+    )
+    def test_answers_only_a_lone_extra_member(
+        self, value: dict[str, Any], instance_path: list[str] | None, schema_path: list[str | int] | None
+    ) -> None:
+        """An extra member that is the branch's only fault is located; with another fault beside
+        it, jsonschema-rs's first error is asked for instead. Both report as before."""
+        contract = review()
+        found = branches(contract).first_error(value)
+        assert found is not None
+        error, path = found
+        if instance_path is None:
+            assert not isinstance(error, Located)
+        else:
+            assert isinstance(error, Located)
+            assert (error.message, error.instance_path, path) == (None, instance_path, schema_path)
+        old = without_search(branches(contract)).first_error(value)
+        assert described(found) == described(old)
+
+    @pytest.mark.parametrize(
+        "value",
+        [
+            {"outcome": "a", "inner": {"deep": {"n": 1, "x": 2}}},
+            {"outcome": "a", "inner": {"deep": {"n": 1}, "x": 2}},
+            {"outcome": "a", "inner": {"deep": {"n": 1}}, "x": 2},
+            {"outcome": "a", "inner": {"deep": {"n": "1", "x": 2}}},
+            {"outcome": "a", "inner": {"deep": {"n": 1, "x": 2}, "x": 2}},
+            {"outcome": "a", "inner": {"deep": {}}},
+            {"outcome": "a", "inner": {"deep": {"n": 1}}, "ref": {"name": "a", "x": 1}},
+            {
+                "outcome": "a",
+                "inner": {"deep": {"n": 1}},
+                "ref": {"name": "a", "again": {"name": "b", "x": 1}},
+            },
+            {"outcome": "a", "inner": {"deep": {"n": 1}}, "ref": {"name": "a", "again": {"name": 1, "x": 1}}},
+            {"outcome": "a", "inner": {"deep": {"n": 1}}, "ref": {"name": "a", "again": {"again": {"x": 1}}}},
+            {"outcome": "a", "inner": {"deep": {"n": 1}}, "list": [{"x": 1}]},
+            {"outcome": "a", "inner": []},
+            {"outcome": "b", "x": 1},
+        ],
+    )
+    def test_nested_and_referenced_objects(self, value: dict[str, Any]) -> None:
+        """Closed objects nested, behind a $ref and behind a recursive $ref: the located error
+        is the one jsonschema-rs reports first, paths included."""
+        closed = {"type": "object", "additionalProperties": False}
+        schema = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "oneOf": [
+                closed
+                | {
+                    "required": ["outcome", "inner"],
+                    "properties": {
+                        "outcome": {"const": "a"},
+                        "inner": closed
+                        | {
+                            "properties": {
+                                "deep": closed | {"required": ["n"], "properties": {"n": {"type": "integer"}}}
+                            }
+                        },
+                        "ref": {"$ref": "#/$defs/named"},
+                        "list": {"type": "array", "items": closed},
+                    },
+                },
+                closed | {"properties": {"outcome": {"const": "b"}}},
+            ],
+            "$defs": {
+                "named": closed
+                | {"properties": {"name": {"type": "string"}, "again": {"$ref": "#/$defs/named"}}}
+            },
+        }
+        validator = compile_schema(schema)
+        assert not validator.is_valid(value)
+        found = branches_for(schema)
+        assert found is not None
+        fast = found.first_error(value)
+        assert fast is not None
+        assert described(fast) == described(without_search(found).first_error(value))
+
+    def test_the_nested_schema_is_searched(self) -> None:
+        """The schema of the test above gets its search at every level (the walk is not skipped)."""
+        found = branches_for(
+            {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "outcome": {"const": "a"},
+                            "inner": {"type": "object", "additionalProperties": False},
+                        },
+                    }
+                ]
+            }
+        )
+        assert found is not None
+        fast = found.first_error({"outcome": "a", "inner": {"x": 1}})
+        assert fast is not None
+        assert isinstance(fast[0], Located)
+        assert (fast[0].instance_path, fast[1]) == (
+            ["inner"],
+            ["oneOf", 0, "properties", "inner", "additionalProperties"],
+        )
+
+    @_ci
+    @given(data=st.data())
+    def test_mutated_envelopes_report_as_before(self, data: st.DataObject) -> None:
+        """Every generated, mutated envelope the schema rejects gets the rejection (detail,
+        paths, keyword) it got from the meant branch's first error."""
+        contract = data.draw(st.sampled_from(JSON_TARGETS))
+        scenario = data.draw(
+            scenarios(GATE, contract, mutations=("unknown_field", "replace_value", "change_type"))
+        )
+        try:
+            value = jiter.from_json(scenario.raw)
+        except ValueError:
+            return
+        prepared = GATE._prepared[contract]
+        if prepared.validator.is_valid(value):
+            return
+        assert reported(_schema_rejection(prepared, value)) == reported(
+            _schema_rejection(legacy(prepared), value)
+        )
+
+
+class TestVerdictsAsBefore:
+    """Whole verdicts (agent bytes, diagnostics, digests) with the search and without it."""
+
+    def test_fixtures(self) -> None:
+        """Every bundled fixture gets the same verdict."""
+        contracts = ContractSet.load(CONTRACTS)
+        keyring = fixtures_keyring(CONTRACTS)
+        new, old = Gate(contracts, keyring), legacy_gate(Gate(contracts, keyring))
+        cases = [case for contract in contracts for case in load_cases(contract, keyring)]
+        schema_rejections = 0
+        for case in cases:
+            verdict = run_case(new, case).verdict
+            assert verdict == run_case(old, case).verdict, case.path
+            schema_rejections += verdict.stage == "schema"
+        assert schema_rejections
+
+    def test_corpus(self) -> None:
+        """Every hostile corpus file gets the same verdict."""
+        contracts = corpus_contracts()
+        keyring = fixtures_keyring(CONTRACTS)
+        new, old = Gate(contracts, keyring), legacy_gate(Gate(contracts, keyring))
+        for case in CASES:
+            raw = (CORPUS / case["file"]).read_bytes()
+            message = corpus_message(new, case, raw)
+            request = corpus_request(case)
+            verdict = new.evaluate(message, request, NOW, lambda rid, attempt: False)
+            assert verdict == old.evaluate(message, request, NOW, lambda rid, attempt: False), case["file"]

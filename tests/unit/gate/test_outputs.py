@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta, timezone
 from typing import TypedDict
 
 import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from toolgate.gate._gate import Gate
-from toolgate.gate._outputs import DIAGNOSTIC_HEADERS, outputs, replay_count
-from toolgate.gate._records import Origin
+from toolgate.gate._outputs import DIAGNOSTIC_HEADERS, error_detail, outputs, quarantine_record, replay_count
+from toolgate.gate._records import Diagnostics, Origin
 
+from tests.properties import DERANDOMIZED
 from tests.unit.builders import NOW, message, review_request, review_value
 
 
@@ -138,3 +143,71 @@ class TestConnectHeaders:
         headers = dict(outputs(msg, verdict, decided_at=NOW, **TOPICS)[1].headers)
         assert headers["__connect.errors.topic"] == b""
         assert headers["__connect.errors.offset"] == b""
+
+
+def dumped(diagnostics: Diagnostics | None) -> bytes:
+    """tg-error-detail as the standard library writes it: the definition error_detail keeps."""
+    builtins = msgspec.to_builtins(diagnostics) if diagnostics is not None else {}
+    return json.dumps(builtins, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+class TestErrorDetail:
+    """tg-error-detail is byte for byte the standard library's ensure_ascii JSON."""
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "plain text",
+            'a "quote"',
+            "back\\slash",
+            "line\nbreak",
+            "tab\t",
+            "nul\x00",
+            "del\x7f",
+            "é",
+            "…",
+            "😀",
+            "",
+        ],
+    )
+    def test_awkward_messages(self, text: str) -> None:
+        """Quotes, backslashes, control characters, DEL and non-ASCII text (escaped) and plain
+        text (written as is) come out as json.dumps writes them."""
+        diagnostics = Diagnostics(stage="schema", code="SCHEMA_VIOLATION", message=text, keyword=text)
+        assert error_detail(diagnostics) == dumped(diagnostics)
+
+    def test_no_diagnostics(self) -> None:
+        """A verdict without diagnostics has an empty object."""
+        assert error_detail(None) == dumped(None) == b"{}"
+
+    @DERANDOMIZED
+    @given(message=st.text(), path=st.text(max_size=20))
+    def test_any_text(self, message: str, path: str) -> None:
+        """Any message and path text."""
+        diagnostics = Diagnostics(stage="parse", code="MALFORMED_JSON", message=message, instance_path=path)
+        assert error_detail(diagnostics) == dumped(diagnostics)
+
+
+class TestQuarantineShortcuts:
+    """What a batch hands quarantine_record (origin text, rejected_at) changes no byte."""
+
+    def test_same_record(self, gate: Gate) -> None:
+        """Given origin and rejected_at, the record equals the one computed from the message."""
+        msg = msgspec.structs.replace(message(raw=b"{"), origin=Origin("intake", 2, 9))
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        offset = NOW.astimezone(timezone(timedelta(hours=2)))  # equal instant, other text
+        for decided_at in (NOW, offset):
+            plain = quarantine_record(msg, verdict, "q", decided_at, 1 << 20)
+            given_ = quarantine_record(
+                msg,
+                verdict,
+                "q",
+                decided_at,
+                1 << 20,
+                origin=str(msg.origin),
+                rejected_at=decided_at.isoformat().encode(),
+            )
+            assert given_ == plain
+            assert (b"tg-rejected-at", decided_at.isoformat().encode()) in [
+                (n.encode(), v) for n, v in plain.headers
+            ]

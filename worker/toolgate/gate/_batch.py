@@ -153,7 +153,8 @@ def decide_batch(
     """
     batch = Batch(accepted)
     sampler = sampler or ShadowSampler()
-    has_shadows = any(c.spec.status == "shadow" for c in gate.contracts)
+    # Only a tool with a shadow version needs the shadow check (ContractSet.shadows).
+    shadowed = frozenset(c.spec.tool for c in gate.contracts if c.spec.status == "shadow")
     # What every decision's records share, bound once per batch.
     write = functools.partial(
         outputs,
@@ -162,6 +163,7 @@ def decide_batch(
         audit_topic=topics.audit,
         decided_at=now,
         max_record_bytes=max_record_bytes,
+        rejected_at=now.isoformat().encode(),
     )
 
     for index, message in enumerate(messages):
@@ -176,7 +178,7 @@ def decide_batch(
         trace = None
         if tracer is not None:
             trace = _span(tracer, message, verdict, seconds)
-        if has_shadows and verdict.tool is not None:
+        if verdict.tool in shadowed:
             _shadow(gate, message, key, request, verdict, now, accepted, batch, sampler, topics)
         replays = replay_count(message)
         try:

@@ -640,6 +640,11 @@ def _is_envelope(envelope: Any) -> bool:
 _ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")  # what an agent envelope's error code may be
 
 
+# Keywords whose message names a member the sender chose: reported as UNEXPECTED_MEMBER.
+_MASKED_KEYWORDS = frozenset({"additionalProperties", "unevaluatedProperties", "propertyNames"})
+UNEXPECTED_MEMBER = "unexpected property (name masked)"
+
+
 def _schema_rejection(prepared: _PreparedContract, envelope: Any) -> RejectedInput:
     """The most useful violation, masked: the branch of a ``oneOf`` the envelope meant
     (:mod:`toolgate.gate._first_error`)."""
@@ -651,9 +656,11 @@ def _schema_rejection(prepared: _PreparedContract, envelope: Any) -> RejectedInp
         return RejectedInput("schema", "SCHEMA_VIOLATION", "schema violation")
     error, schema_path = found
     keyword = str(schema_path[-1]) if schema_path else ""
-    message = error.message
-    if keyword in ("additionalProperties", "unevaluatedProperties", "propertyNames"):
-        message = "unexpected property (name masked)"
+    message = error.message  # None: not built, the keyword's message is masked (Located)
+    if keyword in _MASKED_KEYWORDS:
+        message = UNEXPECTED_MEMBER
+    elif message is None:
+        raise AssertionError(f"no message for a {keyword!r} error")
     return RejectedInput(
         "schema",
         "SCHEMA_VIOLATION",

@@ -33,7 +33,7 @@ from datetime import datetime
 import msgspec
 
 from toolgate._version import __version__
-from toolgate.gate._records import Message, Origin, Verdict
+from toolgate.gate._records import Diagnostics, Message, Origin, Verdict
 from toolgate.gate._trace_context import TRACEPARENT, TRACESTATE, TraceContext, from_headers
 
 DIAGNOSTIC_HEADERS = frozenset(
@@ -53,6 +53,19 @@ DIAGNOSTIC_HEADERS = frozenset(
 CONNECT_PREFIX = "__connect.errors."
 CONNECT_EXECUTING_CLASS = "toolgate.gate.Gate"
 _DROPPED_ORIGINALS = DIAGNOSTIC_HEADERS | {TRACEPARENT, TRACESTATE}
+_WORKER_VERSION = __version__.encode()
+_EXECUTING_CLASS = CONNECT_EXECUTING_CLASS.encode()
+_CONNECT_TOPIC = CONNECT_PREFIX + "topic"
+_CONNECT_PARTITION = CONNECT_PREFIX + "partition"
+_CONNECT_OFFSET = CONNECT_PREFIX + "offset"
+_CONNECT_STAGE = CONNECT_PREFIX + "stage"
+_CONNECT_CLASS = CONNECT_PREFIX + "class.name"
+_CONNECT_EXCEPTION_CLASS = CONNECT_PREFIX + "exception.class.name"
+_CONNECT_EXCEPTION_MESSAGE = CONNECT_PREFIX + "exception.message"
+# tg-error-detail is json.dumps(diagnostics, ensure_ascii=True, separators=(",", ":")): one
+# encoder object for every record instead of one per call.
+_encode_detail = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+_encode_json = msgspec.json.encode
 # Room left for headers and record overhead under the producer's max request size.
 _QUARANTINE_HEADROOM = 64 * 1024
 
@@ -180,6 +193,7 @@ def outputs(
     trace: TraceContext | None = None,
     attempt_has_answer: bool = False,
     replays: int | None = None,
+    rejected_at: bytes | None = None,
 ) -> list[OutRecord]:
     """The records one decision produces: the agent envelope, the quarantine record when
     rejected, the audit event always.
@@ -189,7 +203,8 @@ def outputs(
     written, only the quarantine record and the audit event (``envelope: false``).
     ``trace`` is the decision span's context when tracing is on; otherwise the intake
     record's own (its headers first, then an MCP result's ``_meta``) is carried.
-    ``replays``: :func:`replay_count` of the message, when the caller has it already.
+    ``replays``: :func:`replay_count` of the message, when the caller has it already;
+    ``rejected_at``: ``decided_at.isoformat()`` encoded, when the caller has it (once per batch).
     """
     if attempt_has_answer and verdict.accepted:
         raise ValueError("an accepted verdict always has its agent envelope")
@@ -201,13 +216,22 @@ def outputs(
     )
     if replays is None:
         replays = replay_count(message)
+    origin = str(message.origin)
     if not verdict.accepted:
         records.append(
             quarantine_record(
-                message, verdict, quarantine_topic, decided_at, max_record_bytes, trace, replays
+                message,
+                verdict,
+                quarantine_topic,
+                decided_at,
+                max_record_bytes,
+                trace,
+                replays,
+                origin=origin,
+                rejected_at=rejected_at,
             )
         )
-    event = audit_event(verdict, str(message.origin), decided_at)
+    event = audit_event(verdict, origin, decided_at)
     if replays:
         event = msgspec.structs.replace(event, replay=replays, replay_of=replay_origin(message))
     if attempt_has_answer:
@@ -230,14 +254,31 @@ def connect_headers(message: Message, verdict: Verdict) -> list[tuple[str, bytes
         topic = partition = offset = ""
     message_text = verdict.diagnostics.message if verdict.diagnostics is not None else ""
     return [
-        (CONNECT_PREFIX + "topic", topic.encode()),
-        (CONNECT_PREFIX + "partition", partition.encode()),
-        (CONNECT_PREFIX + "offset", offset.encode()),
-        (CONNECT_PREFIX + "stage", (verdict.stage or "").encode()),
-        (CONNECT_PREFIX + "class.name", CONNECT_EXECUTING_CLASS.encode()),
-        (CONNECT_PREFIX + "exception.class.name", (verdict.code or "").encode()),
-        (CONNECT_PREFIX + "exception.message", message_text.encode()),
+        (_CONNECT_TOPIC, topic.encode()),
+        (_CONNECT_PARTITION, partition.encode()),
+        (_CONNECT_OFFSET, offset.encode()),
+        (_CONNECT_STAGE, (verdict.stage or "").encode()),
+        (_CONNECT_CLASS, _EXECUTING_CLASS),
+        (_CONNECT_EXCEPTION_CLASS, (verdict.code or "").encode()),
+        (_CONNECT_EXCEPTION_MESSAGE, message_text.encode()),
     ]
+
+
+def error_detail(diagnostics: Diagnostics | None) -> bytes:
+    """``tg-error-detail``: the diagnostics as ASCII JSON, exactly as
+    ``json.dumps(to_builtins(diagnostics), ensure_ascii=True, separators=(",", ":"))``.
+
+    msgspec writes the same bytes whenever it escapes nothing: printable ASCII strings
+    without a quote or backslash are written as they are by both (json escapes DEL,
+    msgspec does not, so a DEL byte also takes the json path).
+    """
+    if diagnostics is None:
+        return b"{}"
+    fast = _encode_json(diagnostics)
+    if fast.isascii() and b"\\" not in fast and b"\x7f" not in fast:
+        return fast
+    text: str = _encode_detail(msgspec.to_builtins(diagnostics))
+    return text.encode()
 
 
 def quarantine_record(
@@ -248,15 +289,13 @@ def quarantine_record(
     max_record_bytes: int,
     trace: TraceContext | None = None,
     replays: int | None = None,
+    *,
+    origin: str | None = None,
+    rejected_at: bytes | None = None,
 ) -> OutRecord:
-    """The dead-letter record of a rejected message (``replays``: :func:`replay_count` of
-    the message, when the caller has it already)."""
-    diagnostics = verdict.diagnostics
-    detail = json.dumps(
-        msgspec.to_builtins(diagnostics) if diagnostics is not None else {},
-        ensure_ascii=True,
-        separators=(",", ":"),
-    )
+    """The dead-letter record of a rejected message. When the caller has them already:
+    ``replays``, :func:`replay_count` of the message; ``origin``, ``str(message.origin)``;
+    ``rejected_at``, ``decided_at.isoformat()`` encoded."""
     headers = [
         (name, value)
         for name, value in message.headers
@@ -265,12 +304,12 @@ def quarantine_record(
     headers += [
         ("tg-error-stage", (verdict.stage or "").encode()),
         ("tg-error-code", (verdict.code or "").encode()),
-        ("tg-error-detail", detail.encode()),
-        ("tg-origin", str(message.origin).encode()),
+        ("tg-error-detail", error_detail(verdict.diagnostics)),
+        ("tg-origin", (str(message.origin) if origin is None else origin).encode()),
         ("tg-raw-sha256", verdict.raw_sha256.encode()),
         ("tg-contract", (verdict.contract or "").encode()),
-        ("tg-worker-version", __version__.encode()),
-        ("tg-rejected-at", decided_at.isoformat().encode()),
+        ("tg-worker-version", _WORKER_VERSION),
+        ("tg-rejected-at", decided_at.isoformat().encode() if rejected_at is None else rejected_at),
         ("tg-replay-count", str(replay_count(message) if replays is None else replays).encode()),
         *connect_headers(message, verdict),
     ]
