@@ -359,8 +359,12 @@ class AcceptedLedger:
     """
 
     def __init__(self) -> None:
-        # request id -> (expires_at as POSIX seconds, accepted attempts)
-        self._live: dict[str, tuple[float, frozenset[int]]] = {}
+        # request id -> (expires_at as POSIX seconds, accepted attempts in ascending order).
+        # Tuples of numbers only: the collector stops tracking them after their first young
+        # collection, so a ledger of many live requests adds nothing to the full collections'
+        # work (a frozenset stays tracked: 80,000 entries were 160,000 objects to traverse
+        # and a 40-100 ms pause per full collection).
+        self._live: dict[str, tuple[float, tuple[int, ...]]] = {}
         self.invalid_records = 0
 
     def __call__(self, request_id: str, attempt: int) -> bool:
@@ -392,20 +396,20 @@ class AcceptedLedger:
                 expires = held[0]
             else:  # cannot happen: a result is accepted only for a known request
                 raise AssertionError(f"accepted a result for {request_id!r} without its request")
-            attempts = frozenset(added[request_id]) | (held[1] if held else frozenset())
+            attempts = frozenset(added[request_id]).union(held[1] if held else ())
             out.append(StateUpdate(request_id, attempts, expires))
         return out
 
     def commit(self, updates: list[StateUpdate]) -> None:
         """The batch that wrote ``updates`` committed: remember them."""
         for update in updates:
-            self._live[update.request_id] = (update.expires, update.attempts)
+            self._live[update.request_id] = (update.expires, tuple(sorted(update.attempts)))
 
     def record(self, request_id: str, attempt: int, expires_at: datetime) -> None:
         """Remember one accepted attempt (tools and tests)."""
         held = self._live.get(request_id)
-        attempts = frozenset({attempt}) | (held[1] if held else frozenset())
-        self._live[request_id] = (expires_at.timestamp(), attempts)
+        attempts = {attempt}.union(held[1] if held else ())
+        self._live[request_id] = (expires_at.timestamp(), tuple(sorted(attempts)))
 
     def apply(self, key: bytes | None, value: bytes | None, now: datetime | None = None) -> bool:
         """Apply one changelog record (a tombstone ends the entry); False when the record is
@@ -429,7 +433,7 @@ class AcceptedLedger:
         if now is not None and expires <= now.timestamp():
             self._live.pop(entry.request_id, None)
             return False
-        self._live[entry.request_id] = (expires, frozenset(entry.accepted_attempts))
+        self._live[entry.request_id] = (expires, tuple(sorted(set(entry.accepted_attempts))))
         return True
 
     def end(self, request_id: str) -> bool:
