@@ -294,18 +294,18 @@ ITEMS = 8  # about 1 KB per result
 NEWER_FIELDS = ("issued_skew_seconds",)
 
 
-def write_contract(root: Path, *, baseline: bool = False) -> Path:
+def write_contract(root: Path, *, baseline: Path | None = None) -> Path:
     """Write ``bench_listing/v1`` under ``root``; return ``root`` (the contracts folder).
 
-    ``baseline``: without the fields of :data:`NEWER_FIELDS`, for an earlier checkout.
+    ``baseline``: for that checkout, without the fields of :data:`NEWER_FIELDS` its gate does
+    not know (a field it knows stays: without it the same results would be decided otherwise).
     """
     folder = root / TOOL / "v1"
     folder.mkdir(parents=True)
     text = CONTRACT_YAML
-    if baseline:
-        text = "".join(
-            line for line in text.splitlines(True) if line.split(":")[0].strip() not in NEWER_FIELDS
-        )
+    if baseline is not None:
+        unknown = {name for name in NEWER_FIELDS if not _gate_knows(baseline, name)}
+        text = "".join(line for line in text.splitlines(True) if line.split(":")[0].strip() not in unknown)
     (folder / "contract.yaml").write_text(text)
     (folder / "schema.json").write_text(json.dumps(SCHEMA, indent=1))
     return root
@@ -422,6 +422,8 @@ def _child_main(spec: dict[str, Any]) -> int:
             spent["gc_full"] += info.get("generation") == 2
 
     gc.callbacks.append(on_gc)
+    waits: dict[str, list[float]] = {"queued": [], "batch": [], "between": []}
+    partition_ended: dict[TopicPartition, float] = {}
     contracts = ContractSet.load(spec["contracts_dir"])
     variant = spec["variant"]
     if variant == "worker-pyjsonschema":
@@ -452,8 +454,20 @@ def _child_main(spec: dict[str, Any]) -> int:
                 self.first = (time.time(), time.process_time())
                 self.spent_before = dict(spent)
                 self.phases_before = phases.snapshot() if phases is not None else {}
+            # Where a live result's time goes (the latency run): from its CreateTime until
+            # its batch is in the loop's hands, the batch's decision and transaction, and
+            # the partition's time between committing one batch and taking up the next
+            # (waiting for the other partitions' transactions, then polling).
+            begun = time.time()
+            begun_ms = begun * 1000
+            waits["queued"].extend(begun_ms - r.timestamp for r in records)
+            ended = partition_ended.get(tp)
+            if ended is not None:
+                waits["between"].append((begun - ended) * 1000)
             await super()._process(tp, records)
             self.last = (time.time(), time.process_time())
+            partition_ended[tp] = self.last[0]
+            waits["batch"].append((self.last[0] - begun) * 1000)
             if self.share is not None and not self.reported and self.stats.decided >= self.share:
                 self.reported = True
                 now = phases.snapshot() if phases is not None else {}
@@ -534,6 +548,7 @@ def _child_main(spec: dict[str, Any]) -> int:
             "requests": len(worker.requests),
             "txn_mean_ms": txn.get("toolgate_transaction_seconds_sum", 0) / count * 1000 if count else 0,
             "batch_mean": size.get("toolgate_batch_size_sum", 0) / count if count else 0,
+            "waits": {name: percentiles(values) for name, values in waits.items()},
         }
     )
     return 0
@@ -1151,7 +1166,7 @@ class Bench:
             spec["variant"] = "worker"
             baseline_contracts = self.tmp / "baseline-contracts"
             if not baseline_contracts.exists():
-                write_contract(baseline_contracts, baseline=True)
+                write_contract(baseline_contracts, baseline=self.baseline)
             spec["contracts_dir"] = str(baseline_contracts)
             spec["config"] = {
                 "bootstrap": config.bootstrap,
@@ -1164,7 +1179,10 @@ class Bench:
                     "agent": t.agent,
                     "quarantine": t.quarantine,
                     "audit": t.audit,
-                },
+                }
+                # The run's own state changelog where that checkout has one (else its worker
+                # would use the default topic of the shared broker).
+                | ({"state": t.state} if _knows_state_topic(self.baseline) else {}),
             }
         stderr_path = self.tmp / f"child-{len(self.children)}.log"
         command = [sys.executable, str(script), flag, json.dumps(spec)]
@@ -1520,17 +1538,24 @@ class Bench:
 
     # --- latency ----------------------------------------------------------------------
 
-    async def latency_run(self, rate: float, seconds: float, one_at_a_time: int) -> dict[str, Any]:
+    async def latency_run(
+        self, rate: float, seconds: float, one_at_a_time: int, variant: str = "worker", repeat: int = 1
+    ) -> dict[str, Any]:
         """A live worker fed at ``rate`` results/s; latencies in ms, split at the decision.
-        Then ``one_at_a_time`` results sent each once the previous one's envelope is read."""
-        config = self.config("live")
+        Then ``one_at_a_time`` results sent each once the previous one's envelope is read.
+        ``variant``: ``worker``, or :data:`BASELINE` for the --baseline-worktree checkout's."""
+        slug = "live" if variant == "worker" else "livebase"
+        config = self.config(f"{slug}.{repeat}")
+        # A requests topic of its own: each live worker holds the same number of requests.
+        own = msgspec.structs.replace(config.topics, requests=f"{self.prefix}.{slug}.{repeat}.requests")
+        config = msgspec.structs.replace(config, topics=own)
         await self.create(config)
         count = max(1, int(rate * seconds))
-        live = list(results(f"{self.run_id}live", count, datetime.now(UTC)))
-        closed = list(results(f"{self.run_id}one", one_at_a_time, datetime.now(UTC)))
+        live = list(results(f"{self.run_id}{slug}{repeat}", count, datetime.now(UTC)))
+        closed = list(results(f"{self.run_id}one{slug}{repeat}", one_at_a_time, datetime.now(UTC)))
         # The platform writes requests before calling adapters.
         await self.publish_requests(live + closed, config.topics.requests)
-        child = await self.spawn(config, "worker")
+        child = await self.spawn(config, variant)
         consumer = self.clients.consumer(
             group_id=None,
             isolation_level="read_committed",
@@ -1624,7 +1649,7 @@ class Bench:
             await self.stop([child])
         decided: dict[bytes, int] = {}
         await self.read_audit(config.topics.audit, PARTITIONS, decided)
-        await self.delete(run_topics(config) - {config.topics.requests})
+        await self.delete(run_topics(config))
         worker: dict[str, Any] = {}
         while not child.events.empty():
             event = child.events.get_nowait()
@@ -1633,6 +1658,9 @@ class Bench:
         keys = [k for k in sent if k in received and k in decided]
         window, busy, broker_cpu = after[2] - before[2], after[0] - before[0], after[1] - before[1]
         return {
+            "variant": variant,
+            "repeat": repeat,
+            "waits": worker.get("waits") or {},
             "rate": rate,
             "sent": count,
             "received": len(keys),
@@ -1878,6 +1906,56 @@ def _opt(value: float | None, spec: str) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:{spec}}"
 
 
+def print_latency(lat: dict[str, Any], whose: str) -> None:
+    """One latency run: percentiles, where the time went inside the worker, the CPUs busy."""
+    print()
+    print(
+        f"latency, {whose} worker: fed at {lat['rate']:,.0f} results/s ("
+        f"achieved {lat['achieved_rate']:,.0f}/s for {lat['send_seconds']:.0f}s), "
+        f"{lat['received']:,}/{lat['sent']:,} received"
+    )
+    print(f"{'ms':<44}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
+    for name, label in (
+        ("total", "intake CreateTime -> agent read (committed)"),
+        ("to_decision", "  intake CreateTime -> audit record sent"),
+        ("decision_to_agent", "  audit record sent -> agent read"),
+    ):
+        row = lat[name]
+        if row:
+            print(f"{label:<44}{row['p50']:>8.1f}{row['p90']:>8.1f}{row['p99']:>8.1f}{row['max']:>8.1f}")
+    if lat.get("txn_mean_ms") is not None:
+        print(
+            f"worker: {lat['transactions']:,.0f} transactions (first send to commit: mean "
+            f"{lat['txn_mean_ms']:.1f} ms, p99 <= {lat['txn_p99_ms']:.0f} ms), mean batch "
+            f"{lat['batch_mean']:.1f} results; {lat['gc_full']} full collections, longest GC "
+            f"pause {lat['gc_max_ms']:.0f} ms ({lat['requests_held']:,} requests held)"
+        )
+    for name, label in (
+        ("queued", "  intake CreateTime -> its batch in the loop"),
+        ("batch", "  a batch: decision and transaction"),
+        ("between", "  a partition: commit -> its next batch"),
+    ):
+        row = lat.get("waits", {}).get(name)
+        if row:
+            print(f"{label:<44}{row['p50']:>8.1f}{row['p90']:>8.1f}{row['p99']:>8.1f}{row['max']:>8.1f}")
+    print(
+        f"CPUs busy while sending: worker {lat['worker_cpus']:.2f}, broker {lat['broker_cpus']:.2f}, "
+        f"bench producer+consumer {lat['bench_cpus']:.2f}, other users {lat['other_cpus']:.2f}"
+    )
+    one = lat["one_at_a_time"]
+    if one:
+        print(
+            f"{'one result at a time: send -> agent read':<44}{one['p50']:>8.1f}{one['p90']:>8.1f}"
+            f"{one['p99']:>8.1f}{one['max']:>8.1f}   "
+            f"({lat['one_at_a_time_received']}/{lat['one_at_a_time_sent']} round trips)"
+        )
+    if lat["other_cpus"] > CONTENDED_CPUS:
+        print(
+            f"WARNING: other users kept {lat['other_cpus']:.2f} CPUs busy during the latency run: "
+            "the worker was starved, the figures say more about the machine than the worker"
+        )
+
+
 def print_report(result: dict[str, Any]) -> None:
     print(f"command: {result['command']}")
     print(
@@ -1929,46 +2007,20 @@ def print_report(result: dict[str, Any]) -> None:
     }
     for name, value in result["ratios"].items():
         print(f"{name:<36}{value:>6.2f}   {targets.get(name, '')}")
+    for key, whose in (("latency", "this checkout's"), ("latency_baseline", "the baseline checkout's")):
+        if result.get(key):
+            print_latency(result[key], whose)
+    base = result.get("latency_baseline")
     lat = result.get("latency")
-    if lat:
+    if lat and base and lat["total"] and base["total"]:
         print()
-        print(
-            f"latency: one live worker fed at {lat['rate']:,.0f} results/s (half the worker rate; "
-            f"achieved {lat['achieved_rate']:,.0f}/s for {lat['send_seconds']:.0f}s), "
-            f"{lat['received']:,}/{lat['sent']:,} received"
-        )
-        print(f"{'ms':<44}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
-        for name, label in (
-            ("total", "intake CreateTime -> agent read (committed)"),
-            ("to_decision", "  intake CreateTime -> audit record sent"),
-            ("decision_to_agent", "  audit record sent -> agent read"),
-        ):
-            row = lat[name]
-            if row:
-                print(f"{label:<44}{row['p50']:>8.1f}{row['p90']:>8.1f}{row['p99']:>8.1f}{row['max']:>8.1f}")
-        if lat.get("txn_mean_ms") is not None:
-            print(
-                f"worker: {lat['transactions']:,.0f} transactions (first send to commit: mean "
-                f"{lat['txn_mean_ms']:.1f} ms, p99 <= {lat['txn_p99_ms']:.0f} ms), mean batch "
-                f"{lat['batch_mean']:.1f} results; {lat['gc_full']} full collections, longest GC "
-                f"pause {lat['gc_max_ms']:.0f} ms ({lat['requests_held']:,} requests held)"
-            )
-        print(
-            f"CPUs busy while sending: worker {lat['worker_cpus']:.2f}, broker {lat['broker_cpus']:.2f}, "
-            f"bench producer+consumer {lat['bench_cpus']:.2f}, other users {lat['other_cpus']:.2f}"
-        )
-        one = lat["one_at_a_time"]
-        if one:
-            print(
-                f"{'one result at a time: send -> agent read':<44}{one['p50']:>8.1f}{one['p90']:>8.1f}"
-                f"{one['p99']:>8.1f}{one['max']:>8.1f}   "
-                f"({lat['one_at_a_time_received']}/{lat['one_at_a_time_sent']} round trips)"
-            )
-        if lat["other_cpus"] > CONTENDED_CPUS:
-            print(
-                f"WARNING: other users kept {lat['other_cpus']:.2f} CPUs busy during the latency run: "
-                "the worker was starved, the figures say more about the machine than the worker"
-            )
+        for name, key in (("at the fed rate", "total"), ("one at a time", "one_at_a_time")):
+            mine, theirs = lat[key], base[key]
+            if mine and theirs:
+                print(
+                    f"latency {name}, this/baseline: p50 {mine['p50'] / theirs['p50']:.2f}, "
+                    f"p99 {mine['p99'] / theirs['p99']:.2f}"
+                )
     print()
     print_targets(result["targets"])
     for problem in result["problems"]:
@@ -2002,7 +2054,8 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
             peer=peer,
         )
         runs: list[dict[str, Any]] = []
-        latency = None
+        latency = latency_base = None
+        latency_runs: list[dict[str, Any]] = []
         try:
             for partitions in sorted({plan(v)[2] for v in variants}):
                 await bench.prepare_requests(partitions)
@@ -2025,10 +2078,21 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
                         await bench.backlog_run(variant, 0, profile=str(Path(args.profile) / slug))
             summary = summarise(runs, variants)
             rates = {row["variant"]: row["results_per_s"] for row in summary["rows"]}
-            if args.latency_seconds > 0 and "worker" in rates:
-                latency = await bench.latency_run(
-                    rates["worker"] / 2, args.latency_seconds, args.one_at_a_time
-                )
+            live = ["worker"] + ([BASELINE] if baseline is not None else [])
+            rate = args.latency_rate or rates.get("worker", 0) / 2
+            if args.latency_seconds > 0 and rate > 0:
+                for repeat in range(1, args.latency_repeat + 1):
+                    # Alternating, and the other way round every second round: neither side
+                    # always runs right after the backlog runs or the other one.
+                    for variant in live if repeat % 2 else live[::-1]:
+                        run = await bench.latency_run(
+                            rate, args.latency_seconds, args.one_at_a_time, variant, repeat
+                        )
+                        latency_runs.append(run)
+                        if not args.json:
+                            print(f"  latency {repeat} {variant:<16} {_latency_line(run)}", flush=True)
+                latency = _median_run([r for r in latency_runs if r["variant"] == "worker"])
+                latency_base = _median_run([r for r in latency_runs if r["variant"] == BASELINE])
         finally:
             await bench.kill_all()
             await bench.delete(set(bench.topics))
@@ -2047,6 +2111,8 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         **summary,
         "latency": latency,
+        "latency_baseline": latency_base,
+        "latency_runs": latency_runs,
         "baseline": _describe(baseline) if baseline else None,
         "problems": [p for run in runs for p in run["problems"]],
         "peer": str(peer[0]) if peer else None,
@@ -2054,6 +2120,38 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
     }
     result["targets"] = targets(result)
     return result
+
+
+def _gate_knows(checkout: Path, name: str) -> bool:
+    """Whether the checkout's contract loader names the field ``name``."""
+    with contextlib.suppress(OSError):
+        return name in (checkout / "worker" / "toolgate" / "gate" / "_contracts.py").read_text()
+    return False
+
+
+def _knows_state_topic(checkout: Path) -> bool:
+    """Whether the checkout's configuration has the state changelog topic."""
+    with contextlib.suppress(OSError):
+        text = (checkout / "worker" / "toolgate" / "_config.py").read_text()
+        return re.search(r"^\s+state: str", text, re.M) is not None
+    return False
+
+
+def _latency_line(run: dict[str, Any]) -> str:
+    """One latency run in a line: p50/p99 at the fed rate and one at a time."""
+    total, one = run["total"], run["one_at_a_time"]
+    text = f"p50 {total.get('p50', math.nan):.1f} p99 {total.get('p99', math.nan):.1f} ms"
+    if one:
+        text += f"; one at a time p50 {one['p50']:.1f} p99 {one['p99']:.1f} ms"
+    return text + f" (others {run['other_cpus']:.2f} CPUs)"
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run whose p99 at the fed rate is the median (the lower middle one of an even count)."""
+    if not runs:
+        return None
+    ordered = sorted(runs, key=lambda r: r["total"].get("p99", math.inf))
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def find_peer(given: str | None) -> tuple[tuple[Path, Path] | None, str]:
@@ -2104,6 +2202,21 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=20.0,
         help="length of the live latency run, 0 to skip (default 20)",
+    )
+    parser.add_argument(
+        "--latency-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="feed the live worker R results/s (default: half the worker variant's median rate)",
+    )
+    parser.add_argument(
+        "--latency-repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="latency runs (with --baseline-worktree: of each checkout, alternating); the run with "
+        "the median p99 is reported (default 1)",
     )
     parser.add_argument(
         "--one-at-a-time",
