@@ -22,7 +22,7 @@ from toolgate.tools._fixtures import fixtures_keyring, load_cases, run_case
 
 from tests.fuzzing import CONTRACTS, fuzz_gate, scenarios, targets
 from tests.properties import DERANDOMIZED
-from tests.unit.test_corpus import CASES, CORPUS, NOW, corpus_contracts, corpus_message, corpus_request
+from tests.unit.gate.test_corpus import CASES, CORPUS, NOW, corpus_contracts, corpus_message, corpus_request
 
 GATE = fuzz_gate()
 JSON_TARGETS = [c for c in targets(GATE) if c.spec.content_type == "application/json"]
