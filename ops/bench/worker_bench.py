@@ -1906,6 +1906,10 @@ def _opt(value: float | None, spec: str) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:{spec}}"
 
 
+def _print_percentiles(label: str, row: dict[str, float]) -> None:
+    print(f"{label:<44}{row['p50']:>8.1f}{row['p90']:>8.1f}{row['p99']:>8.1f}{row['max']:>8.1f}")
+
+
 def print_latency(lat: dict[str, Any], whose: str) -> None:
     """One latency run: percentiles, where the time went inside the worker, the CPUs busy."""
     print()
@@ -1922,7 +1926,7 @@ def print_latency(lat: dict[str, Any], whose: str) -> None:
     ):
         row = lat[name]
         if row:
-            print(f"{label:<44}{row['p50']:>8.1f}{row['p90']:>8.1f}{row['p99']:>8.1f}{row['max']:>8.1f}")
+            _print_percentiles(label, row)
     if lat.get("txn_mean_ms") is not None:
         print(
             f"worker: {lat['transactions']:,.0f} transactions (first send to commit: mean "
@@ -1937,7 +1941,7 @@ def print_latency(lat: dict[str, Any], whose: str) -> None:
     ):
         row = lat.get("waits", {}).get(name)
         if row:
-            print(f"{label:<44}{row['p50']:>8.1f}{row['p90']:>8.1f}{row['p99']:>8.1f}{row['max']:>8.1f}")
+            _print_percentiles(label, row)
     print(
         f"CPUs busy while sending: worker {lat['worker_cpus']:.2f}, broker {lat['broker_cpus']:.2f}, "
         f"bench producer+consumer {lat['bench_cpus']:.2f}, other users {lat['other_cpus']:.2f}"

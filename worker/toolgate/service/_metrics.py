@@ -78,6 +78,20 @@ def observe_many(child: Histogram) -> Callable[[list[float]], None]:
     return many
 
 
+def _observe_grouped(
+    histogram: Histogram,
+    children: dict[str, Callable[[list[float]], None]],
+    grouped: dict[str, list[float]],
+) -> None:
+    """Observe each label value's values at once, through its child's cached
+    :func:`observe_many` (``labels()`` is slow per call)."""
+    for label, values in grouped.items():
+        observe = children.get(label)
+        if observe is None:
+            observe = children[label] = observe_many(histogram.labels(label))
+        observe(values)
+
+
 class Metrics:
     """Every metric the worker exports, on its own registry."""
 
@@ -269,17 +283,8 @@ class Metrics:
             self.results.labels(tool, outcome).inc(n)
             if outcome == "rejected":
                 self.rejections.labels(tool, stage or "", code).inc(n)
-        evaluation, size = self._evaluation_observe, self._bytes_observe
-        for reached, values in seconds.items():
-            observe = evaluation.get(reached)
-            if observe is None:
-                observe = evaluation[reached] = observe_many(self.evaluation.labels(reached))
-            observe(values)
-        for tool, values in sizes.items():
-            observe = size.get(tool)
-            if observe is None:
-                observe = size[tool] = observe_many(self.result_bytes.labels(tool))
-            observe(values)
+        _observe_grouped(self.evaluation, self._evaluation_observe, seconds)
+        _observe_grouped(self.result_bytes, self._bytes_observe, sizes)
 
     def decided(
         self, tool: str | None, outcome: str, stage: Stage | None, code: str | None, size: int, seconds: float
