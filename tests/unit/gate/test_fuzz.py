@@ -29,7 +29,7 @@ from tests.fuzzing import (
     scenarios,
     targets,
 )
-from tests.properties import DERANDOMIZED
+from tests.properties import DERANDOMIZED, json_values
 
 GATE = fuzz_gate()
 TARGETS = targets(GATE)
@@ -39,17 +39,6 @@ _ci = settings(
     DERANDOMIZED, max_examples=250, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=20,
-)
 contracts = st.sampled_from(TARGETS)
 
 

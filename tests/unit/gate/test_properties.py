@@ -10,23 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from toolgate.gate._gate import STAGES, Gate
 
+from tests.properties import json_values
 from tests.unit.builders import NOW, REQUEST_ID, message, review_request, review_value
 
 CANARY = "CANARY-7f3a"
 _settings = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=20,
 )
 
 
