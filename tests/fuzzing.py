@@ -31,11 +31,11 @@ from typing import Any
 
 import jsonschema
 from hypothesis import strategies as st
+from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.gate._contracts import Bind, Contract, ContractSet, OwnedId
 from toolgate.gate._gate import STAGES, Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
 from toolgate.gate._signing import signed_message_v2
-from toolgate.tools._fixtures import fixtures_keyring
 
 from tests import ROOT
 

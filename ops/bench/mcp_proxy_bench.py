@@ -50,9 +50,9 @@ from mcp.server import Server  # noqa: E402
 from toolgate._config import Config, Topics  # noqa: E402
 from toolgate.client import Client  # noqa: E402
 from toolgate.gate._contracts import ContractSet  # noqa: E402
+from toolgate.mcp._import import fetch_listing, import_listing  # noqa: E402
+from toolgate.mcp._proxy import Proxy, ProxyOptions  # noqa: E402
 from toolgate.service._kafka import AiokafkaClients, delete_topics, ensure_topics, partition_of  # noqa: E402
-from toolgate.tools._mcp_import import fetch_listing, import_listing  # noqa: E402
-from toolgate.tools._mcp_proxy import Proxy, ProxyOptions  # noqa: E402
 
 GOOD = {"environment": "staging", "revision": "a83f19c", "state": "healthy"}
 TOOL = types.Tool(

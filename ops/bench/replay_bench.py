@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 from toolgate._config import Config, Partitions, Topics  # noqa: E402
 from toolgate.gate._contracts import ContractSet  # noqa: E402
 from toolgate.gate._gate import Gate  # noqa: E402
+from toolgate.operations._replay import Selection, run_replay  # noqa: E402
 from toolgate.service._kafka import AiokafkaClients, ensure_topics  # noqa: E402
-from toolgate.tools._replay import Selection, run_replay  # noqa: E402
 
 
 async def fill(config: Config, count: int) -> None:

@@ -42,8 +42,8 @@ from pathlib import Path
 from toolgate._config import Config, Partitions, Topics, load_config
 from toolgate.gate._records import Message
 from toolgate.gate._signing import Keyring, signed_message
+from toolgate.operations._traffic import Sample, TrafficGenerator
 from toolgate.service._kafka import AiokafkaClients, delete_topics, ensure_topics
-from toolgate.tools._traffic import Sample, TrafficGenerator
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "ops" / "prometheus" / "rules" / "toolgate.yml"

@@ -51,7 +51,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from toolgate._config import Config
 from toolgate.gate._signing import Keyring
-from toolgate.tools._traffic import Sample, TrafficGenerator
+from toolgate.operations._traffic import Sample, TrafficGenerator
 
 from tests import ROOT
 from tests.integration.worker_kit import KEYRING, private_config, read_all, start_worker

@@ -31,8 +31,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from toolgate._config import Config
+from toolgate.operations._traffic import Sample
 from toolgate.service._kafka import client_settings
-from toolgate.tools._traffic import Sample
 
 from tests.integration.worker_kit import CLEAN, check_exactly_once, read_all, samples, start_worker
 

@@ -14,9 +14,9 @@ from toolgate._config import Config
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
+from toolgate.operations._replay import Selection, apply, read_quarantine
 from toolgate.service._kafka import client_settings
 from toolgate.service._service import Worker, WorkerOptions
-from toolgate.tools._replay import Selection, apply, read_quarantine
 
 from tests.integration.test_replay import contracts_with_v2
 from tests.integration.test_worker import run_until

@@ -12,9 +12,9 @@ from collections import Counter
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from toolgate._config import Config
+from toolgate.operations._grow import GrowRefused, grow_topics
+from toolgate.operations._traffic import Sample
 from toolgate.service._kafka import client_settings, partition_of, partitions_of
-from toolgate.tools._grow import GrowRefused, grow_topics
-from toolgate.tools._traffic import Sample
 
 from tests import ROOT
 from tests.integration.test_worker import make_worker, run_until

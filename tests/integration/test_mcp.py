@@ -31,9 +31,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from toolgate._config import Config
+from toolgate.mcp._import import fetch_listing, import_listing
 from toolgate.service._kafka import client_settings
 from toolgate.service._otel_spans import DecisionSpans
-from toolgate.tools._mcp_import import fetch_listing, import_listing
 
 from tests import mcp_kit
 from tests.integration.test_worker import make_worker, run_until

@@ -32,8 +32,8 @@ from mcp.server import Server
 from toolgate._config import Config
 from toolgate.client import Client
 from toolgate.gate._contracts import ContractSet
-from toolgate.tools._mcp_import import fetch_listing, import_listing
-from toolgate.tools._mcp_proxy import Proxy, ProxyOptions
+from toolgate.mcp._import import fetch_listing, import_listing
+from toolgate.mcp._proxy import Proxy, ProxyOptions
 
 from tests import ROOT, mcp_kit
 from tests.integration.test_worker import make_worker

@@ -17,9 +17,9 @@ from toolgate._config import Config
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
+from toolgate.operations._quarantine import Filters, format_summary, summary
+from toolgate.operations._replay import Selection, apply, read_quarantine, run_replay
 from toolgate.service._service import Worker, WorkerOptions
-from toolgate.tools._quarantine import Filters, format_summary, summary
-from toolgate.tools._replay import Selection, apply, read_quarantine, run_replay
 
 from tests.integration.worker_kit import (
     CONTRACTS,

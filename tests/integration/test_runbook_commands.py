@@ -11,7 +11,7 @@ import subprocess
 import urllib.request
 
 import pytest
-from toolgate.tools._top import parse
+from toolgate.operations._top import parse
 
 from tests import ROOT
 from tests.integration.live import LiveWorker

@@ -4,7 +4,7 @@ A broker instance of its own (``ops/kafka/kafka.sh`` with ``TOOLGATE_KAFKA_SASL_
 ``TOOLGATE_KAFKA_SCRAM_USERS``, its own ports and data directory; never the shared
 broker) enforces ACLs on its SASL_PLAINTEXT listener with
 ``allow.everyone.if.no.acl.found=false``. As ``admin`` the test creates the topics and
-applies ``toolgate.tools._acls.acl_plan``; then the real worker runs as ``toolgate`` on sample
+applies ``toolgate.operations._acls.acl_plan``; then the real worker runs as ``toolgate`` on sample
 traffic written by ``platform`` (requests) and ``adapter`` (intake), and decides every
 result. The negative proofs show the ACLs mean what the trust table of docs/design.md says: adapters
 and agents cannot write where only toolgate or the platform may, agents cannot read
@@ -38,9 +38,9 @@ from toolgate._config import Config, Partitions, Security, Topics
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
+from toolgate.operations._acls import TRANSACTIONAL_PREFIX, acl_plan, apply_acls, describe_acls
 from toolgate.service._kafka import client_settings, ensure_topics
 from toolgate.service._service import Worker, WorkerOptions
-from toolgate.tools._acls import TRANSACTIONAL_PREFIX, acl_plan, apply_acls, describe_acls
 
 from tests import ROOT
 from tests.integration.worker_kit import (

@@ -19,8 +19,8 @@ from toolgate._config import Config
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
+from toolgate.operations._traffic import Sample, TrafficGenerator
 from toolgate.service._service import Worker, WorkerOptions
-from toolgate.tools._traffic import Sample, TrafficGenerator
 
 from tests import ROOT
 from tests.integration.worker_kit import (

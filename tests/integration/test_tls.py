@@ -41,8 +41,8 @@ from pathlib import Path
 import msgspec
 import pytest
 from toolgate._config import Config, Partitions, Security, Topics
+from toolgate.operations._acls import acl_plan, apply_acls
 from toolgate.service._kafka import ensure_topics
-from toolgate.tools._acls import acl_plan, apply_acls
 
 from tests import ROOT
 from tests.integration.worker_kit import (

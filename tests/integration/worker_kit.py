@@ -17,6 +17,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from toolgate._config import Config, Partitions, Topics
 from toolgate.gate._signing import Keyring
+from toolgate.operations._traffic import Sample, TrafficGenerator
 from toolgate.service._kafka import (
     AiokafkaClients,
     client_settings,
@@ -24,7 +25,6 @@ from toolgate.service._kafka import (
     ensure_topics,
     partitions_of,
 )
-from toolgate.tools._traffic import Sample, TrafficGenerator
 
 from tests import ROOT
 

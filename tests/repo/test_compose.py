@@ -789,7 +789,7 @@ class TestComposeSecure:
     ) -> None:
         """kafka-users runs the mounted scram-users.sh in the broker's network namespace, against
         the loopback listener, for admin and every principal of the ACL plan."""
-        acls = pytest.importorskip("toolgate.tools._acls", reason="toolgate is not importable")
+        acls = pytest.importorskip("toolgate.operations._acls", reason="toolgate is not importable")
         service = secured["kafka-users"]
         assert service["image"] == secured["kafka"]["image"]
         assert service["network_mode"] == "service:kafka"

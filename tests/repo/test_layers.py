@@ -13,10 +13,16 @@ from tests import ROOT
 
 PACKAGE = ROOT / "worker" / "toolgate"
 
-# Layer (a subpackage of toolgate) -> module prefixes it must never import.
+# Layer (a subpackage of toolgate) -> module prefixes it must never import. Each room serves
+# one kind of user (its __init__ docstring says which) and imports only downwards:
+# cli -> mcp -> client -> service -> gate, mcp -> authoring -> gate, operations -> service.
+_ROOMS = ("toolgate.authoring", "toolgate.mcp", "toolgate.operations", "toolgate.cli", "toolgate.client")
 FORBIDDEN = {
-    "gate": ("aiokafka", "prometheus_client", "toolgate.service", "toolgate.tools", "toolgate.cli"),
-    "service": ("toolgate.tools", "toolgate.cli"),
+    "gate": ("aiokafka", "prometheus_client", "toolgate.service", *_ROOMS),
+    "service": _ROOMS,
+    "authoring": ("aiokafka", "toolgate.service", *(r for r in _ROOMS if r != "toolgate.authoring")),
+    "mcp": ("toolgate.service", "toolgate.operations", "toolgate.cli"),
+    "operations": ("toolgate.authoring", "toolgate.mcp", "toolgate.cli", "toolgate.client"),
 }
 
 
@@ -112,3 +118,40 @@ class TestImportedAtRunTime:
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
         ).stdout
         assert out.strip() == "True"
+
+
+ROOMS = ("authoring", "mcp", "operations")
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+class TestRooms:
+    """The package is divided by who uses each room, and no room outgrows the house."""
+
+    @pytest.mark.parametrize("room", sorted({*FORBIDDEN, "cli"}))
+    def test_no_room_holds_more_than_a_quarter_of_the_lines(self, room: str) -> None:
+        """A room over a quarter of the package's lines is a sign it serves more than one user."""
+        total = sum(_lines(path) for path in PACKAGE.rglob("*.py"))
+        in_room = sum(_lines(path) for path in (PACKAGE / room).rglob("*.py"))
+        assert in_room <= total / 4, f"{room}: {in_room} of {total} lines"
+
+    @pytest.mark.parametrize("room", sorted(FORBIDDEN))
+    def test_each_room_says_whom_it_serves_and_what_it_may_import(self, room: str) -> None:
+        """The room's __init__ docstring names its users and the rooms it must not import."""
+        doc = ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text(encoding="utf-8")))
+        assert doc is not None
+        assert "import" in doc
+        for bad in FORBIDDEN[room]:
+            if bad.startswith("toolgate."):
+                assert f":mod:`{bad}`" in doc or bad == "toolgate.cli", f"{room} does not name {bad}"
+
+    @pytest.mark.parametrize("room", ROOMS)
+    def test_unit_tests_mirror_the_room(self, room: str) -> None:
+        """tests/unit has a folder per room, and every test module there imports its room."""
+        folder = ROOT / "tests" / "unit" / room
+        tests = sorted(folder.glob("test_*.py"))
+        assert tests, f"tests/unit/{room} has no tests"
+        for path in tests:
+            assert f"toolgate.{room}" in path.read_text(encoding="utf-8"), path.name

@@ -11,7 +11,7 @@ import yaml
 from toolgate._errors import ConfigError, ContractError
 from toolgate.gate._contracts import load_contract
 from toolgate.gate._records import request_key
-from toolgate.tools._mcp_import import import_listing
+from toolgate.mcp._import import import_listing
 
 from tests import ROOT
 

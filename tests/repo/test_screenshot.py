@@ -15,7 +15,7 @@ from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import RequestRecord, decode_request
 from toolgate.gate._signing import Keyring
-from toolgate.tools._traffic import TrafficGenerator
+from toolgate.operations._traffic import TrafficGenerator
 
 from tests import ROOT
 from tests.ops_catalog import alerts

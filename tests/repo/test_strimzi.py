@@ -8,9 +8,9 @@ import pytest
 import yaml
 from toolgate._config import load_config
 from toolgate.cli import main
+from toolgate.operations._acls import Acl, Principals, acl_plan
+from toolgate.operations._strimzi import kafka_topics, kafka_users
 from toolgate.service._kafka import topic_plan
-from toolgate.tools._acls import Acl, Principals, acl_plan
-from toolgate.tools._strimzi import kafka_topics, kafka_users
 
 from tests import ROOT
 

@@ -33,9 +33,9 @@ MAX_SHRUNK = 3  # failures shrunk and written out per run (the rest are listed w
 
 
 def _gate() -> Any:
+    from toolgate.authoring._fixtures import fixtures_keyring
     from toolgate.gate._contracts import ContractSet
     from toolgate.gate._gate import Gate
-    from toolgate.tools._fixtures import fixtures_keyring
 
     from tests.unit.builders import CONTRACTS
 

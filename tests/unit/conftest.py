@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
-from toolgate.tools._fixtures import fixtures_keyring
 
 from tests.unit.builders import CONTRACTS
 

@@ -2,7 +2,8 @@
 
 The in-process API is the pure gate: bytes, headers, the correlated request and a
 clock in, a :class:`Verdict` out. Nothing here talks to Kafka; the Kafka worker is
-:mod:`toolgate.service` and the operator tools are :mod:`toolgate.tools`.
+:mod:`toolgate.service`; contract authors' tools are in :mod:`toolgate.authoring`, the MCP
+face in :mod:`toolgate.mcp` and operators' tools in :mod:`toolgate.operations`.
 
 Example::
 

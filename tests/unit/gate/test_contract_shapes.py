@@ -12,10 +12,10 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolgate.authoring._lint import lint_contracts
 from toolgate.gate._contracts import ContractSet, load_contract
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message, RequestRecord
-from toolgate.tools._lint import lint_contracts
 
 from tests.properties import DERANDOMIZED
 

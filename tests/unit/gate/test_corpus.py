@@ -13,11 +13,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import STAGES, Gate
 from toolgate.gate._records import Message, RequestRecord
 from toolgate.gate._signing import signed_message_for
-from toolgate.tools._fixtures import fixtures_keyring
 
 from tests import ROOT
 from tests.unit.builders import CONTRACTS

@@ -18,13 +18,13 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.gate import _gate as gate_module
 from toolgate.gate import _parse
 from toolgate.gate._contracts import ContractSet, compile_schema
 from toolgate.gate._depth import depth_bound, value_depth
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
-from toolgate.tools._fixtures import fixtures_keyring
 
 from tests.properties import DERANDOMIZED
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, message, review_request

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from toolgate._errors import RejectedInput
+from toolgate.authoring._fixtures import fixtures_keyring, load_cases, run_case
 from toolgate.gate._contracts import Contract, ContractSet, compile_schema
 from toolgate.gate._first_error import Branches, Located, branches_for, reference_error
 from toolgate.gate._gate import UNEXPECTED_MEMBER, Gate, _PreparedContract, _schema_rejection
-from toolgate.tools._fixtures import fixtures_keyring, load_cases, run_case
 
 from tests.fuzzing import CONTRACTS, fuzz_gate, scenarios, targets
 from tests.properties import DERANDOMIZED

@@ -18,7 +18,7 @@ from toolgate.gate._gate import Gate
 from toolgate.gate._mcp import read_result, same_json
 from toolgate.gate._records import Message, RequestRecord
 from toolgate.gate._trace_context import TraceContext
-from toolgate.tools._mcp_import import fetch_listing, import_listing
+from toolgate.mcp._import import fetch_listing, import_listing
 
 from tests import mcp_kit
 from tests.properties import DERANDOMIZED

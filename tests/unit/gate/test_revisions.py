@@ -13,11 +13,11 @@ from prometheus_client import generate_latest
 from toolgate import cli
 from toolgate._config import Config, Topics
 from toolgate._errors import ContractError
+from toolgate.authoring._fixtures import iter_outcomes, without_fixtures
 from toolgate.gate._batch import AcceptedView, decide_batch
 from toolgate.gate._contracts import ContractSet, load_contract
 from toolgate.gate._gate import Gate
 from toolgate.service._service import Worker, WorkerOptions
-from toolgate.tools._fixtures import iter_outcomes, without_fixtures
 
 from tests.unit.builders import CONTRACTS, message, review_request, review_value
 

@@ -14,11 +14,11 @@ from typing import Any
 import msgspec
 import pytest
 from toolgate._errors import ConfigError
+from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message
 from toolgate.gate._signing import Keyring, decode_signature, signed_message, signed_message_v2
-from toolgate.tools._fixtures import fixtures_keyring
 
 from tests import ROOT
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, copy_tool, message, pairs, review_request

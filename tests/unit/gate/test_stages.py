@@ -16,12 +16,12 @@ import toolgate.gate._records as records_module
 from toolgate._codes import CODES, STAGES, is_code, is_stage
 from toolgate._config import Topics
 from toolgate._errors import ContractError
+from toolgate.authoring._fixtures import fixtures_keyring, load_cases
 from toolgate.gate._batch import AcceptedView, decide_batch
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
+from toolgate.operations._replay import Quarantined, dry_run
 from toolgate.service._store import RequestTable
-from toolgate.tools._fixtures import fixtures_keyring, load_cases
-from toolgate.tools._replay import Quarantined, dry_run
 
 from tests import ROOT
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, message, review_request, review_value

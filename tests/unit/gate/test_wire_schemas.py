@@ -127,7 +127,7 @@ class TestRequestSchema:
     def test_bundled_sample_records_are_valid(self) -> None:
         """The request records the sample traffic writes are valid under the schema."""
         from toolgate.gate._signing import Keyring
-        from toolgate.tools._traffic import TrafficGenerator
+        from toolgate.operations._traffic import TrafficGenerator
 
         traffic = TrafficGenerator(Keyring.load(CONTRACTS / "fixtures-keyring.toml", environ={}), seed=3)
         records = [s.request for s in traffic.mix(60, NOW) if s.request is not None]

@@ -10,8 +10,8 @@ from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import outputs
 from toolgate.gate._records import Message
+from toolgate.operations._replay import Quarantined, ReplayedAccepted
 from toolgate.service._metrics import Metrics
-from toolgate.tools._replay import Quarantined, ReplayedAccepted
 
 from tests.unit.builders import CONTRACTS, NOW, message, review_request
 
@@ -96,7 +96,7 @@ class TestSkipAccepted:
 class TestContractDifferences:
     def test_each_kind_of_difference_is_one_line(self) -> None:
         """Other digest, other status, only local, only on the worker: one line each; equal: none."""
-        from toolgate.tools._replay import contract_differences
+        from toolgate.operations._replay import contract_differences
 
         local = {("a", "1", "active", "d1"), ("a", "1.1", "shadow", "d2"), ("b", "1", "active", "d3")}
         remote = {("a", "1", "active", "XX"), ("a", "1.1", "active", "d2"), ("c", "2", "active", "d4")}
@@ -116,7 +116,7 @@ class TestProgress:
         """20 records spread over 23 offsets (3 transaction markers) end as "20 records", never "/23"."""
         import io
 
-        from toolgate.tools._replay import Progress
+        from toolgate.operations._replay import Progress
 
         out = io.StringIO()
         progress = Progress("reading quarantine", None, out, span=23)
@@ -133,7 +133,7 @@ class TestProgress:
         """With a known number of records, the line shows done of total records."""
         import io
 
-        from toolgate.tools._replay import Progress
+        from toolgate.operations._replay import Progress
 
         out = io.StringIO()
         progress = Progress("replaying", 4, out)

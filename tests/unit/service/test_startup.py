@@ -17,6 +17,8 @@ from toolgate.cli import main
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
+from toolgate.operations._grow import GrowRefused, _offset_settled_past, grow_topics
+from toolgate.operations._top import parse, render
 from toolgate.service._kafka import TopicPartition, ensure_topics, partition_of
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._service import Worker, WorkerOptions
@@ -30,8 +32,6 @@ from toolgate.service._startup import (
     start_health,
 )
 from toolgate.service._store import reading
-from toolgate.tools._grow import GrowRefused, _offset_settled_past, grow_topics
-from toolgate.tools._top import parse, render
 
 from tests.fakes.kafka import FakeBroker, FakeClients
 from tests.unit.builders import CONTRACTS, NOW

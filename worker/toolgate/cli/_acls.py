@@ -50,7 +50,7 @@ def _print_acls(acls: Sequence[Any]) -> None:
 
 
 def _acl_plan(args: argparse.Namespace, config: Config) -> list[Any]:
-    from toolgate.tools._acls import Principals, acl_plan
+    from toolgate.operations._acls import Principals, acl_plan
 
     principals = Principals(
         toolgate=args.toolgate,
@@ -63,13 +63,13 @@ def _acl_plan(args: argparse.Namespace, config: Config) -> list[Any]:
 
 
 def _acls_plan(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._acls import kafka_acls_commands
+    from toolgate.operations._acls import kafka_acls_commands
 
     plan = _acl_plan(args, config)
     if args.format == "kafka-acls":
         print("\n".join(kafka_acls_commands(plan, config.bootstrap)))
     elif args.format == "strimzi":
-        from toolgate.tools._strimzi import dump, kafka_users
+        from toolgate.operations._strimzi import dump, kafka_users
 
         try:
             users = kafka_users(plan, args.strimzi_cluster)
@@ -83,7 +83,7 @@ def _acls_plan(args: argparse.Namespace, config: Config) -> int:
 
 
 def _acls_apply(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._acls import apply_acls
+    from toolgate.operations._acls import apply_acls
 
     plan = _acl_plan(args, config)
     check_broker(config)
@@ -93,7 +93,7 @@ def _acls_apply(args: argparse.Namespace, config: Config) -> int:
 
 
 def _acls_list(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._acls import describe_acls
+    from toolgate.operations._acls import describe_acls
 
     check_broker(config)
     _print_acls(asyncio.run(describe_acls(config)))

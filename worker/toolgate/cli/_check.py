@@ -36,8 +36,8 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._check import intake_envelope
     from toolgate.gate._records import Message, RequestRecord, decode_request
-    from toolgate.tools._check import intake_envelope
 
     gate = build_gate(config, keyring_path(args, config))
     request: RequestRecord | None = None

@@ -26,21 +26,21 @@ def _contracts_diff_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _contracts_import_mcp(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._mcp_import import run
+    from toolgate.mcp._import import run
 
     return run(args, config.contracts_dir)
 
 
 def _contracts_import_mcp_arguments(p: argparse.ArgumentParser) -> None:
-    from toolgate.tools._mcp_import import add_arguments
+    from toolgate.mcp._import import add_arguments
 
     add_arguments(p)
 
 
 def _contracts_test(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._fixtures import fixtures_keyring, iter_outcomes, without_fixtures
     from toolgate.gate._contracts import ContractSet
     from toolgate.gate._signing import Keyring
-    from toolgate.tools._fixtures import fixtures_keyring, iter_outcomes, without_fixtures
 
     root = config.contracts_dir
     contracts = ContractSet.load(root)
@@ -65,8 +65,8 @@ def _contracts_test(args: argparse.Namespace, config: Config) -> int:
 
 
 def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._lint import lint_contracts
     from toolgate.gate._contracts import ContractSet
-    from toolgate.tools._lint import lint_contracts
 
     contracts = ContractSet.load(config.contracts_dir)
     findings = lint_contracts(contracts)
@@ -77,9 +77,9 @@ def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
 
 
 def _contracts_diff(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._contract_diff import diff_contracts
+    from toolgate.authoring._schema_diff import diff_schemas
     from toolgate.gate._contracts import load_contract
-    from toolgate.tools._contract_diff import diff_contracts
-    from toolgate.tools._schema_diff import diff_schemas
 
     old, new = Path(args.old), Path(args.new)
     if old.is_dir() and new.is_dir():
@@ -101,8 +101,8 @@ def _contracts_diff(args: argparse.Namespace, config: Config) -> int:
 
 
 def _contracts_history(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._contract_diff import contract_history
     from toolgate.gate._contracts import ContractSet
-    from toolgate.tools._contract_diff import contract_history
 
     steps = contract_history(ContractSet.load(config.contracts_dir))
     for step in steps:

@@ -31,7 +31,7 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
 
 def _demo(args: argparse.Namespace, config: Config) -> int:
     from toolgate.gate._signing import Keyring
-    from toolgate.tools._demo import main_demo
+    from toolgate.operations._demo import main_demo
 
     keyring = Keyring.load(args.keyring or Path(config.contracts_dir) / "fixtures-keyring.toml")
     check_broker(config)

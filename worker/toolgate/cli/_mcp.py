@@ -1,4 +1,4 @@
-"""``toolgate mcp-proxy``: the command's wiring; the proxy is :mod:`toolgate.tools._mcp_proxy`."""
+"""``toolgate mcp-proxy``: the command's wiring; the proxy is :mod:`toolgate.mcp._proxy`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     except ImportError:
         raise ConfigError("mcp-proxy needs the MCP SDK: pip install 'toolgate[mcp]'") from None
     from toolgate.gate._signing import Keyring
-    from toolgate.tools._mcp_proxy import options_from, parse_listen, serve, upstream_target
+    from toolgate.mcp._proxy import options_from, parse_listen, serve, upstream_target
 
     options_from(args)  # every option checked before anything connects
     parse_listen(args.listen, allow_remote=args.allow_remote)
@@ -34,7 +34,7 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
 
 
 def _mcp_proxy_arguments(p: argparse.ArgumentParser) -> None:
-    from toolgate.tools._mcp_proxy import add_arguments
+    from toolgate.mcp._proxy import add_arguments
 
     add_arguments(p)
 

@@ -54,7 +54,7 @@ def _quarantine_tail_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._quarantine import Filters, tail
+    from toolgate.operations._quarantine import Filters, tail
 
     warn_unknown_tools([args.tool] if args.tool else [], tools_of(config.contracts_dir), config)
     filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
@@ -76,7 +76,7 @@ def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
 def _quarantine_summary(args: argparse.Namespace, config: Config) -> int:
     from datetime import timedelta
 
-    from toolgate.tools._quarantine import REPLAY_WINDOW_HOURS, Filters, format_summary, summary
+    from toolgate.operations._quarantine import REPLAY_WINDOW_HOURS, Filters, format_summary, summary
 
     warn_unknown_tools([args.tool] if args.tool else [], tools_of(config.contracts_dir), config)
     filters = Filters(tool=args.tool, code=args.code, stage=args.stage, unreplayed=args.unreplayed)

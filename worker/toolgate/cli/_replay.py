@@ -74,7 +74,7 @@ def _replay_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _replay(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._replay import Selection, run_replay
+    from toolgate.operations._replay import Selection, run_replay
 
     partition, offsets = None, None
     if args.origin:
@@ -101,7 +101,7 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
     warn_unknown_tools(args.tool, gate.contracts.tools, config)
     workers = None
     if args.apply:
-        from toolgate.tools._top import default_url
+        from toolgate.operations._top import default_url
 
         listed = [u for u in os.environ.get("TOOLGATE_WORKERS", "").replace(",", " ").split() if u]
         workers = args.workers or listed or [default_url(config.metrics_host, config.metrics_port)]

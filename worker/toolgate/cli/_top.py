@@ -37,7 +37,7 @@ def _top_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _top(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._top import default_url, run
+    from toolgate.operations._top import default_url, run
 
     if args.interval < 0 or (args.interval == 0 and not args.once):
         raise ConfigError("--interval must be above 0 (0 only with --once: one scrape, totals only)")

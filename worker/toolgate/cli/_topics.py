@@ -62,7 +62,7 @@ def _topics_ensure(args: argparse.Namespace, config: Config) -> int:
 
 
 def _topics_grow(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.tools._grow import GrowRefused, describe, grow_topics
+    from toolgate.operations._grow import GrowRefused, describe, grow_topics
 
     check_broker(config)
     try:
@@ -76,8 +76,8 @@ def _topics_grow(args: argparse.Namespace, config: Config) -> int:
 
 
 def _topics_plan(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.operations._strimzi import dump, kafka_topics
     from toolgate.service._kafka import topic_plan
-    from toolgate.tools._strimzi import dump, kafka_topics
 
     if args.format == "strimzi":
         header = (

@@ -37,7 +37,7 @@ Rules (``Finding.rule``)::
                           import-mcp derives from its upstream part (edited by hand)
 
 Imported MCP schemas (``data`` is ``{"allOf": [upstream, closure]}``, see
-:mod:`toolgate.tools._mcp_close`) are judged as what they are: the closure is derived
+:mod:`toolgate.authoring._close`) are judged as what they are: the closure is derived
 again from the upstream part and must be the same; the upstream part itself only
 decides (a conjunction with the closure admits nothing the closure does not), so only
 the ``$ref`` and ``format`` rules apply inside it; the pointer rules read the upstream
@@ -749,7 +749,7 @@ _IMPORTED_AT = ("$defs", "structuredContent")
 
 
 def _imported_parts(schema: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    from toolgate.tools._mcp_close import split
+    from toolgate.authoring._close import split
 
     defs = schema.get(_IMPORTED_AT[0])
     return split(defs.get(_IMPORTED_AT[1])) if isinstance(defs, dict) else None
@@ -758,7 +758,7 @@ def _imported_parts(schema: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
 def _lint_imported(
     schema: dict[str, Any], upstream: dict[str, Any], skeleton: dict[str, Any], file: str
 ) -> Iterator[Finding]:
-    from toolgate.tools._mcp_close import rederive
+    from toolgate.authoring._close import rederive
 
     at = "/" + "/".join(_IMPORTED_AT)
     # The envelope around data, with data standing in as the closed object it is.
@@ -857,7 +857,7 @@ def _contract_pointers(contract: Contract) -> Iterator[tuple[str, str]]:
 def _closure_fits(skeleton: dict[str, Any]) -> bool:
     """Whether an imported closure bounds every string and array within the envelope's leaf
     (only a closure lint re-derived counts: :func:`_lint_imported` reports any other)."""
-    from toolgate.tools._mcp_close import BOUNDS_KEY
+    from toolgate.authoring._close import BOUNDS_KEY
 
     bounds = skeleton.get(BOUNDS_KEY)
     return (

@@ -56,7 +56,7 @@ Annotations (title, description, examples, ...) are ignored.
 ``Change.pointer`` is the instance location a change applies to (``/data/state``), with
 ``*`` for every member of a map or every item of an array (``/data/tags/*``) and an index
 for a tuple item; a change inside a ``oneOf``/``anyOf`` branch names the branch in its
-message. :mod:`toolgate.tools._contract_diff` adds the changes of ``contract.yaml``.
+message. :mod:`toolgate.authoring._contract_diff` adds the changes of ``contract.yaml``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ from typing import Any, Final
 
 import msgspec
 
-from toolgate.tools._lint import SchemaDocument
+from toolgate.authoring._lint import SchemaDocument
 
 __all__ = ["Change", "diff_schemas"]
 

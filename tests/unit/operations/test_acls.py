@@ -10,8 +10,7 @@ import shlex
 import pytest
 from toolgate._config import Config, Topics
 from toolgate.cli import main
-from toolgate.service._service import WorkerOptions
-from toolgate.tools._acls import (
+from toolgate.operations._acls import (
     AGENT_GROUP_PREFIX,
     TRANSACTIONAL_PREFIX,
     Acl,
@@ -19,6 +18,7 @@ from toolgate.tools._acls import (
     acl_plan,
     kafka_acls_commands,
 )
+from toolgate.service._service import WorkerOptions
 
 TOPICS = Topics.under("p")
 CONFIG = Config(topics=TOPICS, group_id="toolgate-prod")

@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from toolgate.authoring._contract_diff import diff_contracts
+from toolgate.authoring._schema_diff import Change, diff_schemas
 from toolgate.gate._contracts import (
     Contract,
     ContractSet,
@@ -16,8 +18,6 @@ from toolgate.gate._contracts import (
     Signature,
     load_contract,
 )
-from toolgate.tools._contract_diff import diff_contracts
-from toolgate.tools._schema_diff import Change, diff_schemas
 
 from tests import ROOT
 

@@ -8,7 +8,7 @@ import jsonschema_rs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from toolgate.tools._mcp_close import Unclosable, closed, rederive, split
+from toolgate.authoring._close import Unclosable, closed, rederive, split
 
 from tests.properties import DERANDOMIZED
 

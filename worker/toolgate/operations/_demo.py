@@ -17,8 +17,8 @@ from typing import TextIO
 
 from toolgate._config import Config
 from toolgate.gate._signing import Keyring
+from toolgate.operations._traffic import Sample, TrafficGenerator
 from toolgate.service._kafka import AiokafkaClients, Producer
-from toolgate.tools._traffic import Sample, TrafficGenerator
 
 
 async def publish(config: Config, samples: list[Sample], *, early: int = 0) -> None:

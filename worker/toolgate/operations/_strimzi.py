@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from toolgate._config import Config
+from toolgate.operations._acls import Acl
 from toolgate.service._kafka import topic_plan
-from toolgate.tools._acls import Acl
 
 API_VERSION = "kafka.strimzi.io/v1"
 # Strimzi's spellings: resource types, pattern types and operations of a KafkaUser's ACL rule.

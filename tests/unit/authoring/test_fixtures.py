@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from toolgate.authoring._fixtures import Case, fixtures_keyring, load_cases, run_case
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
-from toolgate.tools._fixtures import Case, fixtures_keyring, load_cases, run_case
 
 from tests.unit.builders import CONTRACTS
 

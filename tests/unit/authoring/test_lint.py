@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 import pytest
 from toolgate._errors import ContractError
+from toolgate.authoring._lint import Finding, lint_contracts, lint_schema, scan_pattern
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
-from toolgate.tools._lint import Finding, lint_contracts, lint_schema, scan_pattern
 
 from tests import ROOT
 from tests.unit.builders import NOW, copy_tool, message, review_request, review_value

@@ -41,9 +41,9 @@ from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import DIAGNOSTIC_HEADERS
 from toolgate.gate._records import Message, Verdict
 from toolgate.gate._rules import Ledger
+from toolgate.operations._top import scrape
 from toolgate.service._kafka import AiokafkaClients, partitions_of
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
-from toolgate.tools._top import scrape
 
 REPLAY_ORIGIN = "tg-replay-origin"
 _MAX_RECORD_BYTES = 1024 * 1024

@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+from toolgate.authoring._contract_diff import contract_history
 from toolgate.gate._contracts import ContractSet
-from toolgate.tools._contract_diff import contract_history
 
 from tests.unit.builders import CONTRACTS
 

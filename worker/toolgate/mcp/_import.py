@@ -7,7 +7,7 @@ renamed into place), with ``status: draft``: a draft never decides, and lint rep
 it (``draft-version``) until a person has reviewed it and set ``status: active``.
 
 * A tool with an ``outputSchema``: ``schema.json`` is toolgate's envelope whose
-  ``data`` is ``{"allOf": [outputSchema, closure]}`` (:mod:`toolgate.tools._mcp_close`):
+  ``data`` is ``{"allOf": [outputSchema, closure]}`` (:mod:`toolgate.authoring._close`):
   the upstream schema unchanged, beside a closure that rejects undeclared members and
   bounds strings and arrays at every position. Anything it accepts, the outputSchema
   accepts too. A schema that cannot be closed soundly is refused, one line naming the
@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from toolgate._errors import ConfigError, ContractError, RejectedInput
+from toolgate.authoring._close import Unclosable, closed
 from toolgate.gate._contracts import (
     MASK,
     MAX_DEPTH_CEILING,
@@ -55,7 +56,6 @@ from toolgate.gate._contracts import (
     qualified_name,
 )
 from toolgate.gate._parse import parse_json
-from toolgate.tools._mcp_close import Unclosable, closed
 
 DEFAULT_MAX_STRING = 1024
 DEFAULT_MAX_ITEMS = 100
@@ -180,7 +180,7 @@ def _types(node: dict[str, Any]) -> set[str] | None:
 
 def close_schema(schema: Any, tool: str = "tool", *, max_string: int, max_items: int) -> dict[str, Any]:
     """``{"allOf": [schema, closure]}``: ``schema`` closed without being rewritten
-    (:mod:`toolgate.tools._mcp_close`).
+    (:mod:`toolgate.authoring._close`).
 
     Raises:
         Unclosable: a position that cannot be closed soundly.
@@ -688,7 +688,7 @@ def _write_whole(folder: Path, files: dict[str, str]) -> None:
 
 def lint_lines(folder: Path) -> list[str]:
     """The lint findings of one written version, as ``contracts lint`` prints them."""
-    from toolgate.tools._lint import lint_contracts
+    from toolgate.authoring._lint import lint_contracts
 
     findings = lint_contracts(ContractSet([load_contract(folder)]))
     return [f"{f.file}: {f.pointer or '/'}: {f.rule}: {f.message}" for f in findings]
@@ -696,7 +696,7 @@ def lint_lines(folder: Path) -> list[str]:
 
 def diff_lines(old: Path, new: Path) -> list[str]:
     """``toolgate contracts diff OLD NEW`` as it prints."""
-    from toolgate.tools._contract_diff import diff_contracts
+    from toolgate.authoring._contract_diff import diff_contracts
 
     changes = diff_contracts(load_contract(old), load_contract(new))
     lines = []

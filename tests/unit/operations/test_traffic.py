@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import msgspec
+from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import decode_request
-from toolgate.tools._fixtures import fixtures_keyring
-from toolgate.tools._traffic import TrafficGenerator
+from toolgate.operations._traffic import TrafficGenerator
 
 from tests.unit.builders import CONTRACTS, NOW
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pytest
 from toolgate import cli
 from toolgate._errors import ConfigError
-from toolgate.tools._top import (
+from toolgate.operations._top import (
     CLEAR,
     default_url,
     delta,
@@ -483,7 +483,7 @@ class TestEightyColumns:
 
     def test_names_cut_keeps_the_tool(self) -> None:
         """A qualified name keeps its tool whole as long as a bit of its server fits beside it."""
-        from toolgate.tools._top import _name
+        from toolgate.operations._top import _name
 
         assert _name("orders.lookup_order", 19) == "orders.lookup_order"
         assert _name("orders.lookup_order", 16) == "or….lookup_order"

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolgate._errors import ConfigError
 from toolgate.gate._contracts import ContractSet, load_contract
-from toolgate.tools._mcp_import import (
+from toolgate.mcp._import import (
     add_arguments,
     check_loopback,
     fetch_listing,
@@ -92,7 +92,7 @@ class TestImport:
         self, tmp_path: Path, tools: list[dict[str, Any]]
     ) -> None:
         """Every draft is a finding, and free text in data stays one after review."""
-        from toolgate.tools._lint import lint_contracts
+        from toolgate.authoring._lint import lint_contracts
 
         _import(tmp_path, tools)
         rules = {(f.file.split("/")[-3], f.rule) for f in lint_contracts(ContractSet.load(tmp_path))}
@@ -110,7 +110,7 @@ class TestImport:
         self, tmp_path: Path, tools: list[dict[str, Any]]
     ) -> None:
         """contracts test passes on every written version, draft or reviewed."""
-        from toolgate.tools._fixtures import fixtures_keyring, iter_outcomes
+        from toolgate.authoring._fixtures import fixtures_keyring, iter_outcomes
 
         _import(tmp_path, tools)
         for reviewed in (False, True):
@@ -122,7 +122,7 @@ class TestImport:
 
     def test_lint_reports_an_edited_closure(self, tmp_path: Path, tools: list[dict[str, Any]]) -> None:
         """A closure edited by hand (opened) is a closure-mismatch finding."""
-        from toolgate.tools._lint import lint_contracts
+        from toolgate.authoring._lint import lint_contracts
 
         _import(tmp_path, tools, only=["deploy_status"])
         path = tmp_path / "deployer.deploy_status" / "v1" / "schema.json"
@@ -506,7 +506,7 @@ class TestFuzzedListings:
         self, tmp_path_factory: pytest.TempPathFactory
     ) -> None:
         """Every tool is written (and loads, and passes its fixtures) or refused on one line."""
-        from toolgate.tools._fixtures import fixtures_keyring, iter_outcomes
+        from toolgate.authoring._fixtures import fixtures_keyring, iter_outcomes
 
         tally = {"written": 0, "refused": 0}
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from toolgate.tools._quarantine import VALUE_CHARS, Filters, describe, headers_of, matches, tool_of
+from toolgate.operations._quarantine import VALUE_CHARS, Filters, describe, headers_of, matches, tool_of
 
 
 @dataclass
@@ -135,7 +135,7 @@ class TestSummary:
         """Records of one group are counted once each; first and last come from tg-rejected-at."""
         from datetime import UTC, datetime
 
-        from toolgate.tools._quarantine import format_summary, summarise
+        from toolgate.operations._quarantine import format_summary, summarise
 
         path = json.dumps({**DETAIL, "schema_path": "/$defs/job/additionalProperties"})
         records = [
@@ -164,7 +164,7 @@ class TestSummary:
 
     def test_filters_apply(self) -> None:
         """Only records passing the filters are counted."""
-        from toolgate.tools._quarantine import summarise
+        from toolgate.operations._quarantine import summarise
 
         records = [record(), record(**{"tg-error-code": "BAD_SIGNATURE"})]
         rows = summarise(records, Filters(code="BAD_SIGNATURE"))
@@ -190,7 +190,7 @@ class TestReplayMarks:
 
     def test_replayed_resolved_and_left(self) -> None:
         """A replay rejected again marks its record replayed; an accepted replay resolves its result."""
-        from toolgate.tools._quarantine import ReplayMarks, format_summary, summarise
+        from toolgate.operations._quarantine import ReplayMarks, format_summary, summarise
 
         marks = ReplayMarks()
         marks.apply(b"req.0", audit(request_id="req.0", replay=1, replay_of="q/0/0"))  # rejected again
@@ -211,7 +211,7 @@ class TestReplayMarks:
 
     def test_the_values_command_quotes_what_the_adapter_chose(self) -> None:
         """A made-up tool name reaches the suggested command quoted and printable, never as shell."""
-        from toolgate.tools._quarantine import format_summary, summarise
+        from toolgate.operations._quarantine import format_summary, summarise
 
         (row,) = summarise([record(**{"tg-contract": "", "tg-tool": "x; rm -rf ~\x1b[2J"})], Filters())
         hint = format_summary([row], 1, "q")[-1]
@@ -222,7 +222,7 @@ class TestReplayMarks:
 
     def test_unreplayed_leaves_them_out(self) -> None:
         """--unreplayed counts only the records no replay decided or resolved."""
-        from toolgate.tools._quarantine import ReplayMarks, summarise
+        from toolgate.operations._quarantine import ReplayMarks, summarise
 
         marks = ReplayMarks()
         marks.apply(None, audit(request_id="req.0", replay=1, replay_of="q/0/0"))
@@ -232,7 +232,7 @@ class TestReplayMarks:
 
     def test_a_resolved_result_marks_every_copy(self) -> None:
         """Two quarantine copies of one result (a replay rejected, then one accepted) are both resolved."""
-        from toolgate.tools._quarantine import ReplayMarks, summarise
+        from toolgate.operations._quarantine import ReplayMarks, summarise
 
         first, _, _ = self.quarantine()
         copy = Record(offset=9, key=first.key, headers=first.headers)
@@ -244,7 +244,7 @@ class TestReplayMarks:
 
     def test_other_audit_events_are_ignored(self) -> None:
         """Shadow events, events of live traffic, tombstones and garbage mark nothing."""
-        from toolgate.tools._quarantine import ReplayMarks
+        from toolgate.operations._quarantine import ReplayMarks
 
         marks = ReplayMarks()
         marks.apply(None, None)

@@ -16,9 +16,9 @@ from typing import Any
 
 import anyio
 import pytest
+from toolgate.authoring._fixtures import fixtures_keyring, iter_outcomes
 from toolgate.gate._contracts import ContractSet
-from toolgate.tools._fixtures import fixtures_keyring, iter_outcomes
-from toolgate.tools._mcp_import import fetch_listing, import_listing
+from toolgate.mcp._import import fetch_listing, import_listing
 
 from tests import mcp_kit
 

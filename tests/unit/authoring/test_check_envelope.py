@@ -9,7 +9,7 @@ import msgspec
 import pytest
 from toolgate import cli
 from toolgate._errors import ConfigError
-from toolgate.tools._check import intake_envelope
+from toolgate.authoring._check import intake_envelope
 
 from tests.unit.builders import CONTRACTS, NOW, REQUEST_ID, review_request, review_value
 

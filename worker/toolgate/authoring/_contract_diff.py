@@ -1,6 +1,6 @@
 """Contract diff: a contract version against another, and every version against its predecessor.
 
-:func:`diff_contracts` is the schema diff (:mod:`toolgate.tools._schema_diff`, where the
+:func:`diff_contracts` is the schema diff (:mod:`toolgate.authoring._schema_diff`, where the
 meaning of ``breaking`` and ``widens`` and the schema kinds are described) followed by the
 changes of ``contract.yaml``; :func:`contract_history` runs it over each tool's versions.
 
@@ -39,8 +39,8 @@ from typing import Any
 
 import msgspec
 
+from toolgate.authoring._schema_diff import Change, diff_schemas
 from toolgate.gate._contracts import Contract, ContractSet, ContractSpec
-from toolgate.tools._schema_diff import Change, diff_schemas
 
 __all__ = ["Step", "contract_history", "diff_contracts"]
 

@@ -12,8 +12,8 @@ import pytest
 from toolgate._errors import ConfigError
 from toolgate.client import Answer, Client
 from toolgate.gate._contracts import ContractSet
-from toolgate.tools._mcp_import import import_listing
-from toolgate.tools._mcp_proxy import (
+from toolgate.mcp._import import import_listing
+from toolgate.mcp._proxy import (
     Proxy,
     ProxyOptions,
     call_arguments_bind,

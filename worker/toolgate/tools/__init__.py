@@ -1,1 +1,0 @@
-"""Operator and contract-author tools: lint, diff, fixtures, demo traffic, replay, quarantine, top, ACLs."""
