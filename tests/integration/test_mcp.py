@@ -3,7 +3,7 @@
 The contract is what `toolgate contracts import-mcp` writes for the server's
 ``deploy_status`` tool. Each result goes to intake with a W3C traceparent; the worker
 runs with OpenTelemetry's SDK and an in-memory exporter. Checked: every verdict
-equals the one `toolgate check` gives (tests/unit/tools/test_mcp_check.py, which also
+equals the one `toolgate check` gives (tests/unit/mcp/test_mcp_check.py, which also
 compares with the SDK client's own validation), the agent, quarantine and audit
 records carry the intake trace id, each decision's span has the Kafka messaging
 attributes, rejections have ``error.type``, quarantine records have Kafka Connect's
@@ -38,7 +38,7 @@ from toolgate.service._otel_spans import DecisionSpans
 from tests import mcp_kit
 from tests.integration.test_worker import make_worker, run_until
 from tests.integration.worker_kit import read_all
-from tests.unit.tools.test_mcp_check import EXPECTED
+from tests.unit.mcp.test_mcp_check import EXPECTED
 
 TOOL = "deployer.deploy_status"
 
