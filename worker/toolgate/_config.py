@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -103,10 +103,10 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     # partitions back without a rebalance of the others; it does not leave the group when it
     # stops. None: a dynamic member. TOOLGATE_GROUP_INSTANCE_ID.
     group_instance_id: str | None = None
-    # Seconds between checks of the contracts folder and the keyring for changes (a mounted
-    # ConfigMap or Secret updated in place); a change reloads them as SIGHUP does. 0: only
-    # on SIGHUP. TOOLGATE_CONTRACTS_WATCH_SECONDS.
-    contracts_watch_seconds: float = 0
+    # Seconds between checks of the contracts folder and the keyring for changes (a contract
+    # activated, a mounted ConfigMap or Secret updated in place); a change reloads them as
+    # SIGHUP does. 0: only on SIGHUP. At most a day. TOOLGATE_CONTRACTS_WATCH_SECONDS.
+    contracts_watch_seconds: Annotated[float, msgspec.Meta(ge=0, le=86_400)] = 2.0
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)

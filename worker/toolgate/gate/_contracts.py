@@ -535,6 +535,12 @@ def load_contract(folder: Path) -> Contract:
     return Contract(spec, folder, schema)
 
 
+def _looked_in(base: Path) -> str:
+    """Where a contracts path was looked for, and which settings name another one."""
+    where = f" (relative to the working directory {Path.cwd()})" if not base.is_absolute() else ""
+    return f"{where}; name the contracts folder with --contracts DIR or TOOLGATE_CONTRACTS_DIR"
+
+
 def _version_hint(path: Path, message: str) -> str:
     """For ``version: 1.1`` (or ``"1.1"``): how a compatible revision is written instead."""
     try:
@@ -647,10 +653,15 @@ class ContractSet:
         """
         base = Path(root)
         if not base.is_dir():
-            raise ContractError(str(base), "", "contracts folder not found")
+            problem = "is a file, not a folder" if base.exists() else "not found"
+            raise ContractError(str(base.absolute()), "", f"contracts folder {problem}{_looked_in(base)}")
         folders = sorted(p.parent for p in base.glob("*/v*/contract.yaml"))
         if not folders:
-            raise ContractError(str(base), "", "no contracts found (expected <tool>/v<N>/contract.yaml)")
+            raise ContractError(
+                str(base.absolute()),
+                "",
+                f"no contracts found (expected <tool>/v<N>/contract.yaml){_looked_in(base)}",
+            )
         return cls([load_contract(folder) for folder in folders])
 
     def __iter__(self) -> Iterator[Contract]:

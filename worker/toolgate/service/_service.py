@@ -112,6 +112,8 @@ class WorkerOptions:
     connect_check_s: float | None = CONNECT_TIMEOUT_S
     # Where the loop's CPU time goes (toolgate.service._phases.PhaseClock; the worker bench).
     phase_clock: Phases | None = None
+    # Monotonic seconds of the contracts watch (TOOLGATE_CONTRACTS_WATCH_SECONDS); tests inject one.
+    watch_clock: Callable[[], float] | None = None
 
 
 @dataclass
@@ -192,7 +194,7 @@ class Worker:
         self._partition_counts: dict[str, int] = {}  # output topic -> its partition count
         self._reload_requested = False
         self._joined = False  # the group's first assignment (possibly empty) has arrived
-        self._watch = ContractWatch.of(config)
+        self._watch = ContractWatch.of(config, clock=self.options.watch_clock)
         self._last_sweep = 0.0
         self._export_contracts(gate)
 
