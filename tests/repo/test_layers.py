@@ -23,6 +23,7 @@ FORBIDDEN = {
     "authoring": ("aiokafka", "toolgate.service", *(r for r in _ROOMS if r != "toolgate.authoring")),
     "mcp": ("toolgate.service", "toolgate.operations", "toolgate.cli"),
     "operations": ("toolgate.authoring", "toolgate.mcp", "toolgate.cli", "toolgate.client"),
+    "client": ("toolgate.authoring", "toolgate.mcp", "toolgate.operations", "toolgate.cli"),
 }
 
 
@@ -120,7 +121,7 @@ class TestImportedAtRunTime:
         assert out.strip() == "True"
 
 
-ROOMS = ("authoring", "mcp", "operations")
+ROOMS = ("authoring", "mcp", "operations", "client")
 
 
 def _lines(path: Path) -> int:
