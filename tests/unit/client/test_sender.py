@@ -56,11 +56,11 @@ class TestBackpressure:
         world.broker.hook = gate
         async with Client(CONFIG, clients=world.clients, clock=NOW.timestamp, max_sends=4) as client:
             calls = [asyncio.create_task(client.issue("review_status")) for _ in range(40)]
-            await until(lambda: gate.held == 4 and client._sender.waiting == 36)
+            await until(lambda: gate.held == 4 and client._sends.waiting == 36)
             for _ in range(50):
                 await asyncio.sleep(0)
             assert gate.held == 4
-            assert client._sender.in_flight == 4
+            assert client._sends.in_flight == 4
             assert not any(call.done() for call in calls)
             gate.open.set()
             requests = await asyncio.wait_for(asyncio.gather(*calls), 10)
@@ -77,7 +77,7 @@ class TestBackpressure:
         async with Client(CONFIG, clients=world.clients, clock=NOW.timestamp, max_sends=1) as client:
             first = asyncio.create_task(client.issue("review_status"))
             queued = [asyncio.create_task(client.issue("review_status")) for _ in range(5)]
-            await until(lambda: gate.held == 1 and client._sender.waiting == 5)
+            await until(lambda: gate.held == 1 and client._sends.waiting == 5)
             gate.error = TimeoutError()
             gate.open.set()
             with pytest.raises(BrokerError, match=rf"topic '{T.requests}': no acknowledgement within 10 s"):

@@ -55,7 +55,7 @@ class AdapterSide:
     """Publish results (a part of :class:`toolgate.client.Client`)."""
 
     config: Config
-    _sender: Sender
+    _sends: Sender
 
     async def publish_result(
         self,
@@ -111,4 +111,4 @@ class AdapterSide:
         for name, value in headers:
             if len(value) > 1024 or any(b < 0x20 or b == 0x7F for b in value):
                 raise ValueError(f"header {name}: more than 1024 bytes or a control character")
-        await self._sender.send(self.config.topics.intake, request_id, raw, headers)
+        await self._sends.send(self.config.topics.intake, request_id, raw, headers)

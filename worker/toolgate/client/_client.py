@@ -47,7 +47,7 @@ class Client(PlatformSide, AdapterSide):
         self.config = config or Config()
         self._clients = clients or AiokafkaClients(self.config)
         self.clock = clock
-        self._sender = Sender(self.config, self._clients, send_timeout_s=send_timeout_s, max_sends=max_sends)
+        self._sends = Sender(self.config, self._clients, send_timeout_s=send_timeout_s, max_sends=max_sends)
         self._reader = Reader(
             self.config, self._clients, clock=clock, max_pending=self.max_pending, poll_ms=poll_ms
         )
@@ -72,7 +72,7 @@ class Client(PlatformSide, AdapterSide):
         """
         topic = self.config.topics.agent
         bootstrap = self.config.bootstrap
-        timeout_s = self._sender.send_timeout_s
+        timeout_s = self._sends.send_timeout_s
         try:
             try:
                 await self._clients.check_connection(within_s=timeout_s)
@@ -88,7 +88,7 @@ class Client(PlatformSide, AdapterSide):
                     f"{bootstrap}: topic {topic!r} does not exist (run: toolgate topics ensure)",
                     retriable=False,
                 )
-            await self._sender.start()
+            await self._sends.start()
             await self._reader.start(tps)
         except BaseException as exc:
             await self.close()
@@ -101,4 +101,4 @@ class Client(PlatformSide, AdapterSide):
         """Stop reading; every request still waiting fails with :class:`ClientClosed`."""
         self._closed = True
         await self._reader.close()
-        await self._sender.close()
+        await self._sends.close()

@@ -62,7 +62,7 @@ class PlatformSide:
 
     config: Config
     clock: Callable[[], float]
-    _sender: Sender
+    _sends: Sender
     _reader: Reader
     _closed: bool
 
@@ -142,7 +142,7 @@ class PlatformSide:
         ``UNKNOWN_REQUEST``); a wait still open fails with :class:`ClientClosed`."""
         if self._reader.waiting_on(request.request_id):
             self._reader.fail(request.request_id, ClientClosed(f"request {request.request_id} was ended"))
-        await self._sender.send(self.config.topics.requests, request.request_id, None, [])
+        await self._sends.send(self.config.topics.requests, request.request_id, None, [])
 
     @property
     def pending(self) -> int:
@@ -162,7 +162,7 @@ class PlatformSide:
         # Registered before the record is sent: an envelope can only follow the record.
         wait = await self._reader.open(rid, request.attempt, request.answer, wait_s, expiry)
         try:
-            await self._sender.send(self.config.topics.requests, rid, request.record(), [])
+            await self._sends.send(self.config.topics.requests, rid, request.record(), [])
         except BaseException:
             self._reader.drop(rid, wait)
             raise
