@@ -187,10 +187,15 @@ class TestContractWatch:
             load_config(environ={"TOOLGATE_CONTRACTS_WATCH_SECONDS": value})
 
     async def test_a_contract_activated_after_start_is_decided(self, gate: Gate, tmp_path: Path) -> None:
-        """With the default configuration, a contract added while the worker runs decides the
-        results that follow, once the watch's (injected) clock passes its interval: no signal."""
+        """With the default configuration, a draft set to ``status: active`` while the worker
+        runs decides the results that follow, once the watch's (injected) clock passes its
+        interval: no signal, no restart."""
         contracts = tmp_path / "contracts"
-        shutil.copytree(CONTRACTS / "job_status", contracts / "job_status")
+        shutil.copytree(CONTRACTS / "review_status", contracts / "review_status")
+        spec = contracts / "review_status" / "v1" / "contract.yaml"
+        active = spec.read_text()
+        assert "\nstatus: active\n" in active
+        spec.write_text(active.replace("\nstatus: active\n", "\nstatus: draft\n"))
         world = one_partition(gate)
         now = [0.0]
         config = msgspec.structs.replace(Config(), contracts_dir=str(contracts))
@@ -211,14 +216,19 @@ class TestContractWatch:
             world.request(1)
             world.result(1)
             await until(lambda: len(world.audit()) == 1)
-            assert world.codes() == ["UNKNOWN_TOOL"]
-            shutil.copytree(CONTRACTS / "review_status", contracts / "review_status")
-            now[0] += 2
-            await until(lambda: "review_status" in worker.gate.contracts.tools)
+            assert world.codes() == ["UNKNOWN_CONTRACT_VERSION"]  # a draft decides nothing
+            spec.write_text(active)
+            now[0] += 1
+            polls = world.broker.calls["fetch"]
+            await until(lambda: world.broker.calls["fetch"] >= polls + 3)
+            # Within the interval the files are not looked at.
+            assert worker.gate.contracts.versions("review_status")[0].spec.status == "draft"
+            now[0] += 1
+            await until(lambda: worker.gate.contracts.versions("review_status")[0].spec.status == "active")
             world.request(2)
             world.result(2)
             await until(lambda: len(world.audit()) == 2)
-            assert world.codes() == ["-", "UNKNOWN_TOOL"]
+            assert world.codes() == ["-", "UNKNOWN_CONTRACT_VERSION"]
         finally:
             worker.request_stop()
             await task
