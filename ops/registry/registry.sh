@@ -17,11 +17,11 @@
 # restart starts empty.
 #
 # Environment knobs:
-#   TOOLGATE_REGISTRY_PORT           HTTP port (default 18081)
-#   TOOLGATE_REGISTRY_DATA           pid file and log of the instance (default .data/ here)
-#   TOOLGATE_REGISTRY_START_TIMEOUT  seconds to wait for it to answer (default 120)
-#   TOOLGATE_REGISTRY_STOP_TIMEOUT   seconds between SIGTERM and SIGKILL (default 20)
-#   TOOLGATE_REGISTRY_HEAP           JVM heap (default 384m)
+#   TOOLGATE_APICURIO_PORT           HTTP port (default 18081)
+#   TOOLGATE_APICURIO_DATA           pid file and log of the instance (default .data/ here)
+#   TOOLGATE_APICURIO_START_TIMEOUT  seconds to wait for it to answer (default 120)
+#   TOOLGATE_APICURIO_STOP_TIMEOUT   seconds between SIGTERM and SIGKILL (default 20)
+#   TOOLGATE_APICURIO_HEAP           JVM heap (default 384m)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,16 +29,16 @@ POM="$HERE/pom.xml"
 BUILD="$HERE/.build"
 APP="$BUILD/app"
 STAMP="$APP/.complete"
-DATA="${TOOLGATE_REGISTRY_DATA:-$HERE/.data}"
+DATA="${TOOLGATE_APICURIO_DATA:-$HERE/.data}"
 [[ "$DATA" == /* ]] || DATA="$PWD/$DATA"
-PORT="${TOOLGATE_REGISTRY_PORT:-18081}"
+PORT="${TOOLGATE_APICURIO_PORT:-18081}"
 HOST=127.0.0.1
 PIDFILE="$DATA/registry-$PORT.pid"
 LOCKFILE="$DATA/.lock"
 LOG="$DATA/registry-$PORT.log"
-START_TIMEOUT="${TOOLGATE_REGISTRY_START_TIMEOUT:-120}"
-STOP_TIMEOUT="${TOOLGATE_REGISTRY_STOP_TIMEOUT:-20}"
-HEAP="${TOOLGATE_REGISTRY_HEAP:-384m}"
+START_TIMEOUT="${TOOLGATE_APICURIO_START_TIMEOUT:-120}"
+STOP_TIMEOUT="${TOOLGATE_APICURIO_STOP_TIMEOUT:-20}"
+HEAP="${TOOLGATE_APICURIO_HEAP:-384m}"
 URL="http://$HOST:$PORT"
 PROBE="$URL/apis/ccompat/v7/subjects"
 
@@ -46,9 +46,9 @@ say() { printf 'registry.sh: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
 [[ "$PORT" =~ ^[0-9]+$ ]] && ((PORT > 0 && PORT < 65536)) ||
-  die "TOOLGATE_REGISTRY_PORT ($PORT) must be a port number (1-65535)"
+  die "TOOLGATE_APICURIO_PORT ($PORT) must be a port number (1-65535)"
 [[ "$START_TIMEOUT" =~ ^[0-9]+$ && "$STOP_TIMEOUT" =~ ^[0-9]+$ ]] ||
-  die "TOOLGATE_REGISTRY_START_TIMEOUT and TOOLGATE_REGISTRY_STOP_TIMEOUT must be whole seconds"
+  die "TOOLGATE_APICURIO_START_TIMEOUT and TOOLGATE_APICURIO_STOP_TIMEOUT must be whole seconds"
 
 usage() {
   sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
