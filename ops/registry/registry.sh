@@ -10,7 +10,8 @@
 #   registry.sh ensure         like start, but a registry that already answers on the port
 #                              (another checkout's) is used as it is, and left running
 #   registry.sh with CMD...    run CMD with a registry; one started here is stopped afterwards;
-#                              CMD's exit code is kept. Exports TOOLGATE_REGISTRY_URL.
+#                              CMD's exit code is kept. Exports TOOLGATE_REGISTRY_URL
+#                              (the Confluent-compatible API, .../apis/ccompat/v7).
 #
 # Listens on 127.0.0.1:18081. The build lives in .build/ (app/ holds the runnable jar), the pid
 # file and the log in .data/ next to this script (both git-ignored). Storage is in memory: a
@@ -51,7 +52,7 @@ die() { say "error: $*"; exit 1; }
   die "TOOLGATE_APICURIO_START_TIMEOUT and TOOLGATE_APICURIO_STOP_TIMEOUT must be whole seconds"
 
 usage() {
-  sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -223,7 +224,7 @@ cmd_ensure() {
 
 cmd_with() {
   (($# > 0)) || die "usage: registry.sh with CMD [ARGS...]"
-  export TOOLGATE_REGISTRY_URL="$URL"
+  export TOOLGATE_REGISTRY_URL="$URL/apis/ccompat/v7"
   if [[ -n "$(registry_pid)" ]] || answers; then
     (cmd_ensure)
     exec "$@"
