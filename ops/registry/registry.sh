@@ -23,6 +23,10 @@
 #   TOOLGATE_APICURIO_START_TIMEOUT  seconds to wait for it to answer (default 120)
 #   TOOLGATE_APICURIO_STOP_TIMEOUT   seconds between SIGTERM and SIGKILL (default 20)
 #   TOOLGATE_APICURIO_HEAP           JVM heap (default 384m)
+#   TOOLGATE_APICURIO_TLS_PORT       also serve https on this port, with the certificate for
+#                                    localhost and 127.0.0.1 of ops/kafka/secure/make-certs.sh local
+#   TOOLGATE_APICURIO_TLS_DIR        that TLS material (default: tls/ in the data dir; made when
+#                                    missing); clients trust its ca.pem
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,6 +45,10 @@ START_TIMEOUT="${TOOLGATE_APICURIO_START_TIMEOUT:-120}"
 STOP_TIMEOUT="${TOOLGATE_APICURIO_STOP_TIMEOUT:-20}"
 HEAP="${TOOLGATE_APICURIO_HEAP:-384m}"
 URL="http://$HOST:$PORT"
+TLS_PORT="${TOOLGATE_APICURIO_TLS_PORT:-}"
+TLS_DIR="${TOOLGATE_APICURIO_TLS_DIR:-$DATA/tls}"
+[[ "$TLS_DIR" == /* ]] || TLS_DIR="$PWD/$TLS_DIR"
+MAKE_CERTS="$HERE/../kafka/secure/make-certs.sh"
 PROBE="$URL/apis/ccompat/v7/subjects"
 
 say() { printf 'registry.sh: %s\n' "$*" >&2; }
@@ -48,11 +56,13 @@ die() { say "error: $*"; exit 1; }
 
 [[ "$PORT" =~ ^[0-9]+$ ]] && ((PORT > 0 && PORT < 65536)) ||
   die "TOOLGATE_APICURIO_PORT ($PORT) must be a port number (1-65535)"
+[[ -z "$TLS_PORT" || ("$TLS_PORT" =~ ^[0-9]+$ && "$TLS_PORT" != "$PORT") ]] ||
+  die "TOOLGATE_APICURIO_TLS_PORT ($TLS_PORT) must be a port number other than TOOLGATE_APICURIO_PORT"
 [[ "$START_TIMEOUT" =~ ^[0-9]+$ && "$STOP_TIMEOUT" =~ ^[0-9]+$ ]] ||
   die "TOOLGATE_APICURIO_START_TIMEOUT and TOOLGATE_APICURIO_STOP_TIMEOUT must be whole seconds"
 
 usage() {
-  sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -169,16 +179,25 @@ cmd_start() {
     return 0
   fi
   port_open "$PORT" && die "port $HOST:$PORT is taken by another process, not by this registry"
-  local t0=$SECONDS
+  local t0=$SECONDS tls=()
+  if [[ -n "$TLS_PORT" ]]; then
+    port_open "$TLS_PORT" && die "port $HOST:$TLS_PORT is taken by another process"
+    bash "$MAKE_CERTS" local "$TLS_DIR" >/dev/null || die "making the TLS material in $TLS_DIR failed"
+    tls=("-Dquarkus.http.ssl-port=$TLS_PORT" "-Dquarkus.http.ssl.certificate.key-store-file=$TLS_DIR/broker.p12"
+      "-Dquarkus.http.ssl.certificate.key-store-file-type=PKCS12")
+    # The keystore's password through the environment, not the command line others can read.
+    QUARKUS_HTTP_SSL_CERTIFICATE_KEY_STORE_PASSWORD="$(cat "$TLS_DIR/keystore.pass")"
+    export QUARKUS_HTTP_SSL_CERTIFICATE_KEY_STORE_PASSWORD
+  fi
   : >"$LOG"
   nohup java "-Xms64m" "-Xmx$HEAP" -XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1 \
     "-Dquarkus.http.port=$PORT" "-Dquarkus.http.host=$HOST" -Dquarkus.log.level=WARN \
-    -Dquarkus.log.category.io.quarkus.level=INFO \
+    -Dquarkus.log.category.io.quarkus.level=INFO ${tls[@]+"${tls[@]}"} \
     -jar "$APP/registry.jar" </dev/null >>"$LOG" 2>&1 9>&- &
   pid=$!
   echo "$pid" >"$PIDFILE"
   wait_ready "$pid"
-  say "Apicurio Registry ready on $URL (pid $pid, $((SECONDS - t0))s)"
+  say "Apicurio Registry ready on $URL${TLS_PORT:+ and https://$HOST:$TLS_PORT (CA: $TLS_DIR/ca.pem)} (pid $pid, $((SECONDS - t0))s)"
 }
 
 cmd_stop() {

@@ -81,13 +81,20 @@ def registered(client: RegistryClient, subject: str) -> list[dict[str, Any]]:
 
 
 class PrivateRegistry:
-    """A registry of the test's own on another port (registry.sh with its own data dir), so it
-    can be stopped and started again without touching the shared one."""
+    """A registry of the test's own on other ports (registry.sh with its own data dir), so it
+    can be stopped and started again without touching the shared one; https beside http."""
 
-    def __init__(self, port: int, data: Path) -> None:
+    def __init__(self, port: int, tls_port: int, data: Path) -> None:
         self.port = port
-        self.env = {**os.environ, "TOOLGATE_APICURIO_PORT": str(port), "TOOLGATE_APICURIO_DATA": str(data)}
+        self.env = {
+            **os.environ,
+            "TOOLGATE_APICURIO_PORT": str(port),
+            "TOOLGATE_APICURIO_TLS_PORT": str(tls_port),
+            "TOOLGATE_APICURIO_DATA": str(data),
+        }
         self.url = f"http://127.0.0.1:{port}/apis/ccompat/v7"
+        self.https_url = f"https://127.0.0.1:{tls_port}/apis/ccompat/v7"
+        self.tls = data / "tls"  # ca.pem: the CA of its certificate; other-ca.pem: one that signed nothing
 
     def _script(self, command: str) -> None:
         done = subprocess.run(
@@ -104,9 +111,9 @@ class PrivateRegistry:
         self._script("stop")
 
 
-def private_registry(port: int, data: Path) -> Iterator[PrivateRegistry]:
-    """A started :class:`PrivateRegistry`, stopped afterwards."""
-    registry = PrivateRegistry(port, data)
+def private_registry(port: int, tls_port: int, data: Path) -> Iterator[PrivateRegistry]:
+    """A started :class:`PrivateRegistry` (http on ``port``, https on ``tls_port``), stopped afterwards."""
+    registry = PrivateRegistry(port, tls_port, data)
     registry.start()
     try:
         yield registry

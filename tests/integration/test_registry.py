@@ -25,6 +25,7 @@ from tests.integration.registry_kit import (
 )
 
 PRIVATE_PORT = 28081
+PRIVATE_TLS_PORT = 28443
 DEAD_URL = "http://127.0.0.1:9/apis/ccompat/v7"  # the discard port: nothing answers
 
 
@@ -243,7 +244,31 @@ class TestOutage:
 @pytest.fixture(scope="module")
 def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRegistry]:
     registry_client()  # the same requirement as the shared registry (and its build)
-    yield from private_registry(PRIVATE_PORT, tmp_path_factory.mktemp("private-registry"))
+    yield from private_registry(PRIVATE_PORT, PRIVATE_TLS_PORT, tmp_path_factory.mktemp("private-registry"))
+
+
+class TestTls:
+    """An https registry: trusted through TOOLGATE_REGISTRY_CA_FILE, refused in one line otherwise."""
+
+    def test_publish_and_load_over_https(self, private: PrivateRegistry, tmp_path: Path) -> None:
+        """With the registry's CA: publish, then a snapshot of the same versions."""
+        client = RegistryClient(private.https_url, ca_file=str(private.tls / "ca.pem"))
+        tool = new_tool()
+        write_version(tmp_path / "a", tool, "v1")
+        publish(ContractSet.load(tmp_path / "a"), client)
+        current = RegistrySource(client, tmp_path / "snapshots", poll_seconds=1).start()
+        assert _keys(ContractSet.load(current), tool) == _keys(ContractSet.load(tmp_path / "a"), tool)
+
+    @pytest.mark.parametrize("ca", ["other-ca.pem", None])
+    def test_an_untrusted_certificate(self, private: PrivateRegistry, ca: str | None) -> None:
+        """Another CA, or the system's: one line naming the registry and the certificate check."""
+        client = RegistryClient(private.https_url, ca_file=str(private.tls / ca) if ca else None)
+        with pytest.raises(RegistryError) as caught:
+            client.subjects()
+        text = str(caught.value)
+        assert text.startswith(f"schema registry {private.https_url}: unreachable")
+        assert "CERTIFICATE_VERIFY_FAILED" in text
+        assert "\n" not in text
 
 
 class TestOutageWhileRunning:
