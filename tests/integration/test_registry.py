@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -80,6 +81,26 @@ class TestPublish:
         pull(client, pulled)
         statuses = {c.key: c.spec.status for c in ContractSet.load(pulled) if c.spec.tool == tool}
         assert statuses == {f"{tool}@v1": "retired", f"{tool}@v1.1": "active"}
+
+    def test_earlier_statuses_registered_again(self, client: RegistryClient, tmp_path: Path) -> None:
+        """Retired, then active again: the newest registration wins, though its statuses were seen."""
+        tool = new_tool()
+        write_version(tmp_path, tool, "v1")
+        write_version(tmp_path, tool, "v1.1", decisions=["approved", "rejected", "pending", "withdrawn"])
+        publish(ContractSet.load(tmp_path), client)
+        contract = tmp_path / tool / "v1" / "contract.yaml"
+        for status in ("retired", "active"):
+            contract.write_text(re.sub(r"status: \w+", f"status: {status}", contract.read_text()))
+            publish(ContractSet.load(tmp_path), client)
+        assert [m["statuses"]["0"] for m in registered(client, subject_of(tool, 1))] == [
+            "active",
+            "active",
+            "retired",
+            "active",
+        ]
+        pull(client, tmp_path / "pulled")
+        pulled = ContractSet.load(tmp_path / "pulled")
+        assert {c.key: c.spec.status for c in pulled if c.spec.tool == tool}[f"{tool}@v1"] == "active"
 
     def test_a_registered_version_never_changes(self, client: RegistryClient, tmp_path: Path) -> None:
         """Publishing another schema under a registered version is refused, naming it."""

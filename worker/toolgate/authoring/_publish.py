@@ -68,7 +68,9 @@ def _publish_major(client: RegistryClient, subject: str, versions: list[Contract
     statuses: dict[int, str] = {c.spec.minor: c.spec.status for c in versions}
     held: dict[int, Entry] = {}
     newest: Entry | None = None
-    for number in client.versions(subject):
+    numbers = client.versions(subject)
+    sequence = len(numbers)
+    for number in numbers:
         entry = parse_entry(client.schema(subject, number), subject, number)
         if entry is not None:
             held[entry.spec.minor] = newest = entry
@@ -92,13 +94,15 @@ def _publish_major(client: RegistryClient, subject: str, versions: list[Contract
                 f"{contract.key} ({contract.folder}): {subject} already holds a later revision "
                 f"({newest.key}); a revision cannot be added before it"
             )
+        sequence += 1
+        entry = msgspec.structs.replace(entry, sequence=sequence)
         schema_id = _register(client, subject, entry)
         held[contract.spec.minor] = newest = entry
         yield Published(key=contract.key, subject=subject, action="registered", schema_id=schema_id)
     if last is not None and newest is not None and newest.statuses != statuses:
         # The statuses travel with the newest registration: register it again with them.
         top = held[max(held)]
-        again = msgspec.structs.replace(top, statuses=statuses)
+        again = msgspec.structs.replace(top, statuses=statuses, sequence=sequence + 1)
         schema_id = _register(client, subject, again)
         yield Published(key=top.key, subject=subject, action="statuses", schema_id=schema_id)
 

@@ -13,7 +13,10 @@ beside it under the annotation keyword ``x-toolgate``:
     the revision; ``contract`` the decoded ``contract.yaml`` (status, limits, projection,
     rules, signature, ...); ``fixtures`` the digest of its fixture files; ``digest`` the
     version's contract digest (``toolgate_contract_info{digest}``); ``dialect`` the schema's own
-    ``$schema``; ``statuses`` the status of every revision of the major version, by minor.
+    ``$schema``; ``statuses`` the status of every revision of the major version, by minor;
+    ``sequence`` the registration's place in the subject (1, 2, ...), so that registering
+    earlier statuses again is a new registration, not the old one (registries answer an
+    identical document with the version that holds it).
 
 Registries check JSON Schema compatibility with drafts 4 to 7 (Apicurio Registry cannot
 parse a 2020-12 document), so the registered ``$schema`` is draft-07 and the contract's own
@@ -82,6 +85,7 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
     fixtures: str
     digest: str
     statuses: dict[int, str]  # minor -> status, as of this registration
+    sequence: int = 0  # the registration's place in its subject
 
     @property
     def key(self) -> str:
@@ -105,6 +109,7 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
             "digest": self.digest,
             "dialect": self.schema.get("$schema"),
             "statuses": {str(m): s for m, s in sorted(self.statuses.items())},
+            "sequence": self.sequence,
         }
         return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
@@ -167,7 +172,12 @@ def parse_entry(text: str, subject: str, version: int) -> Entry | None:
             f"published with ({decoded.digest})"
         )
     return Entry(
-        spec=spec, schema=schema, fixtures=decoded.fixtures, digest=decoded.digest, statuses=statuses
+        spec=spec,
+        schema=schema,
+        fixtures=decoded.fixtures,
+        digest=decoded.digest,
+        statuses=statuses,
+        sequence=decoded.sequence,
     )
 
 
@@ -178,6 +188,7 @@ class _Meta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     digest: str
     dialect: str | None
     statuses: dict[str, str]
+    sequence: int = 0
 
 
 def contract_file(entry: Entry, status: str) -> bytes:
