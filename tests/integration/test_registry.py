@@ -318,6 +318,9 @@ class TestOutageWhileRunning:
         private.start()  # in memory: it comes back empty
         assert source.poll() is False
         assert _keys(ContractSet.load(current), tool) == loaded
+        restarted = RegistrySource(client, tmp_path / "snapshots", poll_seconds=1)
+        assert _keys(ContractSet.load(restarted.start()), tool) == loaded  # empty: the snapshot on disk
+        assert restarted.from_disk
         write_version(
             tmp_path / "a", tool, "v1.1", decisions=["approved", "rejected", "pending", "withdrawn"]
         )

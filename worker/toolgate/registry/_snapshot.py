@@ -30,7 +30,7 @@ from toolgate.gate._contracts import ContractSet
 from toolgate.registry._client import RegistryClient, RegistryError
 from toolgate.registry._layout import Entry, check_statuses, contract_file, parse_entry, parse_subject
 
-__all__ = ["MANIFEST", "RegistrySource", "Snapshot", "fetch_contracts", "write_snapshot"]
+__all__ = ["MANIFEST", "EmptyRegistry", "RegistrySource", "Snapshot", "fetch_contracts", "write_snapshot"]
 
 log = logging.getLogger("toolgate.registry")
 
@@ -39,6 +39,10 @@ CURRENT: Final = "current"
 _KEEP: Final = 2  # the current snapshot and the one before (a reader may still be in it)
 
 Versions = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+class EmptyRegistry(ConfigError):
+    """The registry answered but holds no contract version (one restarted empty, in memory)."""
 
 
 class Snapshot:
@@ -111,7 +115,9 @@ def write_snapshot(snapshot: Snapshot, root: Path, source: str) -> Path:
                 json.dumps(entry.schema, indent=2) + "\n", encoding="utf-8"
             )
         if not snapshot.entries:
-            raise ConfigError(f"schema registry {source}: no contract versions (subjects <tool>-v<N>-value)")
+            raise EmptyRegistry(
+                f"schema registry {source}: no contract versions (subjects <tool>-v<N>-value)"
+            )
         ContractSet.load(work)  # the gate's own loader: a set that fails is never current
         digests = {e.key: e.digest for e, _ in snapshot.entries}
         manifest = {
@@ -184,16 +190,16 @@ class RegistrySource:
 
     def start(self) -> Path:
         """The first snapshot: fresh from the registry, or the last complete one on disk when
-        the registry is unreachable (one warning line).
+        the registry is unreachable or holds no version (one warning line).
 
         Raises:
-            ConfigError: the registry is unreachable and no snapshot is on disk; or it answered
+            ConfigError: the registry is unreachable (or empty) and no snapshot is on disk; or it answered
                 with versions that do not load.
         """
         try:
             self._sync()
-        except RegistryError as exc:
-            if exc.refused:
+        except (RegistryError, EmptyRegistry) as exc:
+            if isinstance(exc, RegistryError) and exc.refused:
                 raise
             manifest = read_manifest(self.current)
             if manifest is None:
@@ -201,7 +207,7 @@ class RegistrySource:
             self.from_disk = True
             self._down = True
             log.warning(
-                "schema registry unreachable at start-up; using the last complete snapshot, "
+                "schema registry unreachable or empty at start-up; using the last complete snapshot, "
                 f"fetched {manifest.get('fetched_at')}, in {self.current.resolve()}",
                 extra={"error": str(exc)[:300]},
             )
