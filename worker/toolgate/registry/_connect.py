@@ -11,7 +11,7 @@ from toolgate._config import Config
 from toolgate.registry._client import SOURCE_PREFIX, RegistryClient, parse_source
 from toolgate.registry._snapshot import RegistrySource
 
-__all__ = ["attach", "client_of"]
+__all__ = ["attach", "attached", "client_of", "from_snapshot_on_disk"]
 
 # The source of this process's contracts, when they come from a registry (one per process).
 _ATTACHED: list[RegistrySource] = []
