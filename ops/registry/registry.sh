@@ -105,11 +105,17 @@ cmd_build() {
   say "registry ready in $APP ($(find "$APP/lib" -name '*.jar' | wc -l) jars)"
 }
 
-# HTTP 200 with a JSON array from the subjects listing: the registry serves.
+# HTTP 200 with a JSON array from the subjects listing: the registry serves (the standard
+# library's HTTP client: no curl needed).
 answers() {
-  local body
-  body="$(curl -s -m 3 -f "$PROBE" 2>/dev/null)" || return 1
-  [[ "$body" == \[* ]]
+  python3 - "$PROBE" <<'PY'
+import json, sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=3) as response:
+        sys.exit(0 if isinstance(json.loads(response.read()), list) else 1)
+except (OSError, ValueError):
+    sys.exit(1)
+PY
 }
 
 port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
