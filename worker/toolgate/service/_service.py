@@ -38,6 +38,7 @@ from toolgate.gate._batch import Batch, ShadowSampler
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import OutRecord
+from toolgate.registry._connect import from_snapshot_on_disk
 from toolgate.service._kafka import (
     AiokafkaClients,
     Consumer,
@@ -200,6 +201,7 @@ class Worker:
 
     def _export_contracts(self, gate: Gate) -> None:
         self.metrics.contract_info.clear()  # a reload may have retired or removed versions
+        self.metrics.contracts_from_snapshot.set(1 if from_snapshot_on_disk() else 0)
         self.metrics.initialise(
             [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts]
         )
