@@ -30,7 +30,10 @@ import re2
 from toolgate._errors import ContractError
 
 # draft: loaded, linted and tested, never decides nor shadows (import-mcp writes drafts).
-Status = Literal["active", "shadow", "retired", "draft"]
+# disabled: reviewed and deliberately not served: loaded, linted and tested, never decides
+# nor shadows, never listed by the MCP proxy; unlike draft, not a lint finding.
+Status = Literal["active", "shadow", "retired", "draft", "disabled"]
+NOT_LIVE: Final = frozenset({"draft", "disabled"})  # statuses that never decide nor shadow
 JSON_CONTENT_TYPE: Final = "application/json"
 TEXT_CONTENT_TYPE: Final = "text/plain"
 MASK = "[masked]"
@@ -683,7 +686,8 @@ class ContractSet:
 
     def _select(self, tool: str, adapter_version: str | None) -> Contract | None:
         for contract in self._by_tool.get(tool, ()):
-            if contract.spec.status in ("shadow", "draft") or not serves(contract, adapter_version):
+            status = contract.spec.status
+            if status == "shadow" or status in NOT_LIVE or not serves(contract, adapter_version):
                 continue
             if adapter_version is None and contract.spec.status == "retired":
                 continue

@@ -13,6 +13,7 @@ from typing import Any
 
 from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
+from toolgate.gate._contracts import NOT_LIVE, Contract
 from toolgate.gate._gate import Gate
 from toolgate.service._kafka import copartition_problem, partition_of
 from toolgate.service._metrics import HealthServer
@@ -131,19 +132,29 @@ def check_signature_keys(gate: Gate, keyring_file: str | None) -> None:
     where = f"TOOLGATE_KEYRING={keyring_file}" if keyring_file else "no keyring: TOOLGATE_KEYRING is not set"
     for contract in gate.contracts:
         signature = contract.spec.signature
-        if signature is None:
-            continue
+        if signature is None or contract.spec.status in NOT_LIVE:
+            continue  # a draft or disabled version never decides: it verifies nothing live
         key = gate.keyring.get(signature.key_id)
         if key is None:
             raise ConfigError(
                 f"contract {contract.key} ({contract.path}) requires signature key {signature.key_id!r}, "
-                f"which the keyring lacks ({where})"
+                f"which the keyring lacks ({where}){_keyring_hint(contract, keyring_file)}"
             )
         if key.algorithm != signature.algorithm:
             raise ConfigError(
                 f"contract {contract.key} ({contract.path}) requires a {signature.algorithm} key "
                 f"{signature.key_id!r}; the keyring's is {key.algorithm} ({where})"
             )
+
+
+def _keyring_hint(contract: Contract, keyring_file: str | None) -> str:
+    """Where the key can come from: the option and variable that name a keyring and, when
+    the contracts folder holds the sample keyring of its fixtures, that file."""
+    sample = contract.folder.parent.parent / "fixtures-keyring.toml"  # authoring's FIXTURES_KEYRING
+    hint = "; give the adapter's keyring with --keyring FILE or TOOLGATE_KEYRING=FILE"
+    if sample.is_file() and str(sample) != keyring_file:
+        hint += f" (the sample keyring of these contracts' fixtures is {sample})"
+    return hint
 
 
 def log_topics(counts: dict[str, int]) -> None:
