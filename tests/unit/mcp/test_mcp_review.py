@@ -61,3 +61,63 @@ class TestDisabled:
         outcomes = list(iter_outcomes(contracts, fixtures_keyring(tmp_path)))
         assert len(outcomes) >= 3 * len(contracts.tools)
         assert [o.case.name for o in outcomes if not o.ok] == []
+
+
+def _tool(name: str, output_schema: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": name, "inputSchema": {"type": "object"}, **extra}
+    if output_schema is not None:
+        tool["outputSchema"] = output_schema
+    return tool
+
+
+class TestPatternExamples:
+    """The example fixture of a string with a pattern is built from the pattern, checked by RE2."""
+
+    def test_the_note_id_pattern_gives_its_shortest_id(self, tmp_path: Path) -> None:
+        """`^N-[0-9]{1,6}$` gives `N-0`: an accept fixture, no note to add one by hand, fixtures pass."""
+        import json
+
+        schema = {
+            "type": "object",
+            "properties": {"note_id": {"type": "string", "pattern": "^N-[0-9]{1,6}$"}},
+            "required": ["note_id"],
+        }
+        lines = _import(tmp_path, [_tool("get_note", schema)])
+        assert not [line for line in lines if "no example could be generated" in line]
+        example = json.loads((tmp_path / "deployer.get_note/v1/fixtures/accept/example.json").read_text())
+        assert example["value"]["structuredContent"] == {"note_id": "N-0"}
+        outcomes = list(iter_outcomes(ContractSet.load(tmp_path), fixtures_keyring(tmp_path)))
+        assert [o.case.name for o in outcomes if not o.ok] == []
+
+    @pytest.mark.parametrize(
+        ("pattern", "min_length", "max_length"),
+        [
+            ("^N-[0-9]{1,6}$", 0, None),
+            ("^[A-Z]{2}\\d{3}$", 0, None),
+            ("^(ab|cd){2,}$", 6, None),
+            ("^[^a-z0]\\w\\s.$", 0, None),
+            ("^x+$", 5, 9),
+            ("^(?:v|V)[0-9]+\\.[0-9]+$", 0, 20),
+            ("[a-f]{3}", 0, None),
+            ("^$", 0, None),
+        ],
+    )
+    def test_every_built_string_matches_under_re2_and_fits(
+        self, pattern: str, min_length: int, max_length: int | None
+    ) -> None:
+        """What is built, RE2 finds the pattern in, within the length bounds."""
+        import re2
+        from toolgate.mcp._patterns import pattern_example
+
+        built = pattern_example(pattern, min_length=min_length, max_length=max_length)
+        assert built is not None
+        assert re2.search(pattern, built) is not None
+        assert min_length <= len(built) <= (max_length if max_length is not None else 4096)
+
+    @pytest.mark.parametrize("pattern", ["^(?=a)b$", "^(a)\\1$", "^\\p{Greek}+$", "^x{3}$"])
+    def test_no_string_where_none_can_be_built(self, pattern: str) -> None:
+        """Look-arounds and back-references (RE2 refuses them), what the parser cannot read, and a
+        length the bounds exclude give no string: the note to add a fixture by hand stays."""
+        from toolgate.mcp._patterns import pattern_example
+
+        assert pattern_example(pattern, max_length=2) is None

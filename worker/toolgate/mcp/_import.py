@@ -56,6 +56,7 @@ from toolgate.gate._contracts import (
     qualified_name,
 )
 from toolgate.gate._parse import parse_json
+from toolgate.mcp._patterns import pattern_example
 
 DEFAULT_MAX_STRING = 1024
 DEFAULT_MAX_ITEMS = 100
@@ -389,11 +390,18 @@ class _Examples:
         if length > self.max_string:
             raise _NoExample("no example string that long")
         pattern = node.get("pattern")
+        longest = node.get("maxLength", length + 10)
+        if isinstance(pattern, str):
+            limit = min(longest, self.max_string) if isinstance(longest, int) else self.max_string
+            built = pattern_example(pattern, min_length=length, max_length=limit)
+            if built is not None:
+                return built
+        options = re2.Options()
+        options.log_errors = False
         try:
-            regex = re2.compile(pattern) if isinstance(pattern, str) else None
+            regex = re2.compile(pattern, options) if isinstance(pattern, str) else None
         except re2.error as exc:
             raise _NoExample("a pattern RE2 cannot run") from exc
-        longest = node.get("maxLength", length + 10)
         for candidate in [c * length for c in ("a", "0", "A", "a0")] + ["example", "0000000"]:
             if len(candidate) < length or (isinstance(longest, int) and len(candidate) > longest):
                 continue
