@@ -121,3 +121,83 @@ class TestPatternExamples:
         from toolgate.mcp._patterns import pattern_example
 
         assert pattern_example(pattern, max_length=2) is None
+
+
+class TestRefusesBeforeWriting:
+    """import-mcp names, connects, lists and closes every tool before it creates any folder."""
+
+    def _run(self, tmp_path: Path, *options: str) -> int:
+        import argparse
+
+        from toolgate.mcp._import import add_arguments, run
+
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        return run(parser.parse_args(list(options)), str(tmp_path / "contracts"))
+
+    def test_a_bad_server_name_creates_no_folder(self, tmp_path: Path) -> None:
+        """`--server My.Time` is refused, and the contracts folder is not created first."""
+        from toolgate._errors import ConfigError
+
+        saved = tmp_path / "tools.json"
+        saved.write_text('{"tools": [{"name": "get_time", "inputSchema": {"type": "object"}}]}')
+        with pytest.raises(ConfigError, match=r"--server 'My\.Time': must match"):
+            self._run(tmp_path, "--server", "My.Time", "--tools-list", str(saved))
+        assert not (tmp_path / "contracts").exists()
+
+    def test_an_unreachable_server_creates_no_folder(self, tmp_path: Path) -> None:
+        """A --command that is no MCP server is one line, and nothing is written."""
+        from toolgate._errors import ConfigError
+
+        with pytest.raises(ConfigError, match="cannot list tools"):
+            self._run(tmp_path, "--server", "srv", "--command", "true", "--timeout", "20")
+        assert not (tmp_path / "contracts").exists()
+
+    def test_a_tool_not_listed_or_every_tool_refused_creates_no_folder(self, tmp_path: Path) -> None:
+        """--tool naming no listed tool, or a listing whose every tool is refused: no folder."""
+        from toolgate._errors import ConfigError
+
+        saved = tmp_path / "tools.json"
+        saved.write_text('{"tools": [{"name": "bad name", "inputSchema": {"type": "object"}}]}')
+        with pytest.raises(ConfigError, match="no such tool"):
+            self._run(tmp_path, "--server", "srv", "--tools-list", str(saved), "--tool", "other")
+        assert not (tmp_path / "contracts").exists()
+        assert self._run(tmp_path, "--server", "srv", "--tools-list", str(saved)) == 1
+        assert not (tmp_path / "contracts").exists()
+
+    def test_one_refused_tool_among_good_ones_still_writes_the_good(self, tmp_path: Path) -> None:
+        """Refusal is per tool: the others are planned whole and then written."""
+        saved = tmp_path / "tools.json"
+        saved.write_text(
+            '{"tools": [{"name": "bad name", "inputSchema": {"type": "object"}},'
+            ' {"name": "fine", "inputSchema": {"type": "object"}}]}'
+        )
+        assert self._run(tmp_path, "--server", "srv", "--tools-list", str(saved)) == 1
+        assert [p.parent.name for p in (tmp_path / "contracts").glob("*/v*")] == ["srv.fine"]
+
+
+class TestWrongServer:
+    """mcp-proxy with a wrong --server names the servers there are, never a name import refuses."""
+
+    def test_an_unknown_server_lists_the_servers_there_are(
+        self, tmp_path: Path, tools: list[dict[str, Any]]
+    ) -> None:
+        """A valid name with no contract: the servers with contracts are named, and import-mcp too."""
+        from toolgate.mcp._proxy import no_tools_served
+
+        _import(tmp_path, tools)
+        line = no_tools_served(ContractSet.load(tmp_path), "billing", "contracts")
+        assert "the MCP servers with contracts there: deployer" in line
+        assert "import-mcp --server billing" in line
+
+    def test_a_name_import_would_refuse_is_never_suggested(
+        self, tmp_path: Path, tools: list[dict[str, Any]]
+    ) -> None:
+        """`My.Time` is not a server name: said so with the rule, the servers listed, no import hint."""
+        from toolgate.mcp._proxy import no_tools_served
+
+        _import(tmp_path, tools)
+        line = no_tools_served(ContractSet.load(tmp_path), "My.Time", "contracts")
+        assert line.startswith("--server 'My.Time': not an MCP server name (^[a-z][a-z0-9_-]{0,31}$)")
+        assert "the MCP servers with contracts there: deployer" in line
+        assert "import-mcp" not in line

@@ -599,6 +599,22 @@ def _json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
+@dataclass
+class Planned:
+    """One tool's next version, built in memory: nothing of it is on disk yet."""
+
+    tool: str  # the qualified contract name
+    folder: Path
+    previous: Path | None
+    files: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+    def write(self) -> Imported:
+        """Write the version whole (see :func:`_write_whole`)."""
+        _write_whole(self.folder, self.files)
+        return Imported(self.tool, self.folder, "draft", self.previous, notes=list(self.notes))
+
+
 def import_tool(
     root: Path,
     server: str,
@@ -609,6 +625,25 @@ def import_tool(
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Imported:
     """Write the next contract version of one listed tool, whole or not at all.
+
+    Raises:
+        Refused: the tool cannot be imported (one line: the tool and why).
+    """
+    return plan_tool(
+        root, server, tool, max_string=max_string, max_items=max_items, max_bytes=max_bytes
+    ).write()
+
+
+def plan_tool(
+    root: Path,
+    server: str,
+    tool: dict[str, Any],
+    *,
+    max_string: int = DEFAULT_MAX_STRING,
+    max_items: int = DEFAULT_MAX_ITEMS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Planned:
+    """The next contract version of one listed tool, built in memory (``root`` is only read).
 
     A tool with an ``outputSchema`` gets its closed schema; one without gets a text-only
     contract (no ``data``, its text blocks as bounded ``untrusted_text``). Either is
@@ -674,8 +709,7 @@ def import_tool(
     }
     for relative, content in _fixtures(qualified, schema, good, text_only=text_only).items():
         files[f"fixtures/{relative}"] = json.dumps(content, indent=2) + "\n"
-    _write_whole(folder, files)
-    return Imported(qualified, folder, "draft", previous, notes=notes)
+    return Planned(qualified, folder, previous, files, notes)
 
 
 def _write_whole(folder: Path, files: dict[str, str]) -> None:
@@ -757,17 +791,27 @@ def import_listing(
         if wanted not in names:
             raise ConfigError(f"--tool {ascii(wanted)[:140]}: the server lists no such tool")
     outcome = Outcome()
+    # Every tool is named, closed and built first: nothing is written, not even the
+    # contracts folder, until each listed tool is either planned or refused.
+    planned: list[Planned] = []
     for tool in tools:
         if only and tool.get("name") not in only:
             continue
         try:
-            imported = import_tool(
+            plan = plan_tool(
                 root, server, tool, max_string=max_string, max_items=max_items, max_bytes=max_bytes
             )
+            if any(p.tool == plan.tool for p in planned):
+                raise _refuse(str(tool.get("name")), "listed more than once")
         except Refused as exc:
             outcome.refused.append(str(exc))
             out(f"refused: {exc}")
             continue
+        planned.append(plan)
+    if planned:
+        make_contracts_folder(root, out)
+    for plan in planned:
+        imported = plan.write()
         try:
             imported.lint = lint_lines(imported.folder)
             if imported.previous is not None:
@@ -782,6 +826,43 @@ def import_listing(
         f"{len(outcome.refused)} tools refused"
     )
     return outcome
+
+
+def check_contracts_folder(root: Path) -> None:
+    """Refuse a contracts path that is a file, or whose parent is missing (a mistyped path is
+    refused rather than created deep), before anything is connected to or written.
+
+    Raises:
+        ConfigError: naming the path and the options that name it.
+    """
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"{root}: not a folder (--contracts or TOOLGATE_CONTRACTS_DIR names the contracts folder)"
+        )
+    if not root.exists() and not root.absolute().parent.is_dir():
+        raise ConfigError(
+            f"{root}: cannot create the contracts folder (its parent {root.absolute().parent} does not "
+            "exist; --contracts or TOOLGATE_CONTRACTS_DIR names it)"
+        )
+
+
+def make_contracts_folder(root: Path, out: Callable[[str], None] = print) -> None:
+    """Create the contracts folder (not its parents) when missing, saying so.
+
+    Raises:
+        ConfigError: it cannot be created, naming the path.
+    """
+    check_contracts_folder(root)
+    if root.is_dir():
+        return
+    try:
+        root.mkdir()
+    except OSError as exc:
+        raise ConfigError(
+            f"{root}: cannot create the contracts folder ({exc.strerror}; --contracts or "
+            "TOOLGATE_CONTRACTS_DIR names it)"
+        ) from None
+    out(f"created the contracts folder {root}")
 
 
 def _report(imported: Imported) -> Iterator[str]:
@@ -837,23 +918,11 @@ def run(args: argparse.Namespace, contracts_dir: str) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be in 1..{ceiling}")
     if not 1 <= args.max_bytes <= 8 * 1024 * 1024:
         raise ConfigError("--max-bytes must be in 1..8388608")
-    tools = read_listing(Path(args.tools_list)) if args.tools_list else _fetch(args)
+    if MCP_SERVER_NAME.fullmatch(args.server) is None:
+        raise ConfigError(f"--server {ascii(args.server)[:80]}: must match {MCP_SERVER_NAME.pattern}")
     root = Path(contracts_dir)
-    if root.exists() and not root.is_dir():
-        raise ConfigError(
-            f"{root}: not a folder (--contracts or TOOLGATE_CONTRACTS_DIR names the contracts folder)"
-        )
-    if not root.is_dir():
-        # The first import starts the contracts folder; its parent must exist, so a
-        # mistyped path is refused rather than created deep.
-        try:
-            root.mkdir()
-        except OSError as exc:
-            raise ConfigError(
-                f"{root}: cannot create the contracts folder ({exc.strerror}; --contracts or "
-                "TOOLGATE_CONTRACTS_DIR names it)"
-            ) from None
-        print(f"created the contracts folder {root}")
+    check_contracts_folder(root)
+    tools = read_listing(Path(args.tools_list)) if args.tools_list else _fetch(args)
     outcome = import_listing(
         root,
         args.server,

@@ -45,7 +45,7 @@ from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
 from toolgate._version import __version__
 from toolgate.client import Answer, AnswerTimeout, Client, ClientClosed, Signer
-from toolgate.gate._contracts import Contract, ContractSet, qualified_name
+from toolgate.gate._contracts import MCP_SERVER_NAME, Contract, ContractSet, qualified_name
 from toolgate.gate._project import output_schema
 from toolgate.gate._signing import Keyring
 
@@ -534,8 +534,19 @@ def no_tools_served(contracts: ContractSet, server: str, contracts_dir: str) -> 
             f"({', '.join(drafts)}): review each, settle `toolgate contracts lint` and set "
             "status: active in its contract.yaml"
         )
+    servers = sorted({c.spec.mcp.server for c in contracts.contracts if c.spec.mcp is not None})
+    there = (
+        f"the MCP servers with contracts there: {', '.join(servers)}"
+        if servers
+        else "no MCP contract there at all"
+    )
+    if MCP_SERVER_NAME.fullmatch(server) is None:
+        return (
+            f"--server {ascii(server)[:80]}: not an MCP server name ({MCP_SERVER_NAME.pattern}); "
+            f"{there} ({contracts_dir})"
+        )
     return (
-        f"{contracts_dir}: no active MCP contract for any tool of server {server!r} "
+        f"{contracts_dir}: no active MCP contract for any tool of server {server!r}; {there} "
         f"(toolgate contracts import-mcp --server {server} ... writes them)"
     )
 
