@@ -37,6 +37,9 @@ it at the ``parse`` stage and builds the envelope its schema validates:
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -59,6 +62,19 @@ class McpResult(msgspec.Struct, frozen=True, gc=False):
     envelope: dict[str, Any]
     text: str | None  # joined text blocks, already cut to the contract's bound
     trace: TraceContext | None  # from _meta, when it carries a valid traceparent
+
+
+def definition_digest(tool: Mapping[str, Any]) -> str:
+    """The digest a contract pins of an upstream tool definition: ``sha256:`` and the hex
+    SHA-256 of the tool object exactly as ``tools/list`` sent it on the wire, every member
+    but ``_meta``, as canonical JSON (sorted keys, no white space, UTF-8 unescaped).
+
+    Any change a host's model could read (a description anywhere in ``inputSchema``, a
+    title, an annotation, the output schema) changes it; ``_meta`` is transport detail.
+    """
+    pinned = {name: value for name, value in tool.items() if name != "_meta"}
+    canonical = json.dumps(pinned, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _malformed(detail: str, path: str = "") -> RejectedInput:
@@ -202,6 +218,7 @@ __all__ = [
     "NOT_COMPLETE",
     "UNTRUSTED_TEXT_KEY",
     "McpResult",
+    "definition_digest",
     "looks_like_json",
     "read_result",
     "same_json",
