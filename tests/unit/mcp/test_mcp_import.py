@@ -405,7 +405,9 @@ class TestContractsFolder:
     def test_a_missing_folder_is_created(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """No contracts folder yet: it is created, said so, and the drafts are written into it."""
         saved = tmp_path / "tools.json"
-        saved.write_text(json.dumps({"tools": [{"name": "a", "inputSchema": {}, "outputSchema": _SCHEMA}]}))
+        saved.write_text(
+            json.dumps({"tools": [{"name": "a", "inputSchema": {"type": "object"}, "outputSchema": _SCHEMA}]})
+        )
         contracts = tmp_path / "contracts"
         assert run(self._args(saved), str(contracts)) == 1  # a draft to review
         assert capsys.readouterr().out.splitlines()[0] == f"created the contracts folder {contracts}"
@@ -495,6 +497,10 @@ _tool = st.fixed_dictionaries(
         )
         | _json,
         "description": st.text(max_size=10) | _json,
+        "inputSchema": st.builds(
+            lambda s: {**s, "type": "object"} if isinstance(s, dict) else s, _schema_like
+        )
+        | _json,
     },
 )
 
@@ -525,6 +531,7 @@ class TestFuzzedListings:
                 assert {p.name for p in imported.folder.iterdir()} == {
                     "contract.yaml",
                     "schema.json",
+                    "input.schema.json",
                     "fixtures",
                 }
             if outcome.written:

@@ -531,6 +531,9 @@ def _contract_yaml(spec: dict[str, Any], server: str, mcp_tool: str, *, text_onl
         "# status: draft never decides. Review the projection and the limits, add rules (bind,\n"
         "# freshness, owned_id) and a signature, settle `toolgate contracts lint`, then set\n"
         "# status: active (or shadow).\n"
+        "# mcp.definition and input.schema.json hold the upstream's own text, UNREVIEWED: the\n"
+        "# host's model reads every one of them (lint lists each, unreviewed-text); read them,\n"
+        "# cut or rewrite what should not reach it: status: active marks them reviewed.\n"
     )
     return header + yaml.safe_dump(spec, sort_keys=False, allow_unicode=False, width=100)
 
@@ -687,29 +690,142 @@ def plan_tool(
             good = None
         if good is None:
             notes.append("no example could be generated: add an accept fixture by hand")
+    definition, input_schema = pin_definition(tool, qualified, max_string=max_string, max_items=max_items)
+    notes.extend(definition.pop("notes"))
     major, previous = _next_folder(root / qualified)
-    description = tool.get("description")
-    first_line = description.splitlines()[0][:200] if isinstance(description, str) and description else ""
     spec: dict[str, Any] = {
         "tool": qualified,
         "version": major,
         "status": "draft",
-        "description": first_line or f"MCP tool {name} of {server}",
+        # The operators' line is toolgate's own: the upstream's prose goes to the definition,
+        # where lint lists it as unreviewed text while the version is a draft.
+        "description": f"MCP tool {name} of {server}",
         "adapter_versions": ["*"],
         "schema": "schema.json",
         "limits": {"max_bytes": max_bytes, "max_depth": depth},
-        "mcp": {"server": server, "tool": name, "error_code": ERROR_CODE, "text_max_length": 1000},
+        "mcp": {
+            "server": server,
+            "tool": name,
+            "error_code": ERROR_CODE,
+            "text_max_length": 1000,
+            "definition": definition,
+        },
         "projection": pointers,
         "retry": {"retryable_codes": []},
     }
     folder = root / qualified / f"v{major}"
     files = {
         "schema.json": json.dumps(schema, indent=2) + "\n",
+        INPUT_SCHEMA_FILE: json.dumps(input_schema, indent=2, ensure_ascii=False) + "\n",
         "contract.yaml": _contract_yaml(spec, server, name, text_only=text_only),
     }
     for relative, content in _fixtures(qualified, schema, good, text_only=text_only).items():
         files[f"fixtures/{relative}"] = json.dumps(content, indent=2) + "\n"
     return Planned(qualified, folder, previous, files, notes)
+
+
+INPUT_SCHEMA_FILE = "input.schema.json"
+_ANNOTATION_NAMES = ("title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def pin_definition(
+    tool: dict[str, Any], qualified: str, *, max_string: int, max_items: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``mcp.definition`` section (with a ``notes`` list to pop) and the closed input
+    schema of one listed tool: its title, description and annotations as they came (lint
+    lists them as unreviewed text while the version is a draft), its ``inputSchema``
+    closed and bounded like an output (:func:`toolgate.authoring._close.closed`), and the
+    digest of the tool object as it came (:func:`toolgate.gate._mcp.definition_digest`).
+
+    Raises:
+        Refused: an input schema that cannot be closed soundly, or texts past the bounds.
+    """
+    from toolgate.gate._contracts import MAX_MCP_DESCRIPTION, MAX_MCP_TITLE
+    from toolgate.gate._mcp import definition_digest
+
+    name = str(tool.get("name"))
+    notes: list[str] = []
+    try:
+        digest = definition_digest(tool)
+    except (TypeError, ValueError) as exc:
+        raise _refuse(name, "its definition is not JSON (cannot be pinned)") from exc
+    if "inputSchema" in tool:
+        upstream = tool["inputSchema"]
+    else:
+        upstream = {"type": "object"}
+        notes.append("the tool lists no inputSchema (MCP requires one): pinned as taking no arguments")
+    if not isinstance(upstream, dict) or upstream.get("type") != "object":
+        raise _refuse(name, 'inputSchema must be an object schema that says "type": "object"')
+    if _depth(upstream) > MAX_SCHEMA_DEPTH:
+        raise _refuse(name, f"inputSchema nests deeper than {MAX_SCHEMA_DEPTH}")
+    try:
+        size = len(json.dumps(upstream, allow_nan=False))
+    except ValueError as exc:
+        raise _refuse(name, "inputSchema holds a NaN or infinite number") from exc
+    if size > MAX_SCHEMA_BYTES:
+        raise _refuse(name, f"inputSchema is larger than {MAX_SCHEMA_BYTES} bytes")
+    if _takes_no_arguments(upstream):
+        # MCP's way of saying "no arguments" ({"type": "object"}, empty properties): it takes none.
+        upstream = {**upstream, "additionalProperties": False}
+    try:
+        parts = closed(upstream, qualified, max_string=max_string, max_items=max_items)
+    except Unclosable as exc:
+        raise _refuse(name, f"its inputSchema cannot be closed soundly at {exc}") from exc
+    input_schema = {"$schema": _DIALECT, "type": "object", **parts}
+    try:
+        compile_schema(input_schema)
+    except ValueError as exc:
+        why = str(exc).split("Failed validating")[0].strip().replace(MASK, "a value")
+        raise _refuse(name, f"its inputSchema does not compile as the gate compiles it: {why}") from exc
+    definition: dict[str, Any] = {}
+    title = tool.get("title")
+    if isinstance(title, str) and title:
+        if len(title) > MAX_MCP_TITLE:
+            raise _refuse(name, f"its title is longer than {MAX_MCP_TITLE} characters")
+        definition["title"] = title
+    description = tool.get("description")
+    if isinstance(description, str):
+        if len(description) > MAX_MCP_DESCRIPTION:
+            raise _refuse(name, f"its description is longer than {MAX_MCP_DESCRIPTION} characters")
+        definition["description"] = description
+    definition["input_schema"] = INPUT_SCHEMA_FILE
+    annotations = tool.get("annotations")
+    if isinstance(annotations, dict):
+        kept = {
+            key: value
+            for key, value in annotations.items()
+            if key in _ANNOTATION_NAMES
+            and (
+                isinstance(value, bool)
+                if key != "title"
+                else isinstance(value, str) and 0 < len(value) <= MAX_MCP_TITLE
+            )
+        }
+        dropped = sorted(set(annotations) - set(kept))
+        if dropped:
+            notes.append(
+                f"annotations not pinned (not MCP ToolAnnotations as defined): {', '.join(dropped)}"[:300]
+            )
+        if kept:
+            definition["annotations"] = kept
+    definition["digest"] = digest
+    definition["notes"] = notes
+    return definition, input_schema
+
+
+_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+_DECLARING = ("patternProperties", "allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "if", "dependentSchemas")
+
+
+def _takes_no_arguments(schema: dict[str, Any]) -> bool:
+    """An object schema that declares no member anywhere and leaves the rest open."""
+    properties = schema.get("properties")
+    return (
+        (properties is None or properties == {})
+        and not any(keyword in schema for keyword in _DECLARING)
+        and schema.get("additionalProperties", True) is True
+        and schema.get("unevaluatedProperties", True) is True
+    )
 
 
 def _write_whole(folder: Path, files: dict[str, str]) -> None:
