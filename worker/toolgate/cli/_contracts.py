@@ -65,13 +65,15 @@ def _contracts_test(args: argparse.Namespace, config: Config) -> int:
 
 
 def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.authoring._lint import lint_contracts
+    from toolgate.authoring._lint import context_costs, lint_contracts
     from toolgate.gate._contracts import ContractSet
 
     contracts = ContractSet.load(config.contracts_dir)
     findings = lint_contracts(contracts)
     for finding in findings:
         print(f"{finding.file}: {finding.pointer or '/'}: {finding.rule}: {finding.message}")
+    for note in context_costs(contracts):
+        print(f"note: {note}")
     print(f"{len(contracts)} contract versions: {len(findings)} findings")
     return EXIT_PROBLEM if findings else EXIT_OK
 
