@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import yaml
 
 from toolgate._errors import ConfigError, ContractError, RejectedInput
@@ -50,7 +51,9 @@ from toolgate.gate._contracts import (
     MAX_QUALIFIED_NAME,
     MCP_SERVER_NAME,
     MCP_TOOL_NAME,
+    Contract,
     ContractSet,
+    ContractSpec,
     compile_schema,
     load_contract,
     qualified_name,
@@ -538,19 +541,80 @@ def _contract_yaml(spec: dict[str, Any], server: str, mcp_tool: str, *, text_onl
     return header + yaml.safe_dump(spec, sort_keys=False, allow_unicode=False, width=100)
 
 
-def _next_folder(tool_dir: Path) -> tuple[int, Path | None]:
-    """The next major version number and the folder of the current (highest) version."""
+def _highest_version(tool_dir: Path) -> Path | None:
+    """The folder of the current (highest) version of a tool, or None."""
     if not tool_dir.is_dir():
-        return 1, None
+        return None
     versions = []
     for contract_file in tool_dir.glob("v*/contract.yaml"):
         match = re.fullmatch(r"v(\d+)(?:\.(\d+))?", contract_file.parent.name)
         if match:
             versions.append((int(match[1]), int(match[2] or 0), contract_file.parent))
-    if not versions:
-        return 1, None
-    major, _minor, folder = max(versions)
-    return major + 1, folder
+    return max(versions)[2] if versions else None
+
+
+def _loads(folder: Path | None) -> Contract | None:
+    """The contract in ``folder``, or None when there is none or it does not load."""
+    if folder is None:
+        return None
+    try:
+        return load_contract(folder)
+    except ContractError:
+        return None
+
+
+class Unchanged(Exception):
+    """The listed tool is the definition the current version pins: nothing to write."""
+
+
+def _check_changed(tool: dict[str, Any], current: Contract | None) -> None:
+    """Raise :class:`Unchanged` when ``current`` pins exactly this definition."""
+    from toolgate.gate._mcp import definition_digest
+
+    mcp = current.spec.mcp if current is not None else None
+    if current is None or mcp is None or mcp.definition is None:
+        return
+    try:
+        digest = definition_digest(tool)
+    except (TypeError, ValueError):
+        return
+    if digest == mcp.definition.digest:
+        raise Unchanged(f"{current.folder} ({current.spec.status}) pins this definition ({digest[:19]}...)")
+
+
+def _number(
+    spec: dict[str, Any],
+    previous: Path | None,
+    current: Contract | None,
+    schema: dict[str, Any],
+    input_schema: dict[str, Any],
+) -> None:
+    """Number the new version after the current one: the next minor when the contract diff
+    finds nothing breaking, else the next major (``contracts history`` holds versions to
+    this); after a current version that does not load, the next major."""
+    from toolgate.authoring._contract_diff import diff_contracts
+
+    if previous is None:
+        return  # the first version: v1
+    if current is None:
+        match = re.fullmatch(r"v(\d+)(?:\.\d+)?", previous.name)
+        spec["version"] = int(match[1]) + 1 if match else 1
+        return
+    spec["version"] = current.spec.version
+    spec["minor"] = current.spec.minor + 1
+    ordered = {key: spec[key] for key in ("tool", "version", "minor")} | spec
+    spec.clear()
+    spec.update(ordered)
+    try:
+        candidate = Contract(
+            msgspec.convert(spec, ContractSpec), current.folder.parent / "candidate", schema, input_schema
+        )
+        breaking = any(change.breaking for change in diff_contracts(current, candidate))
+    except (ContractError, msgspec.ValidationError, ValueError):
+        breaking = True
+    if breaking:
+        spec["version"] = current.spec.version + 1
+        del spec["minor"]
 
 
 class Refused(ConfigError):
@@ -659,6 +723,9 @@ def plan_tool(
     qualified = qualified_name(server, name)
     if len(qualified) > MAX_QUALIFIED_NAME:
         raise _refuse(name, f"{qualified!r} exceeds {MAX_QUALIFIED_NAME} characters")
+    previous = _highest_version(root / qualified)
+    current = _loads(previous)
+    _check_changed(tool, current)
     text_only = "outputSchema" not in tool or tool["outputSchema"] is None
     good: Any = None
     notes: list[str] = []
@@ -692,10 +759,9 @@ def plan_tool(
             notes.append("no example could be generated: add an accept fixture by hand")
     definition, input_schema = pin_definition(tool, qualified, max_string=max_string, max_items=max_items)
     notes.extend(definition.pop("notes"))
-    major, previous = _next_folder(root / qualified)
     spec: dict[str, Any] = {
         "tool": qualified,
-        "version": major,
+        "version": 1,
         "status": "draft",
         # The operators' line is toolgate's own: the upstream's prose goes to the definition,
         # where lint lists it as unreviewed text while the version is a draft.
@@ -713,7 +779,9 @@ def plan_tool(
         "projection": pointers,
         "retry": {"retryable_codes": []},
     }
-    folder = root / qualified / f"v{major}"
+    _number(spec, previous, current, schema, input_schema)
+    label = f"v{spec['version']}" if "minor" not in spec else f"v{spec['version']}.{spec['minor']}"
+    folder = root / qualified / label
     files = {
         "schema.json": json.dumps(schema, indent=2) + "\n",
         INPUT_SCHEMA_FILE: json.dumps(input_schema, indent=2, ensure_ascii=False) + "\n",
@@ -876,11 +944,14 @@ class Outcome:
 
     written: list[Imported] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)  # pinned as listed: nothing written
 
     @property
     def exit_code(self) -> int:
-        """0 nothing left to do (nothing was listed), 1 versions to review or tools refused."""
-        return 1 if self.written or self.refused else 0
+        """0 nothing left to do (nothing listed, or every tool pinned as listed and no draft
+        among them), 1 versions to review or tools refused."""
+        drafts = any("(draft)" in line for line in self.unchanged)
+        return 1 if self.written or self.refused or drafts else 0
 
 
 def import_listing(
@@ -923,6 +994,10 @@ def import_listing(
             outcome.refused.append(str(exc))
             out(f"refused: {exc}")
             continue
+        except Unchanged as exc:
+            outcome.unchanged.append(str(exc))
+            out(f"unchanged: {exc}")
+            continue
         planned.append(plan)
     if planned:
         make_contracts_folder(root, out)
@@ -939,7 +1014,7 @@ def import_listing(
             out(line)
     out(
         f"{len(outcome.written)} contract versions written under {root} (status: draft, to review), "
-        f"{len(outcome.refused)} tools refused"
+        f"{len(outcome.refused)} tools refused, {len(outcome.unchanged)} unchanged"
     )
     return outcome
 
