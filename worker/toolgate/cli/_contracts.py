@@ -196,8 +196,10 @@ COMMANDS: tuple[Command, ...] = (
         "untrusted_text). Then a projection of every scalar field and fixtures. A draft\n"
         "never decides: review it, settle `toolgate contracts lint`, set status: active\n"
         "(docs/mcp.md, Quick start, says what to settle).\n"
-        "A version is never overwritten: the next major version is written and the diff\n"
-        "printed. Refused tools print one line each. Exit 1 while drafts are left to\n"
+        "A version is never overwritten: a tool whose live definition differs from the\n"
+        "pinned one is written as the next minor (or, when breaking, major) draft and the\n"
+        "diff printed; one listed as pinned is `unchanged`. Refused tools print one line\n"
+        "each. Exit 1 while drafts are left to\n"
         "review or a tool was refused, 2 when the listing cannot be read. --url must be on\n"
         "the loopback.",
         (
