@@ -461,3 +461,55 @@ class TestChangedDefinition:
         (line,) = [line for line in lines if "definition-text-changed" in line]
         assert "'Current time' -> 'Time, now'" in line
         assert (tmp_path / "deployer.get_current_time/v1.1/contract.yaml").is_file()
+
+
+class TestFixturesFollowBindRules:
+    """A rule a person adds to an imported contract leaves its generated accept fixture passing."""
+
+    def _add_rules(self, root: Path, rules: str) -> None:
+        (path,) = root.glob("deployer.deploy_status/v1/contract.yaml")
+        text = path.read_text().replace("\nstatus: draft\n", "\nstatus: active\n")
+        path.write_text(text + rules)
+
+    def _failures(self, root: Path) -> list[str]:
+        outcomes = list(iter_outcomes(ContractSet.load(root), fixtures_keyring(root)))
+        assert any(o.case.name.endswith("accept/example") for o in outcomes)
+        return [f"{o.case.name}: {o.problem}" for o in outcomes if not o.ok]
+
+    def test_bind_and_owned_id_rules_pass_the_generated_accept_fixture(
+        self, tmp_path: Path, tools: list[dict[str, Any]]
+    ) -> None:
+        """bind on /data/environment and owned_id on /data/revision: every fixture still passes."""
+        _import(tmp_path, tools, only=["deploy_status"])
+        self._add_rules(
+            tmp_path,
+            "rules:\n"
+            "- {kind: bind, pointer: /data/environment, request_key: environment}\n"
+            "- {kind: owned_id, pointer: /data/revision, request_key: revisions}\n",
+        )
+        assert self._failures(tmp_path) == []
+
+    def test_a_request_that_binds_otherwise_still_rejects(
+        self, tmp_path: Path, tools: list[dict[str, Any]]
+    ) -> None:
+        """A fixture whose request gives the key keeps it: the rule compares, and rejects a mismatch."""
+        _import(tmp_path, tools, only=["deploy_status"])
+        self._add_rules(
+            tmp_path, "rules:\n- {kind: bind, pointer: /data/environment, request_key: environment}\n"
+        )
+        folder = tmp_path / "deployer.deploy_status/v1/fixtures"
+        example = json.loads((folder / "accept/example.json").read_text())
+        defaults = json.loads((folder / "defaults.json").read_text())
+        request = {**defaults["request"], "bind": {"environment": "elsewhere"}}
+        mismatch = {
+            **example,
+            "request": request,
+            "expect": {"stage": "semantic", "code": "BINDING_MISMATCH"},
+        }
+        (folder / "reject/other-environment.json").write_text(json.dumps(mismatch))
+        assert self._failures(tmp_path) == []
+        (folder / "reject/other-environment.json").unlink()
+        (folder / "accept/other-environment.json").write_text(json.dumps({**example, "request": request}))
+        assert [line.split(":")[0] for line in self._failures(tmp_path)] == [
+            "deployer.deploy_status@v1/accept/other-environment"
+        ]

@@ -451,8 +451,10 @@ def _fixtures(tool: str, schema: dict[str, Any], good: Any, *, text_only: bool) 
     validator = compile_schema(schema)
     files: dict[str, dict[str, Any]] = {
         "defaults.json": {
-            "description": "shared settings: one outstanding request for this tool",
+            "description": "shared settings: one outstanding request for this tool, asking for what "
+            "the result holds (bind_from_rules: each bind and owned_id rule's key from the value)",
             "now": "2026-05-01T09:15:00Z",
+            "bind_from_rules": True,
             "headers": {
                 "tg-tool": tool,
                 "tg-request-id": _REQUEST_ID,
