@@ -513,3 +513,95 @@ class TestFixturesFollowBindRules:
         assert [line.split(":")[0] for line in self._failures(tmp_path)] == [
             "deployer.deploy_status@v1/accept/other-environment"
         ]
+
+
+def _review_blocks() -> list[str]:
+    """The ```yaml blocks of docs/mcp.md's review steps, dedented, in order."""
+    import re
+    import textwrap
+
+    from tests import ROOT
+
+    text = (ROOT / "docs" / "mcp.md").read_text(encoding="utf-8")
+    section = text.split("**Review.**", 1)[1].split("Then `toolgate contracts lint` prints", 1)[0]
+    return [textwrap.dedent(block) for block in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)]
+
+
+@pytest.fixture(scope="module")
+def time_tools() -> list[dict[str, Any]]:
+    """mcp-server-time's tools/list (the published server from PyPI, over stdio)."""
+    import sys
+
+    from toolgate.mcp._import import stdio_server
+
+    command = Path(sys.executable).parent / "mcp-server-time"
+    assert command.is_file(), "mcp-server-time is in the dev extra: make install"
+    return anyio.run(fetch_listing, stdio_server([str(command)]))
+
+
+class TestDocumentedReviewSteps:
+    """docs/mcp.md's review steps, applied as written to the import of mcp-server-time, pass lint."""
+
+    def _imported(self, root: Path, time_tools: list[dict[str, Any]]) -> Path:
+        import_listing(root, "time", time_tools, only=["get_current_time"], out=lambda _line: None)
+        return root / "time.get_current_time" / "v1"
+
+    def _free_text(self, root: Path) -> set[str]:
+        contracts = ContractSet.load(root)
+        (contract,) = contracts
+        return {
+            contract.spec.projection[int(f.pointer.split("[")[1].rstrip("]"))]
+            for f in lint_contracts(contracts)
+            if f.rule == "free-text-in-data"
+        }
+
+    def test_the_documented_snippets_settle_their_findings(
+        self, tmp_path: Path, time_tools: list[dict[str, Any]]
+    ) -> None:
+        """The free_text block settles its pointer; the rules block loads and keeps the fixtures passing."""
+        free_text, rules = _review_blocks()
+        folder = self._imported(tmp_path, time_tools)
+        before = self._free_text(tmp_path)
+        assert "/data/datetime" in before
+        path = folder / "contract.yaml"
+        path.write_text(path.read_text() + free_text + rules)
+        assert self._free_text(tmp_path) == before - {"/data/datetime"}
+        (contract,) = ContractSet.load(tmp_path)
+        assert [type(rule).__name__ for rule in contract.spec.rules] == ["Bind"]
+        outcomes = list(iter_outcomes(ContractSet.load(tmp_path), fixtures_keyring(tmp_path)))
+        assert [o.case.name for o in outcomes if not o.ok] == []
+
+    def test_every_step_as_written_leaves_lint_clean(
+        self, tmp_path: Path, time_tools: list[dict[str, Any]]
+    ) -> None:
+        """1 rewrite a text, 2 and 3 delete projection entries and name one under free_text, 4 add the
+        bind rule, 5 status: active: 0 findings, every fixture passes."""
+        free_text, rules = _review_blocks()
+        folder = self._imported(tmp_path, time_tools)
+        # 1. rewrite a text where it stands
+        input_path = folder / "input.schema.json"
+        schema = json.loads(input_path.read_text())
+        schema["allOf"][0]["properties"]["timezone"]["description"] = (
+            "An IANA timezone name, e.g. Europe/Paris."
+        )
+        input_path.write_text(json.dumps(schema))
+        # 2 and 3: delete entries from the projection, name the one the agent reads under free_text
+        path = folder / "contract.yaml"
+        kept = [line for line in path.read_text().splitlines() if line not in self._cut(tmp_path)]
+        path.write_text("\n".join(kept) + "\n" + free_text)
+        # 4. the rule
+        path.write_text(path.read_text() + rules)
+        assert {f.rule for f in lint_contracts(ContractSet.load(tmp_path))} == {
+            "draft-version",
+            "unreviewed-text",
+        }
+        # 5. the review
+        _set_status(tmp_path, "active")
+        assert [(f.pointer, f.rule) for f in lint_contracts(ContractSet.load(tmp_path))] == []
+        outcomes = list(iter_outcomes(ContractSet.load(tmp_path), fixtures_keyring(tmp_path)))
+        assert outcomes
+        assert [o.case.name for o in outcomes if not o.ok] == []
+
+    def _cut(self, root: Path) -> set[str]:
+        """The projection lines of the free-text fields other than the one the docs name."""
+        return {f"- {pointer}" for pointer in self._free_text(root) - {"/data/datetime"}}
