@@ -605,3 +605,47 @@ class TestDocumentedReviewSteps:
     def _cut(self, root: Path) -> set[str]:
         """The projection lines of the free-text fields other than the one the docs name."""
         return {f"- {pointer}" for pointer in self._free_text(root) - {"/data/datetime"}}
+
+
+_RAW_SERVER = r"""
+import json, sys
+TOOL = json.loads(sys.argv[1])
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    if message["method"] == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "raw", "version": "1"}}
+    elif message["method"] == "tools/list":
+        result = {"tools": [TOOL]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+"""
+
+
+class TestDigestOfTheWire:
+    """The pinned digest is of the tool object as the server sent it, members the SDK drops included."""
+
+    def test_a_member_the_sdk_does_not_model_counts(self, tmp_path: Path) -> None:
+        """A vendor member and an explicit null reach the digest: it is the wire's, not the SDK model's."""
+        import sys
+
+        from toolgate.gate._mcp import definition_digest
+        from toolgate.mcp._import import stdio_server
+
+        tool = {**_TIME_TOOL, "x-vendor-note": "also read this", "title": None}
+        tool.pop("_meta")
+        script = tmp_path / "raw_server.py"
+        script.write_text(_RAW_SERVER)
+        listed = anyio.run(fetch_listing, stdio_server([sys.executable, str(script), json.dumps(tool)]))
+        assert listed == [tool]
+        _import(tmp_path / "c", listed)
+        (contract,) = ContractSet.load(tmp_path / "c")
+        assert contract.spec.mcp is not None
+        assert contract.spec.mcp.definition is not None
+        assert contract.spec.mcp.definition.digest == definition_digest(tool)
+        assert definition_digest(tool) != definition_digest(
+            {k: v for k, v in tool.items() if k != "x-vendor-note"}
+        )

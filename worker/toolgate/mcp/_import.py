@@ -143,23 +143,31 @@ def check_loopback(url: str) -> None:
 
 
 async def fetch_listing(server: Any) -> list[dict[str, Any]]:
-    """Every page of ``tools/list`` from a server the ``mcp`` client can reach.
+    """Every page of ``tools/list`` from a server the ``mcp`` client can reach, each tool
+    object as the server sent it.
 
     ``server`` is what :class:`mcp.Client` takes: a URL, ``StdioServerParameters`` or,
     in tests, a server object.
     """
+    import mcp.types as types
     from mcp import Client
+    from pydantic import TypeAdapter
 
+    # Each page as it came on the wire (JSON-decoded, not the SDK's model of it): the pinned
+    # digest is of the tool object the server sent, members the SDK does not model included.
+    raw: Any = TypeAdapter(dict[str, Any])  # a result type the SDK validates into: kept whole
     tools: list[dict[str, Any]] = []
     async with Client(server) as client:
         cursor: str | None = None
         for _ in range(1000):  # bounded: a server that pages forever is not followed forever
-            page = await client.list_tools(cursor=cursor)
-            dumped = page.model_dump(by_alias=True, exclude_none=True, mode="json")
-            tools.extend(listing_from_json(dumped, "tools/list"))
-            cursor = page.next_cursor
+            params = types.PaginatedRequestParams(cursor=cursor)
+            page: Any = await client.session.send_request(types.ListToolsRequest(params=params), raw)
+            tools.extend(listing_from_json(page, "tools/list"))
+            cursor = page.get("nextCursor")
             if cursor is None:
                 break
+            if not isinstance(cursor, str):
+                raise ConfigError("tools/list: nextCursor is not a string")
     return tools
 
 
