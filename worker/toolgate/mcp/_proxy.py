@@ -208,7 +208,7 @@ class Proxy:
             advertised = types.Tool(
                 name=tool.name,
                 title=tool.title,
-                description=contract.spec.description or None,
+                description=_reviewed_description(contract),
                 input_schema=tool.input_schema,
                 output_schema=advertised_schema(contract),
             )
@@ -510,6 +510,15 @@ async def serve(args: argparse.Namespace, config: Config, keyring: Keyring | Non
                 await _serve_host(proxy, listen, names)
     if refused is not None:
         raise refused
+
+
+def _reviewed_description(contract: Contract) -> str | None:
+    """The pinned definition's description (import writes the upstream's there, reviewed when
+    the contract is active), else the contract's own line."""
+    definition = contract.spec.mcp.definition if contract.spec.mcp is not None else None
+    if definition is not None:
+        return definition.description
+    return contract.spec.description or None
 
 
 def _first_cause(exc: BaseException) -> str:
