@@ -8,8 +8,10 @@ it at the ``parse`` stage and builds the envelope its schema validates:
   structuredContent}``; the schema validates ``structuredContent`` and projection reads
   it. No ``structuredContent`` means no ``data``: a ``schema`` rejection.
 * ``isError: true``: ``{..., outcome: "failure", error: {code, retryable}}`` with the
-  code and retryable flag the contract maps (MCP has no machine-readable error code);
-  the retry policy then applies as for any failure envelope.
+  code and retryable flag the contract maps (MCP has no machine-readable error code):
+  the first of ``mcp.error_codes`` whose RE2 pattern matches a text block in full, else
+  ``mcp.error_code``; the retry policy then applies as for any failure envelope. The
+  upstream text chooses among codes a person wrote; it never becomes one.
 * ``content`` text blocks become one bounded ``untrusted_text`` string, never ``data``;
   other block types (image, audio, resources) never reach the agent.
 * ``_meta`` is dropped (its ``traceparent``/``tracestate`` are read as trace context).
@@ -39,14 +41,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from toolgate._errors import RejectedInput
+from toolgate.gate._contracts import TextPattern
 from toolgate.gate._parse import parse_json
 from toolgate.gate._trace_context import TraceContext, from_meta
+
+ErrorPattern = tuple[TextPattern, str, bool]  # (RE2 pattern, code, retryable)
 
 MEMBERS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
 BLOCK_TYPES = frozenset({"text", "image", "audio", "resource_link", "resource"})
@@ -127,6 +132,7 @@ def read_result(
     error_retryable: bool,
     text_max_length: int,
     max_depth: int,
+    error_patterns: Sequence[ErrorPattern] = (),
 ) -> McpResult:
     """The envelope of a parsed ``CallToolResult``.
 
@@ -203,8 +209,13 @@ def read_result(
         texts.append(text)
     envelope: dict[str, Any] = {"tool": tool, "request_id": request_id}
     if is_error:
+        code, retryable = error_code, error_retryable
+        for pattern, mapped, mapped_retryable in error_patterns:
+            if any(pattern.fullmatch(text) is not None for text in texts):
+                code, retryable = mapped, mapped_retryable
+                break
         envelope["outcome"] = "failure"
-        envelope["error"] = {"code": error_code, "retryable": error_retryable}
+        envelope["error"] = {"code": code, "retryable": retryable}
     else:
         envelope["outcome"] = "success"
         if has_structured:
@@ -217,6 +228,7 @@ __all__ = [
     "MEMBERS",
     "NOT_COMPLETE",
     "UNTRUSTED_TEXT_KEY",
+    "ErrorPattern",
     "McpResult",
     "definition_digest",
     "looks_like_json",
