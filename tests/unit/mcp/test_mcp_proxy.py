@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import mcp.types as types
 import pytest
+from mcp import Client as McpClient
+from mcp.server import Server
 from toolgate._errors import ConfigError
 from toolgate.client import Answer, Client
 from toolgate.gate._contracts import ContractSet
@@ -29,39 +33,50 @@ from tests.unit.worker_kit import CONFIG, World
 T = CONFIG.topics
 
 
-class Page:
-    def __init__(self, tools: list[Any]) -> None:
-        self.tools = tools
-        self.next_cursor = None
-
-
-class StubUpstream:
-    """What the proxy uses of a connected mcp.Client: list_tools and session.send_request."""
+class Upstream:
+    """A real MCP server of the SDK (tests/mcp_kit.py's tools and results), connected in-process
+    with the SDK's client: ``tools`` is what it lists (change it to change a definition),
+    ``release`` holds its tool calls, ``fail`` makes them a protocol error."""
 
     def __init__(self) -> None:
-        self.session = self
+        self.tools: list[types.Tool] = list(mcp_kit.TOOLS)
         self.release = asyncio.Event()
         self.release.set()
         self.calls = 0
-        self.fail: Exception | None = None
+        self.fail: str | None = None
 
-    async def list_tools(self, cursor: str | None = None) -> Page:
-        return Page(mcp_kit.TOOLS)
+    def server(self) -> Server[Any]:
+        async def list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
+            return types.ListToolsResult(tools=self.tools)
 
-    async def send_request(self, request: Any, _result_type: Any) -> dict[str, Any]:
-        self.calls += 1
-        await self.release.wait()
-        if self.fail is not None:
-            raise self.fail
-        return mcp_kit.dump(mcp_kit._result("ok"))
+        async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> Any:
+            self.calls += 1
+            await self.release.wait()
+            if self.fail is not None:
+                raise ValueError(self.fail)
+            return mcp_kit._result(str((params.arguments or {}).get("case", "ok")))
+
+        return Server(mcp_kit.SERVER, on_list_tools=list_tools, on_call_tool=call_tool)
+
+    @asynccontextmanager
+    async def connected(self) -> AsyncIterator[McpClient]:
+        async with McpClient(self.server()) as client:
+            yield client
+
+
+def imported(root: Path, only: list[str], *, pin: bool = True, review: bool = True) -> ContractSet:
+    """mcp_kit's tools imported under ``root``, pinned to their listed definitions, reviewed."""
+    import_listing(root, mcp_kit.SERVER, mcp_kit.listing_json(), only=only, out=lambda _line: None)
+    if pin:
+        mcp_kit.pin(root, mcp_kit.listing_json())
+    if review:
+        mcp_kit.review(root)
+    return ContractSet.load(root)
 
 
 @pytest.fixture
 def proxy_contracts(tmp_path: Path) -> ContractSet:
-    listing = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in mcp_kit.TOOLS]
-    import_listing(tmp_path, mcp_kit.SERVER, listing, only=["deploy_status"], out=lambda _line: None)
-    mcp_kit.review(tmp_path)
-    return ContractSet.load(tmp_path)
+    return imported(tmp_path, ["deploy_status"])
 
 
 @pytest.fixture
@@ -93,6 +108,17 @@ async def answering(world: World, stop: asyncio.Event) -> None:
         await world.broker.wait_for_change(0.05)
 
 
+def intake_records(world: World) -> list[Any]:
+    return [r for p in world.broker.logs[T.intake] for r in p]
+
+
+def code_of(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    code: str = json.loads(block.text)["error"]["code"]
+    return code
+
+
 class TestCalls:
     """The proxy's answers come from envelopes; its own failures are fixed codes."""
 
@@ -100,21 +126,19 @@ class TestCalls:
         self, world: World, proxy_contracts: ContractSet
     ) -> None:
         """Only the contracted tool is listed, with its closed schema; the answer is the envelope's."""
-        upstream = StubUpstream()
+        upstream = Upstream()
         stop = asyncio.Event()
-        async with Client(CONFIG, clients=world.clients) as client:
-            proxy = Proxy(mcp_kit.SERVER, upstream, client, proxy_contracts)
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, proxy_contracts)
             assert await proxy.load_tools() == ["deploy_status"]
             (tool,) = proxy.tools()
             assert tool.output_schema["additionalProperties"] is False
             worker = asyncio.create_task(answering(world, stop))
-            result = await proxy.call(
-                "deploy_status", {"environment": "staging"}, {"traceparent": mcp_kit.TRACEPARENT}
-            )
+            result = await proxy.call("deploy_status", {"case": "ok"}, {"traceparent": mcp_kit.TRACEPARENT})
             stop.set()
             await worker
         assert result.structured_content == mcp_kit.GOOD
-        (intake,) = [r for p in world.broker.logs[T.intake] for r in p]
+        (intake,) = intake_records(world)
         assert dict(intake.headers)["traceparent"] == mcp_kit.TRACEPARENT.encode()
         assert dict(intake.headers)["tg-adapter"] == b"mcp-proxy"
 
@@ -123,19 +147,16 @@ class TestCalls:
     ) -> None:
         """Reviewed, the text-only tool is listed with no output schema; its answer is the
         envelope's untrusted text only, not the envelope's empty data."""
-        listing = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in mcp_kit.TOOLS]
-        import_listing(tmp_path, mcp_kit.SERVER, listing, only=["echo"], out=lambda _line: None)
-        mcp_kit.review(tmp_path)
-        upstream = StubUpstream()
-        async with Client(CONFIG, clients=world.clients) as client:
-            proxy = Proxy(mcp_kit.SERVER, upstream, client, ContractSet.load(tmp_path))
+        upstream = Upstream()
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, imported(tmp_path, ["echo"]))
             assert await proxy.load_tools() == ["echo"]
             (tool,) = proxy.tools()
             assert tool.output_schema is None
             call = asyncio.create_task(proxy.call("echo", {"text": "hi"}, None))
-            while not any(world.broker.logs[T.intake]):
+            while not intake_records(world):
                 await world.broker.wait_for_change(0.05)
-            (intake,) = [r for p in world.broker.logs[T.intake] for r in p]
+            (intake,) = intake_records(world)
             rid = (intake.key or b"").decode()
             envelope = {"tool": "deployer.echo", "request_id": rid, "outcome": "success", "data": {},
                         "untrusted_text": {"content": "hi"}}  # fmt: skip
@@ -147,19 +168,22 @@ class TestCalls:
     async def test_fixed_codes_for_what_the_gate_never_saw(
         self, world: World, proxy_contracts: ContractSet
     ) -> None:
-        """Unknown tool, upstream error, upstream timeout, no decision in time: fixed codes only."""
-        upstream = StubUpstream()
+        """Unknown tool, upstream error, no decision in time: fixed codes only."""
+        upstream = Upstream()
         options = ProxyOptions(wait_s=0.01, upstream_timeout_s=5)
-        async with Client(CONFIG, clients=world.clients) as client:
-            proxy = Proxy(mcp_kit.SERVER, upstream, client, proxy_contracts, options=options)
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, proxy_contracts, options=options)
             await proxy.load_tools()
-            unknown = await proxy.call("echo", {}, None)
-            upstream.fail = RuntimeError("upstream secret text")
+            unknown = await proxy.call("no_such_tool", {}, None)
+            upstream.fail = "upstream secret text"
             failed = await proxy.call("deploy_status", {}, None)
             upstream.fail = None
             slow = await proxy.call("deploy_status", {}, None)  # no worker: the wait ends
-        codes = [json.loads(r.content[0].text)["error"]["code"] for r in (unknown, failed, slow)]
-        assert codes == ["UNKNOWN_TOOL", "UPSTREAM_ERROR", "GATE_TIMEOUT"]
+        assert [code_of(r) for r in (unknown, failed, slow)] == [
+            "UNKNOWN_TOOL",
+            "UPSTREAM_ERROR",
+            "GATE_TIMEOUT",
+        ]
         assert "secret" not in failed.model_dump_json()
         assert proxy.stats.by_code == {"UNKNOWN_TOOL": 1, "UPSTREAM_ERROR": 1, "GATE_TIMEOUT": 1}
 
@@ -167,18 +191,20 @@ class TestCalls:
         self, world: World, proxy_contracts: ContractSet
     ) -> None:
         """One in flight and one queued: a third call is PROXY_BUSY without waiting."""
-        upstream = StubUpstream()
+        upstream = Upstream()
         upstream.release.clear()
         options = ProxyOptions(max_concurrent=1, max_queued=1, wait_s=0.01)
-        async with Client(CONFIG, clients=world.clients) as client:
-            proxy = Proxy(mcp_kit.SERVER, upstream, client, proxy_contracts, options=options)
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, proxy_contracts, options=options)
             await proxy.load_tools()
             first = asyncio.create_task(proxy.call("deploy_status", {}, None))
             second = asyncio.create_task(proxy.call("deploy_status", {}, None))
-            while upstream.calls < 1:  # noqa: ASYNC110 - the stub upstream has no event for it
+            while upstream.calls < 1:  # noqa: ASYNC110 - the upstream has no event for it
                 await asyncio.sleep(0)
             third = await proxy.call("deploy_status", {}, None)
-            assert json.loads(third.content[0].text)["error"] == {"code": "PROXY_BUSY", "retryable": True}
+            block = third.content[0]
+            assert isinstance(block, types.TextContent)
+            assert json.loads(block.text)["error"] == {"code": "PROXY_BUSY", "retryable": True}
             upstream.release.set()
             await asyncio.gather(first, second)
         assert upstream.calls == 2
@@ -187,13 +213,13 @@ class TestCalls:
         """The request record cannot be sent: BROKER_UNAVAILABLE, and the upstream is not left running."""
         from aiokafka.errors import KafkaConnectionError
 
-        upstream = StubUpstream()
-        async with Client(CONFIG, clients=world.clients) as client:
-            proxy = Proxy(mcp_kit.SERVER, upstream, client, proxy_contracts)
+        upstream = Upstream()
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, proxy_contracts)
             await proxy.load_tools()
             world.broker.fail("send", KafkaConnectionError("down"))
             result = await proxy.call("deploy_status", {}, None)
-        assert json.loads(result.content[0].text)["error"]["code"] == "BROKER_UNAVAILABLE"
+        assert code_of(result) == "BROKER_UNAVAILABLE"
 
     async def test_a_signed_contract_without_its_key_is_refused(
         self, world: World, proxy_contracts: ContractSet, tmp_path: Path
@@ -202,8 +228,8 @@ class TestCalls:
         path = tmp_path / "deployer.deploy_status" / "v1" / "contract.yaml"
         text = "signature:\n  algorithm: hmac-sha256\n  key_id: nowhere-2026\n"
         await asyncio.to_thread(lambda: path.write_text(path.read_text() + text))
-        async with Client(CONFIG, clients=world.clients) as client:
-            proxy = Proxy(mcp_kit.SERVER, StubUpstream(), client, ContractSet.load(tmp_path))
+        async with Client(CONFIG, clients=world.clients) as client, Upstream().connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, ContractSet.load(tmp_path))
             with pytest.raises(ConfigError, match=r"'nowhere-2026'.*--keyring or TOOLGATE_KEYRING"):
                 await proxy.load_tools()
 
@@ -238,14 +264,21 @@ class TestHostResult:
         assert bare.structured_content is None
 
     def test_nothing_served_says_what_to_do(self, tmp_path: Path) -> None:
-        """Drafts only: name them and the review step; nothing for the server: name import-mcp."""
+        """Drafts only: name them and the review step; a wrong --server: name the servers there
+        are, the folder whole, and a server name import would take."""
         import_listing(tmp_path, mcp_kit.SERVER, mcp_kit.listing_json(), out=lambda _line: None)
         contracts = ContractSet.load(tmp_path)
         drafts = no_tools_served(contracts, mcp_kit.SERVER, "contracts")
         assert "only drafts (deployer.deploy_status, deployer.echo, deployer.job-runs.list)" in drafts
         assert "set status: active" in drafts
-        other = no_tools_served(contracts, "billing", "contracts")
-        assert other.endswith("(toolgate contracts import-mcp --server billing ... writes them)")
+        other = no_tools_served(contracts, "billing", str(tmp_path))
+        assert other.startswith(f"{tmp_path.resolve()}: no contract of MCP server 'billing'")
+        assert "the servers there are: deployer" in other
+        assert "import-mcp --server billing" in other
+        bad = no_tools_served(contracts, "My.Time", "contracts")
+        assert "a server name matches" in bad
+        assert "import-mcp" not in bad
+        assert str(Path("contracts").resolve()) in bad
 
     def test_bind_takes_only_what_a_request_record_can_hold(self) -> None:
         """Strings, integers, booleans and lists of strings; nothing nested."""
@@ -284,13 +317,30 @@ class TestOptions:
         target = upstream_target(args)
         assert (target.command, target.args) == ("python", ["-m", "my server"])
 
-    def test_bad_numbers_name_their_option(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """`toolgate mcp-proxy --timeout 0` is one line naming --timeout, exit 2, before any connection."""
+    @pytest.mark.parametrize(
+        ("flag", "value"),
+        [
+            ("--timeout", "0"),
+            ("--timeout", "nan"),
+            ("--ttl", "nan"),
+            ("--ttl", "inf"),
+            ("--ttl", "1e12"),
+            ("--upstream-timeout", "-inf"),
+            ("--max-attempts", "0"),
+            ("--max-concurrent", "100000"),
+            ("--max-queued", "-1"),
+        ],
+    )
+    def test_bad_numbers_name_their_option(
+        self, capsys: pytest.CaptureFixture[str], flag: str, value: str
+    ) -> None:
+        """`toolgate mcp-proxy --ttl nan` (or out of range, or infinite) is one line naming the
+        option, exit 2, before any connection."""
         from toolgate import cli
 
-        argv = ["mcp-proxy", "--server", "s", "--upstream-url", "http://127.0.0.1:1/mcp", "--timeout", "0"]
+        argv = ["mcp-proxy", "--server", "s", "--upstream-url", "http://127.0.0.1:1/mcp", f"{flag}={value}"]
         code = cli.main([*argv, "--bootstrap", "127.0.0.1:1"])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2
         assert len(err) == 1
-        assert "--timeout: must be positive" in err[0]
+        assert f"{flag}: must be a finite number in" in err[0]
