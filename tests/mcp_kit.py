@@ -164,11 +164,13 @@ def review(root: Path) -> None:
         path.write_text(text.replace("\nstatus: draft\n", "\nstatus: active\n"))
 
 
-def pin(root: Path, listing: list[dict[str, Any]], *, server_name: str = SERVER) -> None:
+def pin(
+    root: Path, listing: list[dict[str, Any]], *, server_name: str = SERVER, only: list[str] | None = None
+) -> None:
     """Pin each imported contract under ``root`` to its tool's definition in ``listing``
     (the tools as ``tools/list`` sent them): the ``mcp.definition`` section and the
-    ``input.schema.json`` beside it, as import writes them. A contract that already has
-    a definition is left as it is."""
+    ``input.schema.json`` beside it, as import writes them (``only``: just these tools).
+    A contract that already has a definition is left as it is."""
     from toolgate.gate._mcp import definition_digest
 
     by_name = {tool["name"]: tool for tool in listing}
@@ -176,7 +178,10 @@ def pin(root: Path, listing: list[dict[str, Any]], *, server_name: str = SERVER)
         text = path.read_text()
         if "\n  definition:" in text:
             continue
-        tool = by_name[path.parent.parent.name.removeprefix(f"{server_name}.")]
+        name = path.parent.parent.name.removeprefix(f"{server_name}.")
+        if only is not None and name not in only:
+            continue
+        tool = by_name[name]
         (path.parent / "input.schema.json").write_text(json.dumps(tool["inputSchema"], indent=2))
         lines = [
             "  definition:",

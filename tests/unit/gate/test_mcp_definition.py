@@ -4,14 +4,17 @@ the digest it pins changes with every text a host's model could read."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 import pytest
 from toolgate._errors import ContractError
-from toolgate.gate._contracts import ContractSet, failure_codes, load_contract
-from toolgate.gate._mcp import definition_digest
+from toolgate.gate._contracts import ContractSet, compile_text_pattern, failure_codes, load_contract
+from toolgate.gate._gate import Gate
+from toolgate.gate._mcp import definition_digest, read_result
+from toolgate.gate._records import Message, RequestRecord
 from toolgate.mcp._import import fetch_listing, import_listing
 
 from tests import mcp_kit
@@ -170,7 +173,8 @@ class TestDefinitionMistakes:
 class TestErrorCodes:
     """mcp.error_codes: RE2 patterns and codes the schema's failure enum allows, or refused."""
 
-    def _with_enum(self, folder: Path, codes: list[str]) -> None:
+    @staticmethod
+    def _with_enum(folder: Path, codes: list[str]) -> None:
         schema = json.loads((folder / "schema.json").read_text())
         failure = schema["oneOf"][1]["properties"]["error"]["properties"]["code"]
         failure["enum"] = codes
@@ -304,3 +308,70 @@ class TestDefinitionDigest:
     def test_the_pinned_contract_set_loads(self, imported: Path) -> None:
         contracts = ContractSet.load(imported.parent.parent)
         assert [c.spec.tool for c in contracts] == ["deployer.deploy_status"]
+
+
+class TestGateChoosesReviewedCodes:
+    """The gate gives an isError result the first reviewed code whose pattern matches one of its
+    text blocks in full, else the contract's error_code; the text never becomes a code."""
+
+    @pytest.fixture
+    def gate(self, imported: Path, tmp_path: Path) -> Gate:
+        folder = _copy(imported, tmp_path)
+        TestErrorCodes._with_enum(folder, ["TOOL_ERROR", "NOT_FOUND", "BAD_TIME"])
+        _mcp_section(
+            folder,
+            "  error_codes:\n  - {match: '.*not found.*', code: NOT_FOUND}\n"
+            "  - {match: '(?s).*invalid time.*', code: BAD_TIME, retryable: true}\n"
+            "  - {match: '.*', code: TOOL_ERROR}",
+        )
+        _replace(folder, "\nstatus: draft\n", "\nstatus: active\n")
+        return Gate(ContractSet.load(tmp_path))
+
+    def _decide(self, gate: Gate, *texts: str) -> dict[str, Any]:
+        value = {"content": [{"type": "text", "text": t} for t in texts], "isError": True}
+        message = Message(
+            key=b"req.1234567890",
+            value=json.dumps(value).encode(),
+            headers=[
+                ("tg-tool", b"deployer.deploy_status"),
+                ("tg-request-id", b"req.1234567890"),
+                ("tg-adapter-version", b"1.0.0"),
+            ],
+        )
+        now = datetime.fromisoformat("2026-05-01T09:15:00+00:00")
+        request = RequestRecord(
+            request_id="req.1234567890",
+            tool="deployer.deploy_status",
+            issued_at=now - timedelta(minutes=1),
+            expires_at=now + timedelta(minutes=5),
+        )
+        verdict = gate.evaluate(message, request, now)
+        assert verdict.accepted
+        error: dict[str, Any] = json.loads(verdict.agent)["error"]
+        return error
+
+    @pytest.mark.parametrize(
+        ("texts", "code"),
+        [
+            (["deployment not found"], "NOT_FOUND"),
+            (["first line", "invalid time\nformat"], "BAD_TIME"),
+            (["x not found\nsecond line"], "TOOL_ERROR"),  # '.' stops at a newline: no full match
+            ([], "TOOL_ERROR"),
+        ],
+    )
+    def test_code_by_first_full_match(self, gate: Gate, texts: list[str], code: str) -> None:
+        assert self._decide(gate, *texts)["code"] == code
+
+    def test_the_entry_sets_retryable_before_the_retry_policy(self) -> None:
+        patterns = [
+            (compile_text_pattern(".*busy.*", "c", "$"), "BUSY", True),
+            (compile_text_pattern(".*", "c", "$"), "OTHER", False),
+        ]
+        value = {"content": [{"type": "text", "text": "server busy"}], "isError": True}
+        options: dict[str, Any] = {"tool": "t", "request_id": "r", "text_max_length": 10, "max_depth": 8}
+        envelope = read_result(
+            value, error_code="TOOL_ERROR", error_retryable=False, error_patterns=patterns, **options
+        ).envelope
+        assert envelope["error"] == {"code": "BUSY", "retryable": True}
+        plain = read_result(value, error_code="TOOL_ERROR", error_retryable=False, **options).envelope
+        assert plain["error"] == {"code": "TOOL_ERROR", "retryable": False}

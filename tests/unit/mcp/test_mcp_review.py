@@ -187,20 +187,20 @@ class TestWrongServer:
         from toolgate.mcp._proxy import no_tools_served
 
         _import(tmp_path, tools)
-        line = no_tools_served(ContractSet.load(tmp_path), "billing", "contracts")
-        assert "the MCP servers with contracts there: deployer" in line
+        line = no_tools_served(ContractSet.load(tmp_path), "billing", str(tmp_path))
+        assert "the servers there are: deployer" in line
         assert "import-mcp --server billing" in line
 
     def test_a_name_import_would_refuse_is_never_suggested(
         self, tmp_path: Path, tools: list[dict[str, Any]]
     ) -> None:
-        """`My.Time` is not a server name: said so with the rule, the servers listed, no import hint."""
+        """`My.Time` is not a server name: the rule and the servers are named, no import hint."""
         from toolgate.mcp._proxy import no_tools_served
 
         _import(tmp_path, tools)
-        line = no_tools_served(ContractSet.load(tmp_path), "My.Time", "contracts")
-        assert line.startswith("--server 'My.Time': not an MCP server name (^[a-z][a-z0-9_-]{0,31}$)")
-        assert "the MCP servers with contracts there: deployer" in line
+        line = no_tools_served(ContractSet.load(tmp_path), "My.Time", str(tmp_path))
+        assert "the servers there are: deployer" in line
+        assert "^[a-z][a-z0-9_-]{0,31}$" in line
         assert "import-mcp" not in line
 
 

@@ -548,7 +548,33 @@ def _contract_yaml(spec: dict[str, Any], server: str, mcp_tool: str, *, text_onl
         "# host's model reads every one of them (lint lists each, unreviewed-text); read them,\n"
         "# cut or rewrite what should not reach it: status: active marks them reviewed.\n"
     )
-    return header + yaml.safe_dump(spec, sort_keys=False, allow_unicode=False, width=100)
+    definition = spec.get("mcp", {}).get("definition")
+    if isinstance(definition, dict):
+        # The upstream's texts as double-quoted one-line strings: every control character,
+        # line break and non-ASCII character shows as an escape to the reviewer.
+        for key in ("title", "description"):
+            if isinstance(definition.get(key), str):
+                definition[key] = _Quoted(definition[key])
+        annotations = definition.get("annotations")
+        if isinstance(annotations, dict) and isinstance(annotations.get("title"), str):
+            annotations["title"] = _Quoted(annotations["title"])
+    return header + yaml.dump(spec, Dumper=_Dumper, sort_keys=False, allow_unicode=False, width=1 << 30)
+
+
+class _Quoted(str):
+    """A string written double-quoted on one line."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """safe_dump's dumper, with :class:`_Quoted` strings double-quoted and never folded."""
+
+
+def _quoted(dumper: yaml.SafeDumper, value: _Quoted) -> yaml.ScalarNode:
+    node = dumper.represent_scalar("tag:yaml.org,2002:str", str(value), style='"')
+    return node
+
+
+_Dumper.add_representer(_Quoted, _quoted)
 
 
 def _highest_version(tool_dir: Path) -> Path | None:
