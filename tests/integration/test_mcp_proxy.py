@@ -51,6 +51,7 @@ def proxy_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("proxy-contracts")
     tools = anyio.run(fetch_listing, mcp_kit.server())
     import_listing(root, mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
+    mcp_kit.pin(root, tools)
     path = root / TOOL / "v1" / "contract.yaml"
     spec = yaml.safe_load(path.read_text())
     spec["status"] = "active"
@@ -203,7 +204,14 @@ class TestVerdicts:
         for name in ("banner", "extra", "binding", "mismatch", "oversized", "input_required"):
             assert error_of(results[name]) == {"code": "INVALID_RESPONSE", "retryable": False}, name
         everything = "".join(seen_by_host(r) for r in results.values())
-        for forbidden in ("approve_production", "MAINTENANCE", "banner", "503", "deploy log line", "confirm"):
+        for forbidden in (
+            "approve_production",
+            "MAINTENANCE",
+            "banner",
+            "answered 503",
+            "deploy log line",
+            "confirm",
+        ):
             assert forbidden not in everything
 
     async def test_a_duplicate_result_is_not_a_second_answer(self, cfg: Config) -> None:
@@ -325,6 +333,7 @@ def text_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("text-contracts")
     listing = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in [*mcp_kit.TOOLS, WHOAMI]]
     import_listing(root, mcp_kit.SERVER, listing, only=["echo", "whoami"], out=lambda _line: None)
+    mcp_kit.pin(root, listing)
     path = root / "deployer.echo" / "v1" / "contract.yaml"
     spec = yaml.safe_load(path.read_text())
     assert spec["status"] == "draft"
@@ -374,21 +383,28 @@ class TestTextOnly:
             return [b.text for b in result.content if isinstance(b, types.TextContent)]
 
         assert texts(results["text"]) == ["all good, go ahead"]
-        assert texts(results["long"]) == [LONG[:1000]]
+        (cut,) = texts(results["long"])  # cut within the bound, and the cut said
+        assert len(cut) == 1000
+        assert cut.endswith(f" of {len(LONG)} characters]")
+        assert LONG.startswith(cut.rpartition("\n[cut: ")[0])
+        assert results["long"].meta is not None
+        assert results["long"].meta["io.toolgate/truncated"] is True
+        assert results["text"].meta is not None
+        assert "io.toolgate/truncated" not in results["text"].meta
         assert texts(results["json_text"]) == ['{"state": "healthy", "state": "failed"}']  # the only view
         assert texts(results["image"]) == ["see the chart"]
         assert len(results["image"].content) == 1
         assert error_of(results["error"]) == {"code": "TOOL_ERROR", "retryable": False}
         for name in ("huge", "structured", "conflicting"):
             assert error_of(results[name]) == {"code": "INVALID_RESPONSE", "retryable": False}, name
-        assert error_of(draft) == {"code": "UNKNOWN_TOOL", "retryable": False}
+        assert error_of(draft) == {"code": "TOOL_DRAFT", "retryable": False}
         assert upstream.calls == len(cases)  # the draft's tool was never called
         everything = "".join(seen_by_host(r) for r in [*results.values(), draft])
         for forbidden in (
             "TAIL-BEYOND",
             "approve_production",
             "deploy log line",
-            "503",
+            "answered 503",
             "aGlkZGVu",
             "image/png",
         ):
@@ -447,11 +463,14 @@ class TestFailures:
         only_drafts = proxy(drafts, f"{sys.executable} -m tests.mcp_kit")
         exited = proxy(text_contracts, f"{sys.executable} -c pass")
         assert only_drafts.returncode == 2
-        (line,) = only_drafts.stderr.strip().splitlines()
+        *said, line = only_drafts.stderr.strip().splitlines()
+        assert said[0] == f"toolgate mcp-proxy: broker {config.bootstrap} (from TOOLGATE_BOOTSTRAP)"
+        assert said[1] == f"toolgate mcp-proxy: contracts {drafts} (from --contracts)"
         assert "only drafts (deployer.echo)" in line
         assert "set status: active" in line
         assert exited.returncode == 2
-        (line,) = exited.stderr.strip().splitlines()
+        *said, line = exited.stderr.strip().splitlines()
+        assert len(said) == 3
         assert line.startswith("toolgate: --upstream-command ")
         assert "cannot connect to the upstream MCP server" in line
 
@@ -495,6 +514,7 @@ class TestCommand:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
         env.update(
             TOOLGATE_BOOTSTRAP=cfg.bootstrap,
+            TOOLGATE_GROUP_ID=cfg.group_id,
             PYTHONPATH=str(ROOT),
             **cfg.topics.env(),
         )
@@ -532,7 +552,12 @@ class TestCommand:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-        env.update(TOOLGATE_BOOTSTRAP=cfg.bootstrap, PYTHONPATH=str(ROOT), **cfg.topics.env())
+        env.update(
+            TOOLGATE_BOOTSTRAP=cfg.bootstrap,
+            TOOLGATE_GROUP_ID=cfg.group_id,
+            PYTHONPATH=str(ROOT),
+            **cfg.topics.env(),
+        )
         command = [
             sys.executable, "-m", "toolgate", "mcp-proxy", "--server", "deployer",
             "--contracts", cfg.contracts_dir, "--upstream-command", f"{sys.executable} -m tests.mcp_kit",

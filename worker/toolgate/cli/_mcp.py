@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import Any
 
 from toolgate._config import Config
 from toolgate._errors import ConfigError
@@ -31,8 +32,10 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     check_broker(config)
     from toolgate.service._kafka import AiokafkaClients
 
-    admin = AiokafkaClients(config).admin(timeout_ms=10_000)
-    asyncio.run(serve(args, config, keyring, admin=admin))
+    def admin() -> Any:
+        return AiokafkaClients(config).admin(timeout_ms=10_000)
+
+    asyncio.run(serve(args, config, keyring, admin_factory=admin))
     return EXIT_OK
 
 

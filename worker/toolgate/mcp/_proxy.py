@@ -808,12 +808,13 @@ async def serve(
     config: Config,
     keyring: Keyring | None,
     *,
-    admin: Any = None,
+    admin_factory: Callable[[], Any] | None = None,
     say: Callable[[str], None] = _say,
 ) -> None:
     """Connect upstream and to Kafka, then serve the host until it disconnects (stdio) or
-    the process is stopped (HTTP). ``admin`` (a Kafka admin client, not started) counts
-    the worker group's members at start-up and every :data:`WORKER_CHECK_SECONDS`."""
+    the process is stopped (HTTP). ``admin_factory`` builds a Kafka admin client (in the
+    event loop) that counts the worker group's members at start-up and every
+    :data:`WORKER_CHECK_SECONDS`."""
     from mcp import Client as McpClient
 
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
@@ -834,7 +835,10 @@ async def serve(
         for proxy in proxies:
             proxy.on_upstream_message(message)
 
+    admin = admin_factory() if admin_factory is not None else None
+
     async def workers() -> int:
+        assert admin is not None
         count: int = await admin.group_members(config.group_id)
         return count
 
