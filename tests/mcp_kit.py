@@ -67,7 +67,15 @@ TOOLS = [
     types.Tool(
         name="deploy_status",
         description="Health of one deployment.",
-        input_schema={"type": "object", "properties": {"case": {"type": "string"}}},
+        # Every argument a caller sends is declared: the pinned input schema is closed.
+        input_schema={
+            "type": "object",
+            "properties": {
+                "case": {"type": "string"},
+                "environment": {"type": "string"},
+                "key": {"type": "string"},
+            },
+        },
         output_schema=DEPLOY_SCHEMA,
     ),
     types.Tool(
@@ -79,7 +87,10 @@ TOOLS = [
     types.Tool(
         name="echo",
         description="Says its text back (no outputSchema: a text-only tool).",
-        input_schema={"type": "object", "properties": {"text": {"type": "string"}}},
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "case": {"type": "string"}},
+        },
     ),
 ]
 
