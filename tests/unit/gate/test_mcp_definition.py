@@ -70,7 +70,11 @@ class TestPinnedDefinition:
         assert contract.spec.mcp is not None
         assert contract.spec.mcp.definition is not None
         assert contract.spec.mcp.definition.digest == definition_digest(mcp_kit.listing_json()[0])
-        assert contract.input_schema == mcp_kit.TOOLS[0].input_schema
+        # import writes the inputSchema closed: {"type": "object", "allOf": [upstream, closure]}
+        assert contract.input_schema == json.loads((imported / "input.schema.json").read_text())
+        assert contract.input_schema is not None
+        upstream = contract.input_schema["allOf"][0]
+        assert upstream["properties"] == mcp_kit.TOOLS[0].input_schema["properties"]
         assert contract.input_validator.is_valid({"case": "ok"})
         assert not contract.input_validator.is_valid({"case": 5})
 
@@ -95,7 +99,7 @@ class TestPinnedDefinition:
         folder = _copy(imported, tmp_path)
         before = load_contract(folder).digest
         schema = json.loads((folder / "input.schema.json").read_text())
-        schema["properties"]["case"]["maxLength"] = 10
+        schema["allOf"][0]["properties"]["case"]["maxLength"] = 10
         (folder / "input.schema.json").write_text(json.dumps(schema))
         assert load_contract(folder).digest != before
 

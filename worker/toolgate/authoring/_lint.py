@@ -33,6 +33,7 @@ Rules (``Finding.rule``)::
                           items: the agent envelope cannot carry it
     draft-version         (contracts only) status: draft (import-mcp writes drafts): it never
                           decides until a person has reviewed it and set status: active
+                          (status: disabled, reviewed and deliberately not served, is no finding)
     closure-mismatch      (contracts only) an imported schema whose closure is not the one
                           import-mcp derives from its upstream part (edited by hand)
     unreviewed-text       (MCP contracts, while draft) a text the host's model reads: the
@@ -758,7 +759,8 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
                     pointer="$.status",
                     rule="draft-version",
                     message="status: draft never decides: review the schema, projection, limits and "
-                    "rules, settle the other findings, then set status: active (or shadow)",
+                    "rules, settle the other findings, then set status: active (or shadow; or disabled: "
+                    "reviewed, deliberately not served)",
                 )
             )
     return findings
