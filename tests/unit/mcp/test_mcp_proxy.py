@@ -654,7 +654,7 @@ class TestStartUp:
         args = argparse.Namespace(bootstrap=None, contracts="contracts")
         lines = settings_lines(args, CONFIG)
         assert lines[0].startswith(
-            f"broker {CONFIG.bootstrap} (from default (--bootstrap, TOOLGATE_BOOTSTRAP"
+            f"broker {CONFIG.bootstrap} (from default: --bootstrap, TOOLGATE_BOOTSTRAP"
         )
         assert lines[1] == f"contracts {tmp_path.resolve() / 'contracts'} (from --contracts)"
         assert f"intake={CONFIG.topics.intake}" in lines[2]

@@ -52,6 +52,7 @@ import math
 import os
 import shlex
 import sys
+import tomllib
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from toolgate._config import LOCAL_BOOTSTRAP, Config
+from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
 from toolgate._version import __version__
 from toolgate.client import Answer, AnswerTimeout, Client, ClientClosed, Signer, call_tool_result_bytes
@@ -771,29 +772,35 @@ def upstream_target(args: argparse.Namespace) -> Any:
     return StdioServerParameters(command=command[0], args=command[1:])
 
 
-def _origin(args: argparse.Namespace, setting: str, flag: str, variable: str) -> str:
+def _origin(args: argparse.Namespace, setting: str, flag: str, variable: str, key: str) -> str:
     """Where a setting came from: the flag, the environment, the config file or the default."""
     if getattr(args, setting, None):
         return flag
     if os.environ.get(variable):
         return variable
     config_file = getattr(args, "config", None) or os.environ.get("TOOLGATE_CONFIG")
-    return f"--config {config_file}" if config_file else "default"
+    if config_file:
+        try:
+            with open(config_file, "rb") as stream:
+                named = key in tomllib.load(stream)
+        except (OSError, tomllib.TOMLDecodeError):
+            named = False
+        if named:
+            return f"--config {config_file}"
+    return "default"
 
 
 def settings_lines(args: argparse.Namespace, config: Config) -> list[str]:
     """What the proxy uses, for stderr at start-up: an MCP host starts it with a minimal
     environment, so the broker, folder and topics it found are said, with where from."""
-    bootstrap_from = _origin(args, "bootstrap", "--bootstrap", "TOOLGATE_BOOTSTRAP")
-    if bootstrap_from == "default" or (
-        bootstrap_from.startswith("--config") and config.bootstrap == LOCAL_BOOTSTRAP
-    ):
-        bootstrap_from += " (--bootstrap, TOOLGATE_BOOTSTRAP or --config FILE names another)"
+    bootstrap_from = _origin(args, "bootstrap", "--bootstrap", "TOOLGATE_BOOTSTRAP", "bootstrap")
+    if bootstrap_from == "default":
+        bootstrap_from += ": --bootstrap, TOOLGATE_BOOTSTRAP or --config FILE names another"
+    contracts_from = _origin(args, "contracts", "--contracts", "TOOLGATE_CONTRACTS_DIR", "contracts_dir")
     topics = config.topics
     return [
         f"broker {config.bootstrap} (from {bootstrap_from})",
-        f"contracts {Path(config.contracts_dir).resolve()} "
-        f"(from {_origin(args, 'contracts', '--contracts', 'TOOLGATE_CONTRACTS_DIR')})",
+        f"contracts {Path(config.contracts_dir).resolve()} (from {contracts_from})",
         f"topics requests={topics.requests} intake={topics.intake} agent={topics.agent}; "
         f"worker group {config.group_id}",
     ]
