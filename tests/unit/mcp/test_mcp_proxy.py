@@ -335,7 +335,7 @@ class TestOptions:
             ("--upstream-timeout", "-inf"),
             ("--max-attempts", "0"),
             ("--max-concurrent", "100000"),
-            ("--max-queued", "-1"),
+            ("--max-queued", "0"),
         ],
     )
     def test_bad_numbers_name_their_option(
@@ -417,6 +417,19 @@ class TestPinnedDefinitions:
         assert len(lines) == 1
         assert "deployer.deploy_status" in lines[0]
         assert "inputSchema" in lines[0]
+
+    async def test_a_name_listed_twice_differently_is_withdrawn(
+        self, world: World, proxy_contracts: ContractSet
+    ) -> None:
+        """The pinned definition beside a second one of the same name: which one the upstream
+        runs is not known, so neither is served."""
+        upstream = Upstream()
+        upstream.tools = [mcp_kit.TOOLS[0], poisoned(mcp_kit.TOOLS[0])]
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, proxy_contracts)
+            assert await proxy.load_tools() == []
+            called = await proxy.call("deploy_status", {}, None)
+        assert code_of(called) == "TOOL_CHANGED"
 
     async def test_list_changed_from_the_upstream_withdraws_it(
         self, world: World, proxy_contracts: ContractSet

@@ -105,7 +105,7 @@ OPTION_RANGES: tuple[tuple[str, str, float, float], ...] = (
     ("--upstream-timeout", "upstream_timeout", 0.1, 3600.0),
     ("--max-attempts", "max_attempts", 1, 100),
     ("--max-concurrent", "max_concurrent", 1, 10_000),
-    ("--max-queued", "max_queued", 0, 1_000_000),
+    ("--max-queued", "max_queued", 1, 1_000_000),
 )
 # Members of an MCP Tool a change report may name (others are "another member").
 _TOOL_MEMBERS = (
@@ -400,7 +400,12 @@ class Proxy:
     def evaluate(self, listing: list[dict[str, Any]]) -> None:
         """Serve each listed tool whose active contract pins this very definition; withdraw
         one whose definition changed (one log line and the counter, when it first differs)."""
-        live = {tool["name"]: tool for tool in listing}
+        live: dict[str, dict[str, Any]] = {}
+        twice: set[str] = set()  # listed more than once, differently: which one would be called?
+        for tool in listing:
+            earlier = live.setdefault(tool["name"], tool)
+            if earlier is not tool and definition_digest(earlier) != definition_digest(tool):
+                twice.add(tool["name"])
         contracted = {
             c.spec.mcp.tool
             for c in self.contracts
@@ -420,6 +425,9 @@ class Proxy:
                 refused[name] = "UNKNOWN_TOOL"
             elif definition is None:
                 refused[name] = "TOOL_NOT_SERVED"
+            elif name in twice:
+                refused[name] = "TOOL_CHANGED"
+                withdrawn[name] = ["a second, different definition of the same name"]
             elif definition_digest(live[name]) != definition.digest:
                 refused[name] = "TOOL_CHANGED"
                 withdrawn[name] = changed_members(contract, live[name])
