@@ -150,6 +150,36 @@ class ProxyStats:
     tool_changed: dict[str, int] = field(default_factory=dict)  # <server>.<tool> -> times withdrawn
 
 
+def stats_registry(stats: ProxyStats, server: str) -> Any:
+    """A Prometheus registry reading ``stats`` at each scrape: ``toolgate_mcp_proxy_calls_total
+    {server, code}`` and ``toolgate_mcp_proxy_tool_changed_total{server, tool}`` (a tool's live
+    definition found different from the pinned one)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import CounterMetricFamily
+    from prometheus_client.registry import Collector
+
+    class _Stats(Collector):
+        def collect(self) -> Any:
+            calls = CounterMetricFamily(
+                "toolgate_mcp_proxy_calls", "tools/call answers by code", labels=["server", "code"]
+            )
+            for code, count in sorted(stats.by_code.items()):
+                calls.add_metric([server, code], count)
+            changed = CounterMetricFamily(
+                "toolgate_mcp_proxy_tool_changed",
+                "times a tool was withdrawn: its live definition differs from the pinned one",
+                labels=["server", "tool"],
+            )
+            for tool, count in sorted(stats.tool_changed.items()):
+                changed.add_metric([server, tool], count)
+            yield calls
+            yield changed
+
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_Stats())
+    return registry
+
+
 def error_result(
     code: str, retryable: bool, request_id: str | None = None, *, lines: list[str] | None = None
 ) -> Any:
@@ -736,6 +766,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-concurrent", type=int, default=DEFAULT_MAX_CONCURRENT, metavar="N", help="calls in flight (64)"
     )
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default 0: off)",
+    )
+    p.add_argument(
         "--max-queued",
         type=int,
         default=DEFAULT_MAX_QUEUED,
@@ -754,6 +791,9 @@ def options_from(args: argparse.Namespace) -> ProxyOptions:
         value = getattr(args, attribute)
         if not math.isfinite(value) or not lowest <= value <= highest:
             raise ConfigError(f"{flag}: must be a finite number in {lowest:g}..{highest:g} (got {value})")
+    metrics_port = getattr(args, "metrics_port", 0)
+    if not 0 <= metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port: must be in 0..65535 (got {metrics_port})")
     return ProxyOptions(
         adapter=args.adapter,
         adapter_version=args.adapter_version,
@@ -891,6 +931,13 @@ async def serve(
                 if count is not None and count > 0:
                     say(f"worker group {config.group_id}: {count} member(s)")
                 watcher = asyncio.create_task(proxy.watch_workers())
+                if getattr(args, "metrics_port", 0):
+                    from prometheus_client import start_http_server
+
+                    start_http_server(
+                        args.metrics_port, addr="127.0.0.1", registry=stats_registry(proxy.stats, args.server)
+                    )
+                    say(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
                 try:
                     say(f"serving {', '.join(qualified_name(args.server, n) for n in names)}")
                     await _serve_host(proxy, listen, names)
