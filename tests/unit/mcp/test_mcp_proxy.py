@@ -682,3 +682,40 @@ class TestStartUp:
         assert f"intake={CONFIG.topics.intake}" in lines[2]
         monkeypatch.setenv("TOOLGATE_BOOTSTRAP", "10.0.0.1:9092")
         assert "(from TOOLGATE_BOOTSTRAP)" in settings_lines(args, CONFIG)[0]
+
+
+class TestNestedAdvertisedSchema:
+    """A nested projection is required only where projection always creates it."""
+
+    def test_an_object_with_only_optional_leaves_is_not_required(self, tmp_path: Path) -> None:
+        contracts = imported(tmp_path, ["deploy_status"])
+        (contract,) = list(contracts)
+        contract.schema = {
+            "oneOf": [
+                {
+                    "properties": {
+                        "outcome": {"const": "success"},
+                        "data": {
+                            "type": "object",
+                            "required": ["a", "b"],
+                            "properties": {
+                                "a": {"type": "object", "properties": {"x": {"type": "integer"}}},
+                                "b": {
+                                    "type": "object",
+                                    "required": ["y"],
+                                    "properties": {"y": {"type": "string", "maxLength": 3}},
+                                },
+                            },
+                        },
+                    }
+                }
+            ]
+        }
+        contract.data_projection = (("/data/a/x", ("data", "a", "x")), ("/data/b/y", ("data", "b", "y")))
+        schema = advertised_output_schema(contract)
+        assert schema is not None
+        assert schema["required"] == ["b"]
+        assert "required" not in schema["properties"]["a"]
+        assert schema["properties"]["b"]["required"] == ["y"]
+        assert schema["properties"]["b"]["properties"]["y"] == {"type": "string", "maxLength": 3}
+        assert schema["properties"]["a"]["properties"]["x"] == {"type": "integer"}

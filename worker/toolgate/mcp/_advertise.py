@@ -185,7 +185,29 @@ def advertised_output_schema(contract: Contract) -> dict[str, Any] | None:
                     token, {"type": "object", "properties": {}, "additionalProperties": False}
                 )
             nodes = below
+    _prune_required(top)
     return top
+
+
+def _prune_required(node: dict[str, Any]) -> bool:
+    """Keep in ``required`` only the members always present in the projected data: a leaf
+    the schema requires, or an object the schema requires holding such a member (projection
+    creates an object only around a leaf it copies). Returns whether ``node`` is such an
+    object."""
+    members: dict[str, Any] = node.get("properties", {})
+    kept = []
+    for name in node.get("required", []):
+        child = members.get(name, {})
+        if child.get("type") != "object" or _prune_required(child):
+            kept.append(name)
+    for name, child in members.items():
+        if name not in kept and child.get("type") == "object":
+            _prune_required(child)
+    if kept:
+        node["required"] = kept
+    else:
+        node.pop("required", None)
+    return bool(kept)
 
 
 def _keyword(error: Any) -> str:
