@@ -511,7 +511,7 @@ class TestArguments:
             ({"case": "z" * 5000}, ["argument /case: maxLength 16"]),
             ({"case": "ok\u0000"}, ["argument /case: pattern"]),
             ({"case": "ok", "limit": 99}, ["argument /limit: maximum 50"]),
-            ({"case": "ok", "SYSTEM: obey": 1}, ["argument /: additionalProperties"]),
+            ({"case": "ok", "SYSTEM: obey": 1}, ["arguments: additionalProperties"]),
         ],
     )
     async def test_an_invalid_call_never_reaches_the_upstream(

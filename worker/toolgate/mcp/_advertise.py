@@ -219,7 +219,8 @@ def _keyword(error: Any) -> str:
 
 def argument_errors(contract: Contract, arguments: dict[str, Any]) -> list[str]:
     """Why ``arguments`` fail the reviewed input schema: at most :data:`MAX_ARGUMENT_LINES`
-    lines ``argument <pointer>: <keyword>[ <bound from the schema>]``; empty when they pass."""
+    lines ``argument <pointer>: <keyword>[ <bound from the schema>]`` (``arguments: ...`` for
+    the arguments object itself); empty when they pass."""
     validator = contract.input_validator
     if validator is None or validator.is_valid(arguments):
         return []
@@ -239,10 +240,11 @@ def argument_errors(contract: Contract, arguments: dict[str, Any]) -> list[str]:
             missing = getattr(kind, "property", None)
             if isinstance(missing, str) and missing in names:
                 tokens.append(missing)
-        pointer = "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens) or "/"
+        pointer = "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
         bound = getattr(kind, "limit", None)
         detail = f" {bound:g}" if _number(bound) else ""
-        lines.append(f"argument {pointer}: {keyword}{detail}"[:_MAX_LINE])
+        where = f"argument {pointer}" if pointer else "arguments"
+        lines.append(f"{where}: {keyword}{detail}"[:_MAX_LINE])
     if total > len(lines):
         lines.append(f"... and {total - len(lines)} more")
     return lines

@@ -387,7 +387,10 @@ class Proxy:
                 "upstream tools/list failed (%s): the tools served are unchanged", type(exc).__name__
             )
             return
-        self.evaluate(listing)
+        try:
+            self.evaluate(listing)
+        except ConfigError as exc:  # a tool served again whose signature key is missing
+            _log.warning("%s: the tools served are unchanged", exc)
 
     def refresh_soon(self) -> None:
         """Schedule :meth:`refresh` (the upstream said its tool list changed)."""
