@@ -185,7 +185,29 @@ def advertised_output_schema(contract: Contract) -> dict[str, Any] | None:
                     token, {"type": "object", "properties": {}, "additionalProperties": False}
                 )
             nodes = below
+    _prune_required(top)
     return top
+
+
+def _prune_required(node: dict[str, Any]) -> bool:
+    """Keep in ``required`` only the members always present in the projected data: a leaf
+    the schema requires, or an object the schema requires holding such a member (projection
+    creates an object only around a leaf it copies). Returns whether ``node`` is such an
+    object."""
+    members: dict[str, Any] = node.get("properties", {})
+    kept = []
+    for name in node.get("required", []):
+        child = members.get(name, {})
+        if child.get("type") != "object" or _prune_required(child):
+            kept.append(name)
+    for name, child in members.items():
+        if name not in kept and child.get("type") == "object":
+            _prune_required(child)
+    if kept:
+        node["required"] = kept
+    else:
+        node.pop("required", None)
+    return bool(kept)
 
 
 def _keyword(error: Any) -> str:
@@ -197,7 +219,8 @@ def _keyword(error: Any) -> str:
 
 def argument_errors(contract: Contract, arguments: dict[str, Any]) -> list[str]:
     """Why ``arguments`` fail the reviewed input schema: at most :data:`MAX_ARGUMENT_LINES`
-    lines ``argument <pointer>: <keyword>[ <bound from the schema>]``; empty when they pass."""
+    lines ``argument <pointer>: <keyword>[ <bound from the schema>]`` (``arguments: ...`` for
+    the arguments object itself); empty when they pass."""
     validator = contract.input_validator
     if validator is None or validator.is_valid(arguments):
         return []
@@ -217,10 +240,11 @@ def argument_errors(contract: Contract, arguments: dict[str, Any]) -> list[str]:
             missing = getattr(kind, "property", None)
             if isinstance(missing, str) and missing in names:
                 tokens.append(missing)
-        pointer = "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens) or "/"
+        pointer = "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
         bound = getattr(kind, "limit", None)
         detail = f" {bound:g}" if _number(bound) else ""
-        lines.append(f"argument {pointer}: {keyword}{detail}"[:_MAX_LINE])
+        where = f"argument {pointer}" if pointer else "arguments"
+        lines.append(f"{where}: {keyword}{detail}"[:_MAX_LINE])
     if total > len(lines):
         lines.append(f"... and {total - len(lines)} more")
     return lines

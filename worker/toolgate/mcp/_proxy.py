@@ -52,6 +52,7 @@ import math
 import os
 import shlex
 import sys
+import tomllib
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from toolgate._config import LOCAL_BOOTSTRAP, Config
+from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
 from toolgate._version import __version__
 from toolgate.client import Answer, AnswerTimeout, Client, ClientClosed, Signer, call_tool_result_bytes
@@ -104,7 +105,7 @@ OPTION_RANGES: tuple[tuple[str, str, float, float], ...] = (
     ("--upstream-timeout", "upstream_timeout", 0.1, 3600.0),
     ("--max-attempts", "max_attempts", 1, 100),
     ("--max-concurrent", "max_concurrent", 1, 10_000),
-    ("--max-queued", "max_queued", 0, 1_000_000),
+    ("--max-queued", "max_queued", 1, 1_000_000),
 )
 # Members of an MCP Tool a change report may name (others are "another member").
 _TOOL_MEMBERS = (
@@ -147,6 +148,36 @@ class ProxyStats:
     calls: int = 0
     by_code: dict[str, int] = field(default_factory=dict)
     tool_changed: dict[str, int] = field(default_factory=dict)  # <server>.<tool> -> times withdrawn
+
+
+def stats_registry(stats: ProxyStats, server: str) -> Any:
+    """A Prometheus registry reading ``stats`` at each scrape: ``toolgate_mcp_proxy_calls_total
+    {server, code}`` and ``toolgate_mcp_proxy_tool_changed_total{server, tool}`` (a tool's live
+    definition found different from the pinned one)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import CounterMetricFamily
+    from prometheus_client.registry import Collector
+
+    class _Stats(Collector):
+        def collect(self) -> Any:
+            calls = CounterMetricFamily(
+                "toolgate_mcp_proxy_calls", "tools/call answers by code", labels=["server", "code"]
+            )
+            for code, count in sorted(stats.by_code.items()):
+                calls.add_metric([server, code], count)
+            changed = CounterMetricFamily(
+                "toolgate_mcp_proxy_tool_changed",
+                "times a tool was withdrawn: its live definition differs from the pinned one",
+                labels=["server", "tool"],
+            )
+            for tool, count in sorted(stats.tool_changed.items()):
+                changed.add_metric([server, tool], count)
+            yield calls
+            yield changed
+
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_Stats())
+    return registry
 
 
 def error_result(
@@ -356,7 +387,10 @@ class Proxy:
                 "upstream tools/list failed (%s): the tools served are unchanged", type(exc).__name__
             )
             return
-        self.evaluate(listing)
+        try:
+            self.evaluate(listing)
+        except ConfigError as exc:  # a tool served again whose signature key is missing
+            _log.warning("%s: the tools served are unchanged", exc)
 
     def refresh_soon(self) -> None:
         """Schedule :meth:`refresh` (the upstream said its tool list changed)."""
@@ -399,7 +433,12 @@ class Proxy:
     def evaluate(self, listing: list[dict[str, Any]]) -> None:
         """Serve each listed tool whose active contract pins this very definition; withdraw
         one whose definition changed (one log line and the counter, when it first differs)."""
-        live = {tool["name"]: tool for tool in listing}
+        live: dict[str, dict[str, Any]] = {}
+        twice: set[str] = set()  # listed more than once, differently: which one would be called?
+        for tool in listing:
+            earlier = live.setdefault(tool["name"], tool)
+            if earlier is not tool and definition_digest(earlier) != definition_digest(tool):
+                twice.add(tool["name"])
         contracted = {
             c.spec.mcp.tool
             for c in self.contracts
@@ -419,6 +458,9 @@ class Proxy:
                 refused[name] = "UNKNOWN_TOOL"
             elif definition is None:
                 refused[name] = "TOOL_NOT_SERVED"
+            elif name in twice:
+                refused[name] = "TOOL_CHANGED"
+                withdrawn[name] = ["a second, different definition of the same name"]
             elif definition_digest(live[name]) != definition.digest:
                 refused[name] = "TOOL_CHANGED"
                 withdrawn[name] = changed_members(contract, live[name])
@@ -727,6 +769,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-concurrent", type=int, default=DEFAULT_MAX_CONCURRENT, metavar="N", help="calls in flight (64)"
     )
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default 0: off)",
+    )
+    p.add_argument(
         "--max-queued",
         type=int,
         default=DEFAULT_MAX_QUEUED,
@@ -745,6 +794,9 @@ def options_from(args: argparse.Namespace) -> ProxyOptions:
         value = getattr(args, attribute)
         if not math.isfinite(value) or not lowest <= value <= highest:
             raise ConfigError(f"{flag}: must be a finite number in {lowest:g}..{highest:g} (got {value})")
+    metrics_port = getattr(args, "metrics_port", 0)
+    if not 0 <= metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port: must be in 0..65535 (got {metrics_port})")
     return ProxyOptions(
         adapter=args.adapter,
         adapter_version=args.adapter_version,
@@ -771,29 +823,35 @@ def upstream_target(args: argparse.Namespace) -> Any:
     return StdioServerParameters(command=command[0], args=command[1:])
 
 
-def _origin(args: argparse.Namespace, setting: str, flag: str, variable: str) -> str:
+def _origin(args: argparse.Namespace, setting: str, flag: str, variable: str, key: str) -> str:
     """Where a setting came from: the flag, the environment, the config file or the default."""
     if getattr(args, setting, None):
         return flag
     if os.environ.get(variable):
         return variable
     config_file = getattr(args, "config", None) or os.environ.get("TOOLGATE_CONFIG")
-    return f"--config {config_file}" if config_file else "default"
+    if config_file:
+        try:
+            with open(config_file, "rb") as stream:
+                named = key in tomllib.load(stream)
+        except (OSError, tomllib.TOMLDecodeError):
+            named = False
+        if named:
+            return f"--config {config_file}"
+    return "default"
 
 
 def settings_lines(args: argparse.Namespace, config: Config) -> list[str]:
     """What the proxy uses, for stderr at start-up: an MCP host starts it with a minimal
     environment, so the broker, folder and topics it found are said, with where from."""
-    bootstrap_from = _origin(args, "bootstrap", "--bootstrap", "TOOLGATE_BOOTSTRAP")
-    if bootstrap_from == "default" or (
-        bootstrap_from.startswith("--config") and config.bootstrap == LOCAL_BOOTSTRAP
-    ):
-        bootstrap_from += " (--bootstrap, TOOLGATE_BOOTSTRAP or --config FILE names another)"
+    bootstrap_from = _origin(args, "bootstrap", "--bootstrap", "TOOLGATE_BOOTSTRAP", "bootstrap")
+    if bootstrap_from == "default":
+        bootstrap_from += ": --bootstrap, TOOLGATE_BOOTSTRAP or --config FILE names another"
+    contracts_from = _origin(args, "contracts", "--contracts", "TOOLGATE_CONTRACTS_DIR", "contracts_dir")
     topics = config.topics
     return [
         f"broker {config.bootstrap} (from {bootstrap_from})",
-        f"contracts {Path(config.contracts_dir).resolve()} "
-        f"(from {_origin(args, 'contracts', '--contracts', 'TOOLGATE_CONTRACTS_DIR')})",
+        f"contracts {Path(config.contracts_dir).resolve()} (from {contracts_from})",
         f"topics requests={topics.requests} intake={topics.intake} agent={topics.agent}; "
         f"worker group {config.group_id}",
     ]
@@ -876,6 +934,13 @@ async def serve(
                 if count is not None and count > 0:
                     say(f"worker group {config.group_id}: {count} member(s)")
                 watcher = asyncio.create_task(proxy.watch_workers())
+                if getattr(args, "metrics_port", 0):
+                    from prometheus_client import start_http_server
+
+                    start_http_server(
+                        args.metrics_port, addr="127.0.0.1", registry=stats_registry(proxy.stats, args.server)
+                    )
+                    say(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
                 try:
                     say(f"serving {', '.join(qualified_name(args.server, n) for n in names)}")
                     await _serve_host(proxy, listen, names)
