@@ -286,6 +286,9 @@ LONG = "line of a long answer\n" * 100 + "TAIL-BEYOND-THE-BOUND"  # 2221 charact
 WHOAMI = types.Tool(name="whoami", description="Who the server runs as.", input_schema={"type": "object"})
 
 
+HUNDRED_KB = "a long log line\n" * 6400  # 102,400 characters
+
+
 class TextUpstream(Upstream):
     """mcp_kit's tools plus a second text-only tool (``whoami``); ``echo``'s ``case`` picks
     what the text-only tool answers."""
@@ -305,6 +308,8 @@ class TextUpstream(Upstream):
                 return mcp_kit.echo(str(arguments.get("text", "")))
             if case == "long":  # within max_bytes, beyond text_max_length: cut
                 return mcp_kit.echo(LONG)
+            if case == "100kb":  # a large result (arguments are bounded by the input schema)
+                return mcp_kit.echo(HUNDRED_KB)
             if case == "huge":  # beyond max_bytes: rejected before parsing
                 return mcp_kit.echo("deploy log line\n" * 8192)
             if case == "json_text":  # the only view, looks like JSON, not strict JSON
@@ -773,12 +778,11 @@ class TestLargeText:
 
     async def test_a_hundred_kilobytes(self, config: Config, large_text_contracts: Path) -> None:
         cfg = msgspec.structs.replace(config, contracts_dir=str(large_text_contracts))
-        text = "a long log line\n" * 6400  # 102,400 characters
         upstream = TextUpstream()
         async with running_worker(cfg), proxied(cfg, upstream, ProxyOptions(max_attempts=1)) as (host, _p):
-            result = await host.call_tool("echo", {"case": "text", "text": text})
+            result = await host.call_tool("echo", {"case": "100kb"})
         assert not result.is_error
-        assert [b.text for b in result.content if isinstance(b, types.TextContent)] == [text]
+        assert [b.text for b in result.content if isinstance(b, types.TextContent)] == [HUNDRED_KB]
         assert result.meta is not None
         assert "io.toolgate/truncated" not in result.meta
 
