@@ -372,6 +372,13 @@ class TestInputSchemaLint:
         assert {"input-open-object", "input-unbounded-string"} <= rules
 
 
+def context_note(root: Path) -> str:
+    from toolgate.authoring._lint import context_costs
+
+    (note,) = context_costs(ContractSet.load(root))
+    return note
+
+
 class TestContextCost:
     """lint says what a large text bound costs in the agent's context, without failing for it."""
 
@@ -386,6 +393,22 @@ class TestContextCost:
         (note,) = context_costs(ContractSet.load(tmp_path))
         assert "$.mcp.text_max_length: 20000 characters" in note
         assert "about 5000 tokens" in note
+
+    def test_contracts_lint_prints_the_note_and_does_not_fail_for_it(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`toolgate contracts lint` on the reviewed contract: the note, 0 findings, exit 0."""
+        from toolgate import cli
+
+        _import(tmp_path, [_TIME_TOOL])
+        path = tmp_path / "deployer.get_current_time/v1/contract.yaml"
+        text = path.read_text().replace("text_max_length: 1000", "text_max_length: 20000")
+        path.write_text(text.replace("\nstatus: draft\n", "\nstatus: active\n"))
+        capsys.readouterr()
+        assert cli.main(["contracts", "lint", "--contracts", str(tmp_path)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert [line for line in out if line.startswith("note: ")] == [f"note: {context_note(tmp_path)}"]
+        assert out[-1] == "1 contract versions: 0 findings"
 
 
 class TestFreeTextRemedy:
