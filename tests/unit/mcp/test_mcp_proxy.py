@@ -730,3 +730,22 @@ class TestNestedAdvertisedSchema:
         assert schema["properties"]["b"]["required"] == ["y"]
         assert schema["properties"]["b"]["properties"]["y"] == {"type": "string", "maxLength": 3}
         assert schema["properties"]["a"]["properties"]["x"] == {"type": "integer"}
+
+
+class TestSlowListing:
+    """An upstream that never answers tools/list stops the start-up, naming --upstream-timeout."""
+
+    async def test_start_up_is_bounded(self, world: World, proxy_contracts: ContractSet) -> None:
+        never = asyncio.Event()
+
+        async def list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
+            await never.wait()
+            return types.ListToolsResult(tools=[])
+
+        server: Server[Any] = Server(mcp_kit.SERVER, on_list_tools=list_tools)
+        options = ProxyOptions(upstream_timeout_s=0.2)
+        async with Client(CONFIG, clients=world.clients) as client, McpClient(server) as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, proxy_contracts, options=options)
+            with pytest.raises(ConfigError, match=r"tools/list within 0.2 s \(--upstream-timeout\)"):
+                await proxy.load_tools()
+            never.set()

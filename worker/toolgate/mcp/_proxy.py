@@ -372,9 +372,17 @@ class Proxy:
         contract pins the very definition listed. Returns the names served.
 
         Raises:
-            ConfigError: a served contract needs a signature key the keyring lacks.
+            ConfigError: a served contract needs a signature key the keyring lacks, or the
+                upstream did not list its tools within ``--upstream-timeout``.
         """
-        self.evaluate(await self.fetch_listing())
+        try:
+            listing = await asyncio.wait_for(self.fetch_listing(), self.options.upstream_timeout_s)
+        except TimeoutError:
+            raise ConfigError(
+                f"the upstream did not answer tools/list within {self.options.upstream_timeout_s:g} s "
+                "(--upstream-timeout)"
+            ) from None
+        self.evaluate(listing)
         return sorted(self.served)
 
     async def refresh(self) -> None:
