@@ -298,6 +298,25 @@ class TestSignatureKeys:
         assert error["event"].startswith("contract deploy_status@v1 (")
         assert "requires signature key 'deploy-adapter-2026', which the keyring lacks" in error["event"]
         assert "TOOLGATE_KEYRING is not set" in error["event"]
+        # ... and says where a keyring comes from: the option, the variable, the sample file.
+        assert "--keyring FILE or TOOLGATE_KEYRING" in error["event"]
+        assert f"--keyring {(CONTRACTS / 'fixtures-keyring.toml').absolute()}" in error["event"]
+
+    def test_a_draft_or_disabled_signed_version_needs_no_key(self, tmp_path: Path) -> None:
+        """Only versions that decide verify signatures: a draft or disabled one starts without its key."""
+        import shutil
+
+        for status in ("draft", "disabled"):
+            root = tmp_path / status
+            shutil.copytree(CONTRACTS / "deploy_status", root / "deploy_status")
+            for path in (root / "deploy_status").glob("v*/contract.yaml"):
+                text = path.read_text()
+                for live in ("active", "shadow"):
+                    text = text.replace(f"\nstatus: {live}", f"\nstatus: {status}")
+                path.write_text(text)
+            gate = Gate(ContractSet.load(root), Keyring())
+            assert {c.spec.signature is not None for c in gate.contracts} == {True}
+            check_signature_keys(gate, None)
 
     def test_the_missing_key_error_says_how_to_give_one(self) -> None:
         """Without a keyring, the error names both ways to give one and, since the bundled

@@ -65,13 +65,15 @@ def _contracts_test(args: argparse.Namespace, config: Config) -> int:
 
 
 def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.authoring._lint import lint_contracts
+    from toolgate.authoring._lint import context_costs, lint_contracts
     from toolgate.gate._contracts import ContractSet
 
     contracts = ContractSet.load(config.contracts_dir)
     findings = lint_contracts(contracts)
     for finding in findings:
         print(f"{finding.file}: {finding.pointer or '/'}: {finding.rule}: {finding.message}")
+    for note in context_costs(contracts):
+        print(f"note: {note}")
     print(f"{len(contracts)} contract versions: {len(findings)} findings")
     return EXIT_PROBLEM if findings else EXIT_OK
 
@@ -241,11 +243,17 @@ COMMANDS: tuple[Command, ...] = (
         "rejecting undeclared members and bounding strings and arrays everywhere, so it\n"
         "accepts only what the outputSchema accepts; a shape that cannot be closed soundly\n"
         "is refused. A tool without one: a text-only contract (no data, its text as bounded\n"
-        "untrusted_text). Then a projection of every scalar field and fixtures. A draft\n"
-        "never decides: review it, settle `toolgate contracts lint`, set status: active\n"
-        "(docs/mcp.md, Quick start, says what to settle).\n"
-        "A version is never overwritten: the next major version is written and the diff\n"
-        "printed. Refused tools print one line each. Exit 1 while drafts are left to\n"
+        "untrusted_text). Then a projection of every scalar field and fixtures, and the\n"
+        "pinned definition (mcp.definition: title, description, annotations, the digest of\n"
+        "the tool as listed; input.schema.json: its inputSchema closed the same way). A\n"
+        "draft never decides: review it (lint lists every upstream text the host's model\n"
+        "reads as unreviewed-text), settle `toolgate contracts lint`, set status: active\n"
+        "(docs/mcp.md, Quick start, says what to settle). Nothing is written before every\n"
+        "tool is listed and closed or refused.\n"
+        "A version is never overwritten: a tool whose live definition differs from the\n"
+        "pinned one is written as the next minor (or, when breaking, major) draft and the\n"
+        "diff printed; one listed as pinned is `unchanged`. Refused tools print one line\n"
+        "each. Exit 1 while drafts are left to\n"
         "review or a tool was refused, 2 when the listing cannot be read. --url must be on\n"
         "the loopback.",
         (

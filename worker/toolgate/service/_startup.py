@@ -13,6 +13,7 @@ from typing import Any
 
 from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
+from toolgate.gate._contracts import NOT_LIVE, Contract
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
 from toolgate.service._kafka import copartition_problem, partition_of
@@ -134,8 +135,8 @@ def check_signature_keys(gate: Gate, keyring_file: str | None) -> None:
     where = f"TOOLGATE_KEYRING={keyring_file}" if keyring_file else "no keyring: TOOLGATE_KEYRING is not set"
     for contract in gate.contracts:
         signature = contract.spec.signature
-        if signature is None:
-            continue
+        if signature is None or contract.spec.status in NOT_LIVE:
+            continue  # a draft or disabled version never decides: it verifies nothing live
         key = gate.keyring.get(signature.key_id)
         if key is None:
             raise ConfigError(
