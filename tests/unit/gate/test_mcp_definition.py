@@ -131,6 +131,16 @@ DEFINITION_MISTAKES = [
     ),
     ("    input_schema: input.schema.json\n    title: ''", "$.mcp.definition.title", "1..256"),
     ("    input_schema: absent.json", "$.mcp.definition.input_schema", "cannot read"),
+    (
+        "    input_schema: input.schema.json\n    description: '" + "d" * 16385 + "'",
+        "$.mcp.definition.description",
+        "at most 16384",
+    ),
+    (
+        "    input_schema: input.schema.json\n    annotations: {title: '" + "t" * 257 + "'}",
+        "$.mcp.definition.annotations.title",
+        "at most 256",
+    ),
     ("    input_schema: ../input.schema.json", "$.mcp.definition.input_schema", "beside"),
 ]
 
@@ -144,14 +154,24 @@ class TestDefinitionMistakes:
     ) -> None:
         folder = _copy(imported, tmp_path)
         text = (folder / "contract.yaml").read_text()
-        digest_line = next(r for r in text.splitlines() if r.startswith("    digest:"))
-        if "digest:" in new:
-            _replace(folder, digest_line + "\n", "")
+        for key in ("digest", "description"):  # the line given replaces the pinned one
+            line = next(r for r in text.splitlines() if r.startswith(f"    {key}:"))
+            if f"    {key}:" in new:
+                _replace(folder, line + "\n", "")
         _replace(folder, "    input_schema: input.schema.json", new)
         error = _refused(folder)
         assert error.file == str(folder / "contract.yaml")
         assert error.path == at
         assert word in str(error)
+
+    def test_an_input_schema_file_past_its_bound_is_not_read_whole(
+        self, imported: Path, tmp_path: Path
+    ) -> None:
+        folder = _copy(imported, tmp_path)
+        (folder / "input.schema.json").write_text('{"type": "object", "x": "' + "y" * 300_000 + '"}')
+        error = _refused(folder)
+        assert error.file == str(folder / "input.schema.json")
+        assert "at most 262144 bytes" in str(error)
 
     @pytest.mark.parametrize(
         ("content", "at", "word"),
@@ -234,6 +254,24 @@ class TestErrorCodes:
         error = _refused(folder)
         assert (error.file, error.path) == (str(folder / "contract.yaml"), at)
         assert word in str(error)
+
+    def test_at_most_64_entries(self, imported: Path, tmp_path: Path) -> None:
+        folder = _copy(imported, tmp_path)
+        _mcp_section(folder, "  error_codes:\n" + "  - {match: 'x', code: TOOL_ERROR}\n" * 65)
+        assert _refused(folder).path == "$.mcp.error_codes"
+
+    def test_a_schema_without_a_failure_enum_takes_no_codes(self, imported: Path, tmp_path: Path) -> None:
+        folder = _copy(imported, tmp_path)
+        schema = json.loads((folder / "schema.json").read_text())
+        code = schema["oneOf"][1]["properties"]["error"]["properties"]["code"]
+        code.pop("enum")
+        code["type"] = "string"
+        (folder / "schema.json").write_text(json.dumps(schema))
+        assert load_contract(folder).error_patterns == ()  # error_code alone: nothing to check against
+        _mcp_section(folder, "  error_codes:\n  - {match: 'x', code: TOOL_ERROR}")
+        error = _refused(folder)
+        assert error.path == "$.mcp.error_codes"
+        assert "names no failure error.code enum" in str(error)
 
     def test_the_fixed_code_must_be_in_the_enum_too(self, imported: Path, tmp_path: Path) -> None:
         folder = _copy(imported, tmp_path)
