@@ -8,12 +8,14 @@ read once per assigned partition).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 from toolgate.gate._batch import AcceptedView, Batch, decide_batch
 from toolgate.gate._records import Message, Origin
-from toolgate.service._kafka import Producer
+from toolgate.service._kafka import Producer, TopicPartition
+from toolgate.service._store import AcceptedLedger, TopicReader
 
 from tests.simulation.world import SimPartition, SimWorker
 
@@ -77,7 +79,7 @@ class _AnswerWithoutLedger(SimPartition):
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
         worker = self.worker
         assert isinstance(worker, SimWorker)
-        worker.world.before_decision(worker.node, self)
+        worker.world.before_decision(worker.node, self, records, keys)
         tp = self.tp
         messages = [
             Message(
@@ -100,6 +102,43 @@ class _AnswerWithoutLedger(SimPartition):
         )
 
 
+class _AttemptBlindLedger(AcceptedLedger):
+    """The accepted ledger answers "this attempt has an answer" for any attempt of a
+    request that has an accepted one: the attempt number is ignored."""
+
+    def __call__(self, request_id: str, attempt: int) -> bool:
+        return request_id in self._live
+
+
+class _LedgerIgnoresAttempt(SimWorker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ledger.__class__ = _AttemptBlindLedger
+
+
+class _CaughtUpOneEarly(TopicReader):
+    """The request reader's "caught up" test is off by one: a partition counts as read up
+    to its end offset when its position is one short of it."""
+
+    async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
+        assert self._consumer is not None
+        targets = await self._consumer.end_offsets(tps)
+
+        def reached() -> bool:
+            return all(self._positions.get(tp, 0) >= end - 1 for tp, end in targets.items())
+
+        async with self._progress:
+            try:
+                await asyncio.wait_for(self._progress.wait_for(reached), wait_seconds)
+            except TimeoutError:
+                return False
+        return True
+
+
+class _CatchUpOffByOne(SimWorker):
+    reader_class = _CaughtUpOneEarly
+
+
 def _worker(partition: type[SimPartition]) -> type[SimWorker]:
     return type(f"Worker{partition.__name__}", (SimWorker,), {"partition_class": partition})
 
@@ -112,4 +151,6 @@ BUGS: dict[str, type[SimWorker]] = {
     "stale-records-decided": _worker(_StaleRecordsDecided),
     "ambiguous-commit-as-aborted": _worker(_AmbiguousCommitAsAborted),
     "answer-without-ledger": _worker(_AnswerWithoutLedger),
+    "ledger-ignores-attempt": _LedgerIgnoresAttempt,
+    "catch-up-off-by-one": _CatchUpOffByOne,
 }

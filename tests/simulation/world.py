@@ -39,10 +39,11 @@ from toolgate.service._kafka import partition_of
 from toolgate.service._metrics import Metrics
 from toolgate.service._partition import OwnedPartition
 from toolgate.service._service import Worker, WorkerOptions
-from toolgate.service._store import reading
+from toolgate.service._store import TopicReader, reading
 
 from tests.fakes.kafka import FakeBroker, FakeClients, FakeConsumer, FakeProducer
 from tests.simulation.loop import Choices, SimLoop, Stuck
+from tests.simulation.oracle import Oracle, catching_up
 from tests.unit.builders import NOW, message, review_request, review_value
 
 CONFIG = Config()
@@ -119,6 +120,9 @@ class Node:
     applied: dict[tuple[str, int], set[int]] = field(default_factory=lambda: collections.defaultdict(set))
     # (topic, partition) -> committed offsets visible at its assignment's restore
     required: dict[int, dict[str, set[int]]] = field(default_factory=dict)
+    # intake partition -> requests offsets below this it must have applied (its restore's
+    # end offsets, its last catch-up that said it caught up): the oracle's floor
+    must: dict[int, int] = field(default_factory=dict)
 
     def group_consumer(self) -> FakeConsumer | None:
         for consumer in self.clients.consumers:
@@ -153,6 +157,21 @@ class SimWorker(Worker):
             self.node.applied[(where[0], where[1])].add(where[2])
         super()._apply_state(key, value)
 
+    # A planted bug's request reader (tests/simulation/bugs.py); None: the worker's own.
+    reader_class: type[TopicReader] | None = None
+
+    async def _start_readers(self) -> None:
+        await super()._start_readers()
+        reader = self._request_reader
+        assert reader is not None
+        if self.reader_class is not None:
+            reader.__class__ = self.reader_class
+        catching_up(reader, self.world.oracle.request_ends, self._caught_up)
+
+    def _caught_up(self, ends: dict[int, int]) -> None:
+        for partition, end in ends.items():
+            self.node.must[partition] = max(self.node.must.get(partition, 0), end)
+
     async def _restore(self, partitions: set[int]) -> None:
         for partition in partitions:
             self.node.required[partition] = self.world.visible_state(partition)
@@ -164,6 +183,7 @@ class SimWorker(Worker):
             self.node.applied.pop((T.requests, tp.partition), None)
             self.node.applied.pop((T.state, tp.partition), None)
             self.node.required.pop(tp.partition, None)
+            self.node.must.pop(tp.partition, None)
         self.node.stale = False
 
 
@@ -173,7 +193,7 @@ class SimPartition(OwnedPartition):
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
         worker = self.worker
         assert isinstance(worker, SimWorker)
-        worker.world.before_decision(worker.node, self)
+        worker.world.before_decision(worker.node, self, records, keys)
         return super()._decide(records, keys)
 
 
@@ -294,6 +314,14 @@ class World:
         self.acceptances: dict[str, set[int]] = collections.defaultdict(set)
         self.offsets: dict[TopicPartition, int] = {}
         self.violation: Violation | None = None
+        self.oracle = Oracle(broker, gate, T, WorkerOptions().max_record_bytes)
+        self.txn_node: dict[int, int] = {}  # transaction -> the node whose producer committed it
+        self.successes: collections.Counter[tuple[str, int]] = collections.Counter()
+        self.outcome_of: dict[str, str] = {}  # intake origin -> its committed decision's outcome
+        self.excused = 0  # fresh attempts left unanswered by a bounded wait (check_progress)
+        # intake origin -> (kind, request index, write sequence); requests records' sequences
+        self.written: dict[str, tuple[str, int, int]] = {}
+        self.requests_written: dict[tuple[int, int], int] = {}  # (partition, offset) -> sequence
 
     def halt(self) -> None:
         """The schedule is over: every node is killed, so its tasks end at their next call."""
@@ -427,6 +455,8 @@ class World:
 
     async def _hook(self, operation: str, clients: Any, client: Any) -> None:
         node = self.nodes[clients.node_index]
+        if operation == "commit" and isinstance(client, FakeProducer) and client.txn is not None:
+            self.txn_node[client.txn] = node.index
         while node.state == "paused":
             assert node.resume is not None
             await asyncio.shield(node.resume)
@@ -513,19 +543,23 @@ class World:
             if delay > 0:
                 await asyncio.sleep(delay)
             key = rid(i).encode()
+            sequence = len(self.written) + len(self.requests_written)
             if kind == "request":
                 attempt_of[i] = max(attempt_of.get(i, 1), attempt)
                 record = review_request(request_id=rid(i), attempt=attempt, max_attempts=3)
-                self.broker.append(T.requests, msgspec.json.encode(record), key=key)
+                written = self.broker.append(T.requests, msgspec.json.encode(record), key=key)
+                self.requests_written[(written.partition, written.offset)] = sequence
             elif kind == "tombstone":
-                self.broker.append(T.requests, None, key=key)
+                written = self.broker.append(T.requests, None, key=key)
+                self.requests_written[(written.partition, written.offset)] = sequence
             else:
                 data = {"decision": "rejected"} if kind == "bad" else {}
                 value = dict(review_value(**data), request_id=rid(i))
                 if kind == "bad":
                     value["data"]["reviewed_by"] = 7  # the schema refuses it
                 msg = message(value, key=key, tg_request_id=rid(i))
-                self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+                written = self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+                self.written[f"{T.intake}/{written.partition}/{written.offset}"] = (kind, i, sequence)
 
     # --- invariants ------------------------------------------------------------------
 
@@ -543,12 +577,22 @@ class World:
             (r.key or b"").decode() for part in self.broker.logs[T.requests] for r in part if r.value is None
         }
 
-    def before_decision(self, node: Node, owned: OwnedPartition) -> None:
+    def before_decision(self, node: Node, owned: OwnedPartition, records: list[Any], keys: list[str]) -> None:
         """No decision before the partition's restore reached the end offsets at its
-        assignment; the ledger it decides with equals what is committed."""
+        assignment; the ledger it decides with equals what is committed. The oracle
+        notes the requests the node must decide ``records`` with."""
+        partition = owned.tp.partition
+        owed = node.required.get(partition, {}).get(T.requests, set())
+        self.oracle.capture(
+            node.index,
+            owned.tp,
+            records,
+            keys,
+            node.applied.get((T.requests, partition), set()) | owed,
+            node.must.get(partition, 0),
+        )
         if node.stale or node.state != "live":
             return
-        partition = owned.tp.partition
         if owned.restoring:
             self.fail(
                 "restore before decisions", f"node {node.index} decides partition {partition} while restoring"
@@ -596,7 +640,21 @@ class World:
 
     def after_commit(self, txn_id: int) -> None:
         """At most one decision per intake record, one answer per attempt and nothing after
-        it, a rejection quarantined once."""
+        it, a rejection quarantined once; every decision the gate's verdict (the oracle)."""
+        decisions = [
+            json.loads(r.value or b"{}")
+            for part in self.broker.logs[T.audit]
+            for r in part
+            if r.txn == txn_id and not r.control
+        ]
+        decisions = [e for e in decisions if e.get("kind") == "decision"]
+        acceptances = self.acceptances
+        self.oracle.verdicts(
+            self.txn_node.get(txn_id),
+            decisions,
+            lambda request_id, attempt: attempt in acceptances.get(request_id, ()),
+            self.fail,
+        )
         for topic in (T.audit, T.quarantine):
             for part in self.broker.logs[topic]:
                 for r in part:
@@ -612,6 +670,7 @@ class World:
                     if event.get("kind") != "decision":
                         continue
                     origin = event["origin"]
+                    self.outcome_of[origin] = event["outcome"]
                     self.decisions[origin] += 1
                     if self.decisions[origin] > 1:
                         self.fail("every intake record has exactly one decision", f"{origin} decided twice")
@@ -628,6 +687,7 @@ class World:
                             "after its answer",
                         )
                     if event["outcome"] != "rejected":
+                        self.successes[answer] += 1
                         self.answered.add(answer)
                         self.acceptances[rid_].add(attempt)
 
@@ -667,6 +727,54 @@ class World:
                     "accepted ledger equals committed acceptances",
                     f"{request_id}: changelog {latest.get(request_id)} but accepted attempts "
                     f"{sorted(attempts)}",
+                )
+        self.check_progress()
+
+    def check_progress(self) -> None:
+        """At the end of a healed schedule: every attempt with a valid, fresh result (a
+        result written after its request's last record, which is that attempt's and no
+        tombstone) is answered exactly once with a success; every result the schema
+        refuses has its rejection; every success answers a valid result.
+
+        An attempt is excused only when the oracle sanctioned each fresh result's
+        rejection by what the deciding node could see: its wait for the request timed
+        out (unknown request), or its reader had not yet applied the request's last
+        record while it held an earlier one (the reader is read ahead of, not waited
+        for, when the request is known).
+        """
+        for origin, (kind, _, _) in self.written.items():
+            outcome = self.outcome_of.get(origin)
+            if kind == "bad" and outcome != "rejected":
+                self.fail("every invalid result has its rejection", f"{origin}: {outcome}")
+            if kind != "result" and outcome not in (None, "rejected"):
+                self.fail("a success answers a valid result", f"{origin} ({kind}): {outcome}")
+        for p, log in enumerate(self.broker.logs[T.requests]):
+            last: dict[bytes, Any] = {}
+            for record in log:
+                if record.key is not None:
+                    last[record.key] = record
+            for key, record in last.items():
+                if record.value is None:
+                    continue  # the request ended
+                request_id = key.decode()
+                attempt = int(json.loads(record.value)["attempt"])
+                since = self.requests_written[(p, record.offset)]
+                fresh = [
+                    origin
+                    for origin, (kind, i, sequence) in self.written.items()
+                    if kind == "result" and rid(i) == request_id and sequence > since
+                ]
+                if not fresh or self.successes[(request_id, attempt)] == 1:
+                    continue
+                if self.successes[(request_id, attempt)] == 0 and all(
+                    self.oracle.sanctioned(origin, attempt) for origin in fresh
+                ):
+                    self.excused += 1
+                    continue
+                self.fail(
+                    "every valid, fresh result's attempt is answered once",
+                    f"{request_id} attempt {attempt}: {self.successes[(request_id, attempt)]} successes; "
+                    f"its fresh results {', '.join(f'{o} {self.outcome_of.get(o)}' for o in fresh[:4])}",
                 )
 
     # --- one schedule ------------------------------------------------------------------
@@ -727,6 +835,8 @@ class Outcome:
     choices: Choices
     faults: collections.Counter[str]
     virtual_seconds: float
+    checked: int = 0  # committed decisions the oracle compared with the gate's verdict
+    excused: int = 0  # fresh attempts left unanswered by a bounded wait (World.check_progress)
 
 
 @contextlib.contextmanager
@@ -774,4 +884,4 @@ def run_schedule(
     if violation is None and loop.errors:
         error = loop.errors[0]
         violation = Violation("no task fails unseen", repr(error)[:300])
-    return Outcome(seed, violation, choices, world.faults, loop.now)
+    return Outcome(seed, violation, choices, world.faults, loop.now, world.oracle.checked, world.excused)
