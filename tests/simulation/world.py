@@ -30,7 +30,7 @@ from unittest import mock
 
 import msgspec
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, RequestTimedOutError
 from toolgate._config import Config
 from toolgate.gate._batch import Batch
 from toolgate.gate._gate import Gate
@@ -97,13 +97,87 @@ FAULT_PHASE_S = 4.0  # faults are drawn during this much virtual time; then the 
 SETTLE_S = 120.0  # after healing, every record must be decided within this much virtual time
 
 
-_NODE = [("crash", P_CRASH), ("pause", P_PAUSE), ("rebalance", P_REBALANCE)]
-# operation -> (event names, their probabilities) drawn at each call of it (before its effect)
-_EVENTS = {
-    op: (tuple(k for k, _ in _NODE + faults), tuple(p for _, p in _NODE + faults))
-    for op, faults in FAULTS.items()
-}
-_NODE_EVENTS = (tuple(k for k, _ in _NODE), tuple(p for _, p in _NODE))
+P_OUTAGE = 0.0002  # the broker refuses every call for minutes, then serves (once at most)
+OUTAGE_S = (20.0, 180.0)  # how long an outage lasts, virtual seconds
+REQUEST_TIMEOUT_S = 5.0  # a call the refusing broker fails takes this long to fail
+TRANSACTION_TIMEOUT_S = 60.0  # an outage longer than this aborts the open transactions
+RESUME_S = 30.0  # after healing, while records are undecided, some decision comes this often
+# Calls that raise when the broker refuses them; the others (fetches, positions, seeks,
+# metadata) wait until it serves again, as the client library's do.
+REFUSED = {"init", "begin", "send", "send_offsets", "commit", "abort", "committed", "end_offsets", "read"}
+CLOSING = {"producer_stop", "consumer_stop"}  # closing a client needs no broker: goes through
+
+_NODE = [("crash", P_CRASH), ("pause", P_PAUSE), ("rebalance", P_REBALANCE), ("outage", P_OUTAGE)]
+
+Events = tuple[tuple[str, ...], tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a schedule aims at. Most schedules draw every fault at a low rate anywhere
+    (``mixed``); the others reach rare states on purpose, raising the faults at one
+    boundary of the exactly-once scheme (targeted fault injection):
+
+    - ``take-over``: rebalances, pauses and crashes at the commit, at the offsets sent to
+      the transaction and at the producer's start (a take-over racing a commit), commits
+      timing out done or not;
+    - ``restore``: slow and failing restores, failing reads and end offsets, rebalances
+      at any call (a partition moving while its state is read);
+    - ``requests-race``: each result written just after its request record, most
+      requests retried (a second attempt written just before its result): the request
+      reader's catch-up and the accepted ledger's attempts at their boundary;
+    - ``outage``: the broker refuses every call for 20 s to 3 min, then serves.
+    """
+
+    name: str
+    boost: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> fault -> probability
+    traffic: str = "mixed"
+    outage: bool = False
+    slow_restore: float = 0.15
+    failing_restore: float = 0.1
+
+    def events(self) -> dict[str, Events]:
+        """operation -> (event names, their probabilities) drawn at each call of it."""
+        out: dict[str, Events] = {}
+        for op in set(FAULTS) | set(self.boost) | {""}:
+            drawn = dict(_NODE + FAULTS.get(op, []))
+            drawn.update(self.boost.get("*", {}))
+            drawn.update(self.boost.get(op, {}))
+            out[op] = (tuple(drawn), tuple(drawn.values()))
+        return out
+
+
+_AT_BOUNDARY = {"rebalance": 0.08, "pause": 0.04, "crash": 0.03}
+PROFILES: tuple[Profile, ...] = (
+    Profile("mixed"),
+    Profile(
+        "take-over",
+        boost={
+            "commit": {**_AT_BOUNDARY, "commit_timeout_done": 0.08, "broker_abort": 0.04},
+            "send_offsets": _AT_BOUNDARY,
+            "init": {**_AT_BOUNDARY, "init_error": 0.08},
+            "committed": {"rebalance": 0.05, "pause": 0.03},
+        },
+    ),
+    Profile("mixed"),
+    Profile(
+        "restore",
+        boost={
+            "*": {"rebalance": 0.02},
+            "read": {"read_error": 0.05},
+            "end_offsets": {"end_offsets_error": 0.05},
+        },
+        slow_restore=0.4,
+        failing_restore=0.3,
+    ),
+    Profile("requests-race", traffic="races"),
+    Profile("outage", boost={"commit": {"outage": 0.3}, "send": {"outage": 0.1}}, outage=True),
+)
+
+
+def profile_of(seed: int) -> Profile:
+    """The seed's profile: consecutive seeds go round :data:`PROFILES`."""
+    return PROFILES[seed % len(PROFILES)]
 
 
 @dataclass
@@ -238,10 +312,24 @@ class Traffic:
     events: list[tuple[float, str, int, int]]  # (virtual time, kind, request index, attempt)
 
 
-def traffic(seed: int, requests: int = 6) -> Traffic:
-    """Requests and their results with late, duplicated, tombstoned and reordered records."""
+def traffic(seed: int, requests: int = 6, kind: str = "mixed") -> Traffic:
+    """Requests and their results with late, duplicated, tombstoned and reordered records;
+    ``races``: each result just after its request record, most requests retried."""
     rnd = random.Random(seed ^ 0x5EED)
     events: list[tuple[float, str, int, int]] = []
+    if kind == "races":
+        for i in range(requests):
+            t = rnd.uniform(0.0, 2.0)
+            events.append((t, "request", i, 1))
+            events.append((t, "result", i, 1))  # written just after its request (same instant)
+            if rnd.random() < 0.3:
+                events.append((t + rnd.uniform(0.0, 0.3), "result", i, 1))
+            if rnd.random() < 0.7:
+                second = t + rnd.uniform(0.0, 1.0)
+                events.append((second, "request", i, 2))
+                events.append((second, "result", i, 2))
+        events.sort(key=lambda e: e[0])
+        return Traffic(events)
     for i in range(requests):
         t = rnd.uniform(0.0, 2.0)
         late = rnd.random() < 0.15  # the request record after its result
@@ -301,7 +389,13 @@ class World:
         broker.hook = self._hook
         broker.own_listeners = True
         self.nodes: list[Node] = []
+        self.profile = profile_of(seed)
+        self.events = self.profile.events()
         self.faults: collections.Counter[str] = collections.Counter()
+        self.outage_until = 0.0  # the broker refuses every call until then (virtual time)
+        self.outages = 0
+        self.served: asyncio.Future[None] | None = None  # set when an outage ends
+        self.healed_at = 0.0
         self.healed = False
         self.crashes = 0
         self.pauses = 0
@@ -462,9 +556,13 @@ class World:
             await asyncio.shield(node.resume)
         if node.state == "crashed":
             raise Crashed()
+        if self.served is not None and not self.served.done() and operation not in CLOSING:
+            await self._refused(operation)
+            await self._hook(operation, clients, client)
+            return
         choices = self.choices
         if not self.healed:
-            events = _EVENTS.get(operation, _NODE_EVENTS)
+            events = self.events.get(operation) or self.events[""]
             event = choices.pick(
                 events[1], lambda i: f"{events[0][i - 1]} at {operation} of node {node.index}"
             )
@@ -477,11 +575,14 @@ class World:
                     self._pause(node)
                     await self._hook(operation, clients, client)
                     return
-                if kind == "rebalance":
+                if kind == "outage":
+                    if not self.outages:
+                        self._outage()
+                elif kind == "rebalance":
                     self.faults["rebalance"] += 1
                     for member in self.broker.members[GROUP]:
                         member.rebalance_pending = True
-                elif kind not in ("crash", "pause"):
+                elif kind not in ("crash", "pause", "outage"):
                     self.faults[kind] += 1
                     self._inject(kind, client)
         latency = choices.draw(LATENCY_MS + 1, P_LATENCY, "latency")
@@ -491,6 +592,42 @@ class World:
             await asyncio.sleep(0)
         if node.state != "live":  # paused or killed while the call was on its way
             await self._hook(operation, clients, client)
+
+    def _outage(self) -> None:
+        """The broker refuses every call for 20 s to 3 min, then serves again: its group
+        coordinator comes back with every member to rejoin, and an outage longer than the
+        transaction timeout aborts the transactions left open."""
+        self.outages += 1
+        self.faults["outage"] += 1
+        low, high = OUTAGE_S
+        seconds = low + (high - low) * self.choices.draw(101, 1.0, "outage for") / 100
+        self.outage_until = self.loop.time() + seconds
+        served = self.served = self.loop.create_future()
+
+        def serve() -> None:
+            served.set_result(None)
+            if seconds > TRANSACTION_TIMEOUT_S:
+                for transactional_id in list(self.broker.open_txn):
+                    self.broker.expire(transactional_id)
+            for member in self.broker.members[GROUP]:
+                member.rebalance_pending = True
+            self.broker.changed()
+
+        self.loop.call_later(seconds, serve)
+
+    async def _refused(self, operation: str) -> None:
+        """A call while the broker refuses: one that fails on a refused connection fails
+        after the request timeout; any other waits until the broker serves again."""
+        served = self.served
+        assert served is not None
+        if operation in CLOSING:
+            return
+        if operation in REFUSED:
+            await asyncio.wait([served], timeout=REQUEST_TIMEOUT_S)
+            if not served.done():
+                raise KafkaConnectionError("injected: the broker refuses connections")
+            return
+        await asyncio.shield(served)
 
     def _inject(self, fault: str, client: Any) -> None:
         broker = self.broker
@@ -526,11 +663,11 @@ class World:
     async def _restore_hook(self, partitions: set[int]) -> None:
         if self.healed:
             return
-        slow = self.choices.draw(30, 0.15, "slow restore")
+        slow = self.choices.draw(30, self.profile.slow_restore, "slow restore")
         if slow:
             self.faults["slow_restore"] += 1
             await asyncio.sleep(slow * 0.1)
-        if self.choices.chance(0.1, "failing restore"):
+        if self.choices.chance(self.profile.failing_restore, "failing restore"):
             self.faults["failing_restore"] += 1
             raise KafkaError("injected: restore failed")
 
@@ -782,16 +919,31 @@ class World:
     async def main(self) -> None:
         for _ in range(NODES):
             self.start_node()
-        writer = asyncio.ensure_future(self.write_traffic(traffic(self.seed)))
+        writer = asyncio.ensure_future(self.write_traffic(traffic(self.seed, kind=self.profile.traffic)))
+        if self.profile.outage:  # at a commit or a send (drawn there), else at the end of the faults
+            self.loop.call_later(FAULT_PHASE_S - 0.1, lambda: None if self.outages else self._outage())
         await self._wait(FAULT_PHASE_S)
         await writer
+        while self.served is not None and not self.served.done():
+            await self._wait(1.0)
         self.healed = True
+        self.healed_at = self.loop.time()
         for node in self.nodes:
             if node.state == "paused":
                 self._resume(node)
         deadline = self.loop.time() + SETTLE_S
+        decided, last = sum(self.decisions.values()), self.loop.time()
         while self.undecided() and self.loop.time() < deadline:
             await self._wait(0.05)
+            if sum(self.decisions.values()) != decided:
+                decided, last = sum(self.decisions.values()), self.loop.time()
+            elif self.loop.time() - last >= RESUME_S:
+                self.fail(
+                    "decisions go on after healing",
+                    f"{len(self.undecided())} records undecided and no decision for {RESUME_S:g} s "
+                    f"(the last {last - self.healed_at:.1f} s after healing)"
+                    + (" after a broker outage" if self.outages else ""),
+                )
         for task in self.restarts:
             await task
         for node in self.nodes:
