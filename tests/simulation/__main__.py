@@ -195,10 +195,15 @@ def replay(path: Path, gate: Any) -> int:
 def first_failures(
     pool: Any, bugs: Sequence[str], seeds: list[int], jobs: int
 ) -> dict[str, tuple[int, str, str] | None]:
-    """Per planted bug, its first failing schedule among ``seeds`` (seed, invariant, detail)."""
+    """Per planted bug, its first failing schedule among ``seeds`` (seed, invariant, detail);
+    ``pool`` None: in this process, one seed after another, up to the first failure."""
     found: dict[str, tuple[int, str, str] | None] = {}
     for bug in bugs:
         hit: tuple[int, str, str] | None = None
+        if pool is None:
+            row = next((r for r in _run_seeds((seeds, bug, True)) if r[1] is not None), None)
+            found[bug] = None if row is None else (row[0], str(row[1]), row[2])
+            continue
         for rows in pool.imap(_run_seeds, [(chunk, bug, True) for chunk in _chunks(seeds, jobs)]):
             row = next((row for row in rows if row[1] is not None), None)
             if row is not None and (hit is None or row[0] < hit[0]):
@@ -213,8 +218,11 @@ def bug_table(first: int, schedules: int, jobs: int) -> int:
 
     seeds = list(range(first, first + schedules))
     started = time.perf_counter()
-    with multiprocessing.get_context("fork").Pool(jobs, initializer=_init) as pool:
-        found = first_failures(pool, list(BUGS), seeds, jobs)
+    if jobs == 1:
+        found = first_failures(None, list(BUGS), seeds, jobs)
+    else:
+        with multiprocessing.get_context("fork").Pool(jobs, initializer=_init) as pool:
+            found = first_failures(pool, list(BUGS), seeds, jobs)
     print(f"planted bugs, schedules from SEED={first} to the first failure (at most {schedules}):")
     print(f"{'bug':<30} {'schedules':>9}  first failing seed: invariant")
     for bug, hit in found.items():

@@ -135,6 +135,10 @@ class Profile:
     outage: bool = False
     slow_restore: float = 0.15
     failing_restore: float = 0.1
+    # A node paused with a transaction open resumes, with this probability, just as another
+    # node starts a producer with the same transactional id (a take-over): the zombie's
+    # commit races its successor's fence.
+    wake_zombie: float = 0.0
 
     def events(self) -> dict[str, Events]:
         """operation -> (event names, their probabilities) drawn at each call of it."""
@@ -147,17 +151,19 @@ class Profile:
         return out
 
 
-_AT_BOUNDARY = {"rebalance": 0.08, "pause": 0.04, "crash": 0.03}
+_AT_BOUNDARY = {"rebalance": 0.08, "crash": 0.03}
 PROFILES: tuple[Profile, ...] = (
     Profile("mixed"),
     Profile(
         "take-over",
         boost={
-            "commit": {**_AT_BOUNDARY, "commit_timeout_done": 0.08, "broker_abort": 0.04},
-            "send_offsets": _AT_BOUNDARY,
-            "init": {**_AT_BOUNDARY, "init_error": 0.08},
-            "committed": {"rebalance": 0.05, "pause": 0.03},
+            "*": {"pause": 0.0},  # a node pauses with its transaction open, nowhere else
+            "commit": {**_AT_BOUNDARY, "pause": 0.2, "commit_timeout_done": 0.08, "broker_abort": 0.04},
+            "send_offsets": {**_AT_BOUNDARY, "pause": 0.06},
+            "init": {**_AT_BOUNDARY, "pause": 0.0, "init_error": 0.08},
+            "committed": {"rebalance": 0.05},
         },
+        wake_zombie=0.9,
     ),
     Profile("mixed"),
     Profile(
@@ -561,6 +567,10 @@ class World:
             await self._hook(operation, clients, client)
             return
         choices = self.choices
+        if self.profile.wake_zombie and operation == "init" and not self.healed and self._wake_zombie(client):
+            # The take-over's start reaches the broker a moment later: the zombie's commit,
+            # on its way, comes first or not.
+            await asyncio.sleep(0.001 * choices.draw(30, 0.9, "take-over delayed"))
         if not self.healed:
             events = self.events.get(operation) or self.events[""]
             event = choices.pick(
@@ -592,6 +602,25 @@ class World:
             await asyncio.sleep(0)
         if node.state != "live":  # paused or killed while the call was on its way
             await self._hook(operation, clients, client)
+
+    def _wake_zombie(self, producer: Any) -> bool:
+        """A node paused with a transaction open on the transactional id ``producer`` is
+        about to fence resumes now, with the profile's probability: its commit races the
+        take-over. True when one did."""
+        for other in self.nodes:
+            if other.state != "paused":
+                continue
+            held = [
+                p
+                for p in other.clients.producers
+                if p.transactional_id == producer.transactional_id and p.txn is not None
+            ]
+            if held and self.choices.chance(
+                self.profile.wake_zombie, f"node {other.index} resumes at a take-over"
+            ):
+                self._resume(other)
+                return True
+        return False
 
     def _outage(self) -> None:
         """The broker refuses every call for 20 s to 3 min, then serves again: its group
