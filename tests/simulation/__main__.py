@@ -263,6 +263,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="only hunt the planted bugs: per bug, the schedules from --seed to its first failure "
         "(at most --schedules)",
     )
+    parser.add_argument(
+        "--profile",
+        choices=["mixed", "take-over", "restore", "requests-race", "outage"],
+        help="run every schedule with this profile instead of going round them all",
+    )
     parser.add_argument("--shrink-seconds", type=float, default=30.0, help="time to shrink each failure")
     args = parser.parse_args(argv)
     if args.schedules < 1 or args.jobs < 1:
@@ -275,6 +280,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.bug not in BUGS:
             parser.error(f"--bug: no planted bug {args.bug!r} (one of: {', '.join(BUGS)})")
         args.bugs = False
+    if args.profile is not None:
+        from tests.simulation import world
+
+        world.FORCED_PROFILE = args.profile  # the pool's processes are forked: they inherit it
     _init()
     if args.bug_table:
         return bug_table(args.seed, args.schedules, args.jobs)

@@ -181,8 +181,15 @@ PROFILES: tuple[Profile, ...] = (
 )
 
 
+# Every schedule of this process runs this profile instead (``--profile``: to measure what
+# the targeted profiles add).
+FORCED_PROFILE: str | None = None
+
+
 def profile_of(seed: int) -> Profile:
     """The seed's profile: consecutive seeds go round :data:`PROFILES`."""
+    if FORCED_PROFILE is not None:
+        return next(p for p in PROFILES if p.name == FORCED_PROFILE)
     return PROFILES[seed % len(PROFILES)]
 
 
@@ -537,19 +544,30 @@ class World:
         paused = session + 0.1 + 0.1 * self.choices.draw(30, 0.9, "paused for")
         self.loop.call_later(paused, self._resume, node)
 
-    def _resume(self, node: Node) -> None:
+    def _resume(self, node: Node, rejoin_after: float = 0.0) -> None:
         if node.state != "paused":
             return
         node.state = "live"
-        consumer = node.group_consumer()
-        if consumer is not None and consumer.started and consumer not in self.broker.members[GROUP]:
-            # Its next heartbeat finds it out of the group: it joins again.
-            self.broker.members[GROUP].append(consumer)
-            for member in self.broker.members[GROUP]:
-                member.rebalance_pending = True
+        if rejoin_after:
+            self.loop.call_later(rejoin_after, self._rejoin, node)
+        else:
+            self._rejoin(node)
         assert node.resume is not None
         if not node.resume.done():
             node.resume.set_result(None)
+
+    def _rejoin(self, node: Node) -> None:
+        """Its next heartbeat finds a resumed node out of the group: it joins again."""
+        consumer = node.group_consumer()
+        if (
+            node.state == "live"
+            and consumer is not None
+            and consumer.started
+            and consumer not in self.broker.members[GROUP]
+        ):
+            self.broker.members[GROUP].append(consumer)
+            for member in self.broker.members[GROUP]:
+                member.rebalance_pending = True
 
     # --- the hook: every client call -----------------------------------------------
 
@@ -618,7 +636,9 @@ class World:
             if held and self.choices.chance(
                 self.profile.wake_zombie, f"node {other.index} resumes at a take-over"
             ):
-                self._resume(other)
+                # Its heartbeat finds it out of the group a little later: the successor may
+                # decide a batch meanwhile.
+                self._resume(other, rejoin_after=0.05 * self.choices.draw(10, 0.9, "rejoins after"))
                 return True
         return False
 
