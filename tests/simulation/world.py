@@ -139,6 +139,8 @@ class Profile:
     # node starts a producer with the same transactional id (a take-over): the zombie's
     # commit races its successor's fence.
     wake_zombie: float = 0.0
+    # operation -> (probability, most milliseconds) of its latency, instead of the default
+    latency: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def events(self) -> dict[str, Events]:
         """operation -> (event names, their probabilities) drawn at each call of it."""
@@ -152,19 +154,20 @@ class Profile:
 
 
 _AT_BOUNDARY = {"rebalance": 0.08, "crash": 0.03}
+TAKE_OVER = Profile(
+    "take-over",
+    boost={
+        "*": {"pause": 0.0},  # a node pauses with its transaction open, nowhere else
+        "commit": {**_AT_BOUNDARY, "pause": 0.2, "commit_timeout_done": 0.08, "broker_abort": 0.04},
+        "send_offsets": {**_AT_BOUNDARY, "pause": 0.06},
+        "init": {**_AT_BOUNDARY, "pause": 0.0, "init_error": 0.08},
+        "committed": {"rebalance": 0.05},
+    },
+    wake_zombie=0.9,
+)
 PROFILES: tuple[Profile, ...] = (
     Profile("mixed"),
-    Profile(
-        "take-over",
-        boost={
-            "*": {"pause": 0.0},  # a node pauses with its transaction open, nowhere else
-            "commit": {**_AT_BOUNDARY, "pause": 0.2, "commit_timeout_done": 0.08, "broker_abort": 0.04},
-            "send_offsets": {**_AT_BOUNDARY, "pause": 0.06},
-            "init": {**_AT_BOUNDARY, "pause": 0.0, "init_error": 0.08},
-            "committed": {"rebalance": 0.05},
-        },
-        wake_zombie=0.9,
-    ),
+    TAKE_OVER,
     Profile("mixed"),
     Profile(
         "restore",
@@ -176,7 +179,10 @@ PROFILES: tuple[Profile, ...] = (
         slow_restore=0.4,
         failing_restore=0.3,
     ),
-    Profile("requests-race", traffic="races"),
+    TAKE_OVER,
+    # The request reader's polls lag behind the intake fetches: a result's request is often
+    # the one record its catch-up still has to read.
+    Profile("requests-race", traffic="races", latency={"read": (0.6, 60)}),
     Profile("outage", boost={"commit": {"outage": 0.3}, "send": {"outage": 0.1}}, outage=True),
 )
 
@@ -187,7 +193,8 @@ FORCED_PROFILE: str | None = None
 
 
 def profile_of(seed: int) -> Profile:
-    """The seed's profile: consecutive seeds go round :data:`PROFILES`."""
+    """The seed's profile: consecutive seeds go round :data:`PROFILES` (seven: two
+    ``mixed``, two ``take-over``, the rarest states to reach, one of each other)."""
     if FORCED_PROFILE is not None:
         return next(p for p in PROFILES if p.name == FORCED_PROFILE)
     return PROFILES[seed % len(PROFILES)]
@@ -613,7 +620,8 @@ class World:
                 elif kind not in ("crash", "pause", "outage"):
                     self.faults[kind] += 1
                     self._inject(kind, client)
-        latency = choices.draw(LATENCY_MS + 1, P_LATENCY, "latency")
+        p_latency, top = self.profile.latency.get(operation, (P_LATENCY, LATENCY_MS))
+        latency = choices.draw(top + 1, p_latency, "latency")
         if latency:
             await asyncio.sleep(latency / 1000)
         else:
