@@ -69,7 +69,10 @@ def _run_seeds(job: tuple[list[int], str | None, bool]) -> list[tuple[int, str |
     for seed in seeds:
         outcome = run_schedule(seed, _GATE, worker_class=_worker_class(bug))
         v = outcome.violation
-        rows.append((seed, v.invariant if v else None, v.detail if v else "", dict(outcome.faults)))
+        counts = dict(outcome.faults)
+        counts["oracle:checked"] = outcome.checked  # summed with the faults, printed apart
+        counts["oracle:excused"] = outcome.excused
+        rows.append((seed, v.invariant if v else None, v.detail if v else "", counts))
         if v is not None and first:
             break
     return rows
@@ -304,7 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{len(seeds)} schedules in {seconds:.1f} s: {len(seeds) / seconds:.1f} schedules/s "
             f"({args.jobs} processes)"
         )
+        checked, excused = faults.pop("oracle:checked", 0), faults.pop("oracle:excused", 0)
         print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
+        print(
+            f"oracle: {checked} committed decisions compared with the gate's verdict; "
+            f"{excused} fresh attempts excused (a bounded wait ran out)"
+        )
         shrunk = 0
         for seed, invariant, detail in failed:
             print(f"FAIL SEED={seed}: {invariant}: {detail}")
