@@ -785,7 +785,7 @@ class World:
             node.applied.get((T.requests, partition), set()) | owed,
             node.must.get(partition, 0),
         )
-        if node.stale or node.state != "live":
+        if node.stale or node.state != "live" or self._fenced(owned):
             return
         if owned.restoring:
             self.fail(
@@ -822,6 +822,14 @@ class World:
                 f"node {node.index} decides partition {partition} with ledger {_entries(held)} "
                 f"but committed {_entries(committed)}",
             )
+
+    def _fenced(self, owned: OwnedPartition) -> bool:
+        """Another node started a producer for the partition since this one's: the node
+        decides as a zombie until its next revoke, and its commit is refused (invariant 5)."""
+        producer = owned.producer
+        if not isinstance(producer, FakeProducer) or producer.transactional_id is None:
+            return False
+        return self.broker.epochs.get(producer.transactional_id) != producer.epoch
 
     def before_commit(self, txn: Any) -> None:
         """No record committed by a fenced producer; committed offsets never move back."""
