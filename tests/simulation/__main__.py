@@ -311,7 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
         print(
             f"oracle: {checked} committed decisions compared with the gate's verdict; "
-            f"{excused} fresh attempts excused (a bounded wait ran out)"
+            f"{excused} fresh attempts excused (their node could not see them: its bounded wait ran "
+            "out, or it held an earlier attempt)"
         )
         shrunk = 0
         for seed, invariant, detail in failed:

@@ -432,7 +432,7 @@ class World:
         self.txn_node: dict[int, int] = {}  # transaction -> the node whose producer committed it
         self.successes: collections.Counter[tuple[str, int]] = collections.Counter()
         self.outcome_of: dict[str, str] = {}  # intake origin -> its committed decision's outcome
-        self.excused = 0  # fresh attempts left unanswered by a bounded wait (check_progress)
+        self.excused = 0  # fresh attempts their deciding node could not see (check_progress)
         # intake origin -> (kind, request index, write sequence); requests records' sequences
         self.written: dict[str, tuple[str, int, int]] = {}
         self.requests_written: dict[tuple[int, int], int] = {}  # (partition, offset) -> sequence
@@ -1053,7 +1053,7 @@ class Outcome:
     faults: collections.Counter[str]
     virtual_seconds: float
     checked: int = 0  # committed decisions the oracle compared with the gate's verdict
-    excused: int = 0  # fresh attempts left unanswered by a bounded wait (World.check_progress)
+    excused: int = 0  # fresh attempts their deciding node could not see (World.check_progress)
 
 
 @contextlib.contextmanager
