@@ -13,7 +13,7 @@ from typing import Any
 
 from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
-from toolgate.gate._contracts import NOT_LIVE, Contract
+from toolgate.gate._contracts import NOT_LIVE
 from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
 from toolgate.service._kafka import copartition_problem, partition_of
