@@ -193,7 +193,7 @@ FORCED_PROFILE: str | None = None
 
 
 def profile_of(seed: int) -> Profile:
-    """A seed's profile: consecutive seeds go round :data:`PROFILES` (seven: two
+    """The profile of a seed: consecutive seeds go round :data:`PROFILES` (seven: two
     ``mixed``, two ``take-over``, the rarest states to reach, one of each other)."""
     if FORCED_PROFILE is not None:
         return next(p for p in PROFILES if p.name == FORCED_PROFILE)
