@@ -38,6 +38,10 @@ BOUNDS_KEY: Final = "x-toolgate-bounds"  # the closure's bounds, for lint to re-
 MAX_POSITIONS: Final = 2000  # skeleton positions: a shape past this is refused, not analysed
 MAX_NESTING: Final = 64  # instance positions and $ref chains deeper than this are refused
 # (each level costs a few Python frames: well inside the interpreter's recursion limit)
+MAX_STEPS: Final = 100_000  # subschemas visited, names matched against patterns, members
+# gathered: the closing's whole work. A shape needing more is refused, not analysed (a
+# schema within the size limits can otherwise ask for billions: names x patterns, or many
+# positions that each reach one large anyOf).
 _ALL_TYPES: Final = frozenset({"object", "array", "string", "number", "boolean", "null"})
 _IN_PLACE_LISTS: Final = ("allOf", "anyOf", "oneOf")
 
@@ -52,7 +56,9 @@ class Unclosable(ValueError):
 
 
 def _join(pointer: str, *tokens: str | int) -> str:
-    return pointer + "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
+    for t in tokens:
+        pointer += f"/{t}" if isinstance(t, int) else "/" + t.replace("~", "~0").replace("/", "~1")
+    return pointer
 
 
 def _value_types(value: Any) -> set[str]:
@@ -77,11 +83,26 @@ class _Closer:
         self.defs: dict[str, Any] = {}
         self.names: dict[frozenset[str], str] = {}
         self.types_memo: dict[str, frozenset[str]] = {}
-        self.pattern_memo: dict[tuple[str, str], bool] = {}
+        self.pattern_memo: dict[str, Any] = {}  # pattern -> its compiled check
+        self.reach_memo: dict[str, tuple[str, ...]] = {}
+        self.node_memo: dict[str, Any] = {"": upstream}
+        self.steps = 0
+
+    def step(self, where: str, count: int = 1) -> None:
+        """Count ``count`` units of work; past :data:`MAX_STEPS` the schema is refused."""
+        self.steps += count
+        if self.steps > MAX_STEPS:
+            raise Unclosable(
+                where,
+                f"closing needs more than {MAX_STEPS} steps (the work limit: subschemas visited "
+                "per position, names matched against patterns): not analysed",
+            )
 
     # ------------------------------------------------------------ the upstream document
 
     def at(self, pointer: str) -> Any:
+        if pointer in self.node_memo:
+            return self.node_memo[pointer]
         node = self.root
         for token in pointer.split("/")[1:]:
             token = token.replace("~1", "/").replace("~0", "~")
@@ -91,6 +112,7 @@ class _Closer:
                 node = node[int(token)]
             else:
                 raise Unclosable(pointer, "a reference that points at nothing")
+        self.node_memo[pointer] = node
         return node
 
     def ref_target(self, pointer: str, node: dict[str, Any]) -> str | None:
@@ -125,6 +147,7 @@ class _Closer:
         """Every JSON type ``pointer``'s schema may accept (an over-approximation)."""
         if pointer in self.types_memo:
             return self.types_memo[pointer]
+        self.step(pointer)
         if depth > MAX_NESTING:
             raise Unclosable(pointer, f"subschemas nested deeper than {MAX_NESTING}: not analysed")
         self.types_memo[pointer] = _ALL_TYPES  # a cycle: assume anything
@@ -165,47 +188,69 @@ class _Closer:
 
     # ------------------------------------------------------------ positions
 
-    def gather(self, entries: frozenset[str]) -> list[tuple[str, Any]]:
-        """Every schema applied to the instance at a position whose own schemas are ``entries``."""
+    def reach(self, pointer: str) -> tuple[str, ...]:
+        """``pointer`` and every schema it applies in place (memoized: positions that reach
+        one shared subschema walk it once)."""
+        known = self.reach_memo.get(pointer)
+        if known is not None:
+            return known
         seen: set[str] = set()
-        out: list[tuple[str, Any]] = []
-        stack = sorted(entries)
+        out: list[str] = []
+        stack: list[tuple[str, Any]] = [(pointer, self.at(pointer))]
+        memo = self.node_memo
         while stack:
-            pointer = stack.pop()
-            if pointer in seen:
+            current, node = stack.pop()
+            if current in seen:
                 continue
-            seen.add(pointer)
-            node = self.at(pointer)
-            out.append((pointer, node))
+            seen.add(current)
+            self.step(current)
+            out.append(current)
+            memo[current] = node
             if not isinstance(node, dict):
                 continue
-            self.check_node(pointer, node)
+            self.check_node(current, node)
             for keyword in _IN_PLACE_LISTS:
                 branches = node.get(keyword)
                 if isinstance(branches, list):
-                    stack.extend(_join(pointer, keyword, i) for i in range(len(branches)))
-            for keyword in ("then", "else"):
+                    at = f"{current}/{keyword}/"
+                    stack.extend((f"{at}{i}", branch) for i, branch in enumerate(branches))
+            for keyword in ("if", "then", "else"):
                 if keyword in node:
-                    stack.append(_join(pointer, keyword))
+                    stack.append((f"{current}/{keyword}", node[keyword]))
             dependent = node.get("dependentSchemas")
             if isinstance(dependent, dict):
-                stack.extend(_join(pointer, "dependentSchemas", name) for name in dependent)
-            target = self.ref_target(pointer, node)
+                stack.extend((_join(current, "dependentSchemas", k), v) for k, v in dependent.items())
+            target = self.ref_target(current, node)
             if target is not None:
-                stack.append(target)
+                stack.append((target, self.at(target)))
+        self.reach_memo[pointer] = found = tuple(out)
+        return found
+
+    def gather(self, entries: frozenset[str], where: str) -> list[tuple[str, Any]]:
+        """Every schema applied to the instance at a position whose own schemas are ``entries``."""
+        seen: set[str] = set()
+        out: list[tuple[str, Any]] = []
+        for entry in sorted(entries):
+            for pointer in self.reach(entry):
+                if pointer not in seen:
+                    seen.add(pointer)
+                    out.append((pointer, self.at(pointer)))
+        self.step(where, len(out))  # each is read again below, once per position
         return out
 
     def matches(self, pattern: str, name: str) -> bool:
         """Whether ``patternProperties``' ``pattern`` applies to ``name``, as the gate decides it."""
-        key = (pattern, name)
-        if key not in self.pattern_memo:
+        self.step("")
+        check = self.pattern_memo.get(pattern)
+        if check is None:
             try:
-                self.pattern_memo[key] = jsonschema_rs.is_valid(
-                    {"pattern": pattern}, name, pattern_options=jsonschema_rs.RegexOptions()
-                )
+                check = jsonschema_rs.Draft202012Validator(
+                    {"pattern": pattern}, pattern_options=jsonschema_rs.RegexOptions()
+                ).is_valid
             except ValueError as exc:
                 raise Unclosable("", f"pattern {pattern[:80]!r} does not compile") from exc
-        return self.pattern_memo[key]
+            self.pattern_memo[pattern] = check
+        return bool(check(name))
 
     def skeleton(self, entries: frozenset[str], where: str, depth: int) -> dict[str, Any]:
         """A reference to the closure of the position whose schemas are ``entries``."""
@@ -215,16 +260,22 @@ class _Closer:
             raise Unclosable(where, f"instance positions nested deeper than {MAX_NESTING}: not analysed")
         if len(self.names) >= MAX_POSITIONS:
             raise Unclosable(where, f"more than {MAX_POSITIONS} positions to close: not analysed")
+        self.step(where, len(entries))
         name = f"p{len(self.names)}"
         self.names[entries] = name
         self.defs[name] = self.position(entries, where, depth)
         return {"$ref": f"#/$defs/{name}"}
 
-    def position(self, entries: frozenset[str], where: str, depth: int) -> dict[str, Any]:
-        nodes = self.gather(entries)
+    def position(self, entries: frozenset[str], where: str, depth: int) -> dict[str, Any] | bool:
+        """The closure of one position: the JSON types its declarations admit (a value of
+        any other type fits no declaration there, whichever branch applies), objects
+        closed to the declared members, strings and arrays bounded."""
+        nodes = self.gather(entries, where)
         kinds = frozenset().union(*(self.types(p) for p in entries))
+        if not kinds:
+            return False  # no declaration here admits any value
         dicts = [(p, n) for p, n in nodes if isinstance(n, dict)]
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"type": sorted(kinds)}
         if "object" in kinds:
             out.update(self.object_position(dicts, where, depth))
         if "array" in kinds:
@@ -315,8 +366,8 @@ class _Closer:
         if longest > self.max_items:
             raise Unclosable(where, f"arrays of at least {longest} items exceed the bound")
         out: dict[str, Any] = {"maxItems": self.max_items}
-        if entries:
-            out["items"] = self.skeleton(frozenset(entries), _join(where, "0"), depth + 1)
+        # No item declared anywhere (items false, maxItems 0): only the empty array fits.
+        out["items"] = self.skeleton(frozenset(entries), _join(where, "0"), depth + 1) if entries else False
         return out
 
 
