@@ -295,6 +295,8 @@ class _Closer:
         closed_empty = False
         for pointer, node in dicts:
             properties = node.get("properties")
+            if properties == {}:
+                closed_empty = True  # "properties": {} declares that there are none
             if isinstance(properties, dict):
                 for name in properties:
                     names.setdefault(name, set()).add(_join(pointer, "properties", name))
@@ -433,6 +435,27 @@ def closed(upstream: dict[str, Any], tool: str, *, max_string: int, max_items: i
     }
 
 
+def close(schema: Any, *, max_string: int, max_items: int, name: str = "schema") -> dict[str, Any]:
+    """``schema`` closed and bounded: ``{"allOf": [schema, closure]}`` (see :func:`closed`).
+
+    For any object schema: an MCP tool's ``outputSchema``, or its ``inputSchema``. Every
+    value the result accepts, ``schema`` accepts too; at every position, whichever branch
+    applies, it holds only the JSON types and members some schema there declares, strings
+    of at most ``max_string`` characters and arrays of at most ``max_items`` items.
+
+    Raises:
+        ValueError: ``max_string`` or ``max_items`` is not a positive integer (naming it).
+        Unclosable: ``schema`` cannot be closed soundly; ``pointer`` and ``reason`` say
+            where (an instance path) and why.
+    """
+    for setting, value in (("max_string", max_string), ("max_items", max_items)):
+        if not (_count(value) and value > 0):
+            raise ValueError(f"{setting} must be a positive integer, not {value!r}")
+    if not isinstance(schema, dict):
+        raise Unclosable("", "a schema to close is a JSON object")
+    return closed(schema, name, max_string=max_string, max_items=max_items)
+
+
 def split(node: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The (upstream, closure) of a schema :func:`closed` wrote, or None for any other."""
     if not isinstance(node, dict) or set(node) != {"allOf"}:
@@ -470,8 +493,10 @@ __all__ = [
     "CLOSURE_ID",
     "MAX_NESTING",
     "MAX_POSITIONS",
+    "MAX_STEPS",
     "UPSTREAM_ID",
     "Unclosable",
+    "close",
     "closed",
     "closure",
     "rederive",
