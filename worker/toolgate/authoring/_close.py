@@ -317,7 +317,7 @@ class _Closer:
         out: dict[str, Any] = {}
         if names:
             members = {}
-            for name in sorted(names):
+            for name in names:  # the order they are declared in (the projection keeps it)
                 entries = set(names[name])
                 for pattern, pointers in patterns.items():
                     if self.matches(pattern, name):
@@ -456,6 +456,69 @@ def close(schema: Any, *, max_string: int, max_items: int, name: str = "schema")
     return closed(schema, name, max_string=max_string, max_items=max_items)
 
 
+_SCALARS: Final = frozenset({"string", "number", "boolean", "null"})
+
+
+def _position(skeleton: dict[str, Any], node: Any) -> Any:
+    """The closure position ``node`` names (its ``$ref`` into the closure's ``$defs``)."""
+    ref = node.get("$ref") if isinstance(node, dict) else None
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return skeleton.get("$defs", {}).get(ref[len("#/$defs/") :], False)
+    return node
+
+
+def at_path(skeleton: dict[str, Any], tokens: tuple[str, ...]) -> Any:
+    """The closure position of the member at instance path ``tokens`` (member names), or
+    None when the closure declares no such member."""
+    node = _position(skeleton, skeleton)
+    for token in tokens:
+        properties = node.get("properties") if isinstance(node, dict) else None
+        if not isinstance(properties, dict) or token not in properties:
+            return None
+        node = _position(skeleton, properties[token])
+    return node
+
+
+def holds_leaves(skeleton: dict[str, Any], position: Any) -> bool:
+    """Whether every value the closure admits at ``position`` is a scalar or an array of
+    scalars (what a projected field may be; the closure bounds their lengths)."""
+    if position is False:
+        return True
+    if not isinstance(position, dict):
+        return False
+    kinds = set(position.get("type", ()))
+    if not kinds <= _SCALARS | {"array"}:
+        return False
+    if "array" in kinds:
+        items = _position(skeleton, position.get("items", True))
+        scalar_items = isinstance(items, dict) and set(items.get("type", ("?",))) <= _SCALARS
+        if items is not False and not scalar_items:
+            return False
+    return True
+
+
+def leaves(skeleton: dict[str, Any], max_depth: int = 4) -> list[tuple[str, ...]]:
+    """Instance paths (member names) of every member, reached through objects at most
+    ``max_depth`` deep, whose every admitted value :func:`holds_leaves`: what an imported
+    contract projects. Judged on the closure, so that what it admits at a projected field
+    (every branch, ``prefixItems`` included) always fits the agent envelope."""
+    out: list[tuple[str, ...]] = []
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if not isinstance(node, dict):
+            return
+        if path and holds_leaves(skeleton, node):
+            out.append(path)
+            return
+        properties = node.get("properties")
+        if "object" in node.get("type", ()) and isinstance(properties, dict) and len(path) < max_depth:
+            for name, member in properties.items():
+                walk(_position(skeleton, member), (*path, name))
+
+    walk(_position(skeleton, skeleton), ())
+    return out
+
+
 def split(node: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The (upstream, closure) of a schema :func:`closed` wrote, or None for any other."""
     if not isinstance(node, dict) or set(node) != {"allOf"}:
@@ -496,9 +559,12 @@ __all__ = [
     "MAX_STEPS",
     "UPSTREAM_ID",
     "Unclosable",
+    "at_path",
     "close",
     "closed",
     "closure",
+    "holds_leaves",
+    "leaves",
     "rederive",
     "split",
 ]
