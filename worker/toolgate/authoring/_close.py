@@ -209,20 +209,22 @@ class _Closer:
             if not isinstance(node, dict):
                 continue
             self.check_node(current, node)
+            children: list[tuple[str, Any]] = []
             for keyword in _IN_PLACE_LISTS:
                 branches = node.get(keyword)
                 if isinstance(branches, list):
                     at = f"{current}/{keyword}/"
-                    stack.extend((f"{at}{i}", branch) for i, branch in enumerate(branches))
+                    children.extend((f"{at}{i}", branch) for i, branch in enumerate(branches))
             for keyword in ("if", "then", "else"):
                 if keyword in node:
-                    stack.append((f"{current}/{keyword}", node[keyword]))
+                    children.append((f"{current}/{keyword}", node[keyword]))
             dependent = node.get("dependentSchemas")
             if isinstance(dependent, dict):
-                stack.extend((_join(current, "dependentSchemas", k), v) for k, v in dependent.items())
+                children.extend((_join(current, "dependentSchemas", k), v) for k, v in dependent.items())
             target = self.ref_target(current, node)
             if target is not None:
-                stack.append((target, self.at(target)))
+                children.append((target, self.at(target)))
+            stack.extend(reversed(children))  # visited in document order
         self.reach_memo[pointer] = found = tuple(out)
         return found
 
