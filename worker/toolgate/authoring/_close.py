@@ -8,10 +8,13 @@ The written schema of a result is ``{"allOf": [upstream, closure]}``:
 * ``closure`` (``$id: urn:toolgate:closure:<tool>``) is a *skeleton* derived from it: at
   every instance position the upstream reaches through applicators that admit values
   (``properties``, ``patternProperties``, ``items``, ``prefixItems``, ``contains``,
-  ``unevaluatedItems``, ``allOf``/``anyOf``/``oneOf``, ``then``/``else``,
-  ``dependentSchemas``, ``$ref``), it rejects member names no schema there declares
-  (by name or pattern) and bounds string lengths and array lengths. ``not``, ``if`` and
-  ``propertyNames`` only decide: they declare no member, so they widen nothing.
+  ``unevaluatedItems``, ``allOf``/``anyOf``/``oneOf``, ``if``/``then``/``else``,
+  ``dependentSchemas``, ``$ref``), it admits only the JSON types the schemas declaring
+  that position admit, rejects member names no schema there declares (by name or
+  pattern) and bounds string lengths and array lengths. So every value the closure
+  accepts is closed and bounded on its own, whichever branch of the upstream applied
+  (a member typed in one ``anyOf`` branch holds that type even when another branch
+  leaves it free). ``not`` and ``propertyNames`` only decide: they declare no member.
 
 Because the written schema is a conjunction with the upstream, it accepts a subset of
 what the upstream accepts whatever the closure says (the closure can only remove
@@ -22,8 +25,8 @@ them). Where a position cannot be closed that way, :func:`close` raises
 :class:`Unclosable` and the tool is refused: an untyped value, a free-form map
 (``additionalProperties``/``unevaluatedProperties`` given a schema), array items no
 schema constrains, a reference it cannot follow (remote, an anchor, a nested ``$id``,
-``$dynamicRef``), ``const``/``enum`` holding objects or arrays, or a shape larger than
-:data:`MAX_POSITIONS`.
+``$dynamicRef``), ``const``/``enum`` holding objects or arrays, a shape larger than
+:data:`MAX_POSITIONS`, or one needing more than :data:`MAX_STEPS` steps of work.
 """
 
 from __future__ import annotations
