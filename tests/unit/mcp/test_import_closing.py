@@ -108,6 +108,41 @@ class TestProjectionFromTheClosure:
         assert (hostile.accepted, hostile.stage) == (False, "schema"), hostile
 
 
+class TestBoundedImport:
+    """Import's work is bounded inside the size limits: a schema asking for more is refused on one line."""
+
+    @pytest.mark.parametrize(
+        "schema",
+        [
+            {
+                "type": "object",
+                "properties": {f"p{i}": {"type": "string"} for i in range(1500)},
+                "patternProperties": {f"^q{i}_": {"type": "string"} for i in range(6000)},
+            },
+            {
+                "type": "object",
+                "properties": {f"p{i}": {"$ref": "#/$defs/x"} for i in range(1900)},
+                "$defs": {"x": {"anyOf": [{"const": i} for i in range(8000)]}},
+            },
+        ],
+    )
+    def test_a_schema_past_the_work_limit_is_refused(self, tmp_path: Path, schema: dict[str, Any]) -> None:
+        """Within 256 KiB, refused naming the step limit, nothing written, exit code 1."""
+        assert len(json.dumps(schema)) < 256 * 1024
+        lines: list[str] = []
+        outcome = import_listing(
+            tmp_path,
+            "srv",
+            [{"name": "t", "inputSchema": {"type": "object"}, "outputSchema": schema}],
+            out=lines.append,
+        )
+        assert outcome.written == []
+        assert outcome.exit_code == 1
+        (refused,) = outcome.refused
+        assert "closing needs more than 100000 steps" in refused, refused
+        assert not list(tmp_path.glob("*/v*"))
+
+
 class TestGeneratedImports:
     """Over generated hostile outputSchemas, imported and reviewed: every decision is the schema's."""
 
