@@ -1,15 +1,15 @@
 """Hostile outputSchemas and the values to try them with, for the closing's property tests.
 
 The schemas use every applicator closing reads, in the shapes that hide a member from a
-naive closure: members typed only in some ``anyOf``/``oneOf`` branches, ``then``-only and
-``if``-declared members, ``dependentSchemas``, an ``anyOf`` of typed and untyped arrays,
+naive closure: members typed only in some ``anyOf``/``oneOf`` branches, ``then``-only
+members, ``dependentSchemas``, an ``anyOf`` of typed and untyped arrays,
 ``prefixItems``, ``patternProperties`` beside names of several positions, closed bases
 reached through ``allOf`` + ``$ref``, cycles through ``$ref``.
 
 Three kinds of values:
 
 * :func:`declared` follows one path through the schema (a branch of each ``anyOf``, ``then``
-  with its ``if`` or ``else``, ...) and builds a value of the types that path declares,
+  or ``else``, ...) and builds a value of the types that path declares,
   holding only members it declares: what a tool's honest result looks like;
 * :func:`poisons`: values holding, somewhere, a member no schema declares, a string past
   :data:`MAX_STRING` or an array past :data:`MAX_ITEMS`;
@@ -130,7 +130,6 @@ def _conjuncts(draw: Any, root: dict[str, Any], node: Any, depth: int, out: list
         _conjuncts(draw, root, _resolve(root, node["$ref"]), depth + 1, out)
     if "then" in node or "else" in node:
         if draw(st.booleans()) and "then" in node:
-            _conjuncts(draw, root, node.get("if", True), depth + 1, out)
             _conjuncts(draw, root, node["then"], depth + 1, out)
         elif "else" in node:
             _conjuncts(draw, root, node["else"], depth + 1, out)
@@ -162,6 +161,19 @@ def _allowed(nodes: list[Any]) -> tuple[set[str], list[Any] | None]:
     return kinds, values
 
 
+NOTHING = object()  # the drawn path declares no value here: leave the member or item out
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "integer"
+    if isinstance(value, str):
+        return "string"
+    return "null" if value is None else "object" if isinstance(value, dict) else "array"
+
+
 @st.composite
 def _declared(draw: Any, root: dict[str, Any], nodes: list[Any], depth: int) -> Any:
     conjuncts: list[Any] = []
@@ -169,9 +181,10 @@ def _declared(draw: Any, root: dict[str, Any], nodes: list[Any], depth: int) -> 
         _conjuncts(draw, root, node, depth, conjuncts)
     kinds, values = _allowed(conjuncts)
     if values is not None:
-        return draw(st.sampled_from(values)) if values else None
+        values = [v for v in values if _kind(v) in kinds]
+        return draw(st.sampled_from(values)) if values else NOTHING
     if not kinds:
-        return None
+        return NOTHING
     if depth > 10:
         kinds = kinds - {"object", "array"} or kinds
     kind = draw(st.sampled_from(sorted(kinds)))
@@ -190,7 +203,9 @@ def _declared(draw: Any, root: dict[str, Any], nodes: list[Any], depth: int) -> 
                 for pattern, sub in n.get("patternProperties", {}).items()
                 if PATTERNS[pattern] == name
             ]
-            out[name] = draw(_declared(root, declarations, depth + 1))
+            member = draw(_declared(root, declarations, depth + 1))
+            if member is not NOTHING:
+                out[name] = member
         return out
     if kind == "array":
         items: list[Any] = []
@@ -202,9 +217,10 @@ def _declared(draw: Any, root: dict[str, Any], nodes: list[Any], depth: int) -> 
                     declarations.append(prefix[i])
                 elif "items" in n:
                     declarations.append(n["items"])
-            if not declarations:
-                break  # no path declares this item
-            items.append(draw(_declared(root, declarations, depth + 1)))
+            item = draw(_declared(root, declarations, depth + 1)) if declarations else NOTHING
+            if item is NOTHING:
+                break  # the path declares no item here
+            items.append(item)
         return items
     return draw(
         {
@@ -218,7 +234,7 @@ def _declared(draw: Any, root: dict[str, Any], nodes: list[Any], depth: int) -> 
 
 def declared(root: dict[str, Any]) -> st.SearchStrategy[Any]:
     """Values built along one path of ``root``, holding only members that path declares."""
-    return _declared(root, [root], 0)
+    return _declared(root, [root], 0).map(lambda v: None if v is NOTHING else v)
 
 
 # --- poisons and where to plant them ------------------------------------------------------

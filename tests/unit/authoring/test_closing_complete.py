@@ -146,20 +146,17 @@ class TestEveryBranchIsClosed:
             assert check.is_valid(value), value
         assert not check.is_valid({"a": "x", UNKNOWN: 1})
 
-    def test_members_declared_in_if_count_for_unevaluated_properties(self) -> None:
-        """unevaluatedProperties false sees the if's members: closing keeps them too."""
+    def test_an_untyped_condition_in_if_declares_nothing(self) -> None:
+        """if {"minimum": 5} beside a typed member: the tool is closed, the member keeps its type."""
         upstream = {
             "type": "object",
-            "properties": {"kind": {"type": "string"}},
-            "if": {
-                "properties": {"kind": {"const": "x"}, "extra": {"type": "integer"}},
-                "required": ["kind"],
-            },
-            "unevaluatedProperties": False,
+            "properties": {"count": {"type": "integer"}, "note": {"type": "string"}},
+            "if": {"properties": {"count": {"minimum": 5}}},
+            "then": {"required": ["note"]},
         }
-        assert _validator(upstream).is_valid({"kind": "x", "extra": 1})
-        assert _close(upstream).is_valid({"kind": "x", "extra": 1})
-        assert not _close(upstream).is_valid({"kind": "x", "extra": POISON})
+        check = _close(upstream)
+        assert check.is_valid({"count": 7, "note": "p"})
+        assert not check.is_valid({"count": 7, "note": "p", UNKNOWN: 1})
 
 
 class TestGeneratedHostileSchemas:

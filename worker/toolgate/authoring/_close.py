@@ -8,13 +8,15 @@ The written schema of a result is ``{"allOf": [upstream, closure]}``:
 * ``closure`` (``$id: urn:toolgate:closure:<tool>``) is a *skeleton* derived from it: at
   every instance position the upstream reaches through applicators that admit values
   (``properties``, ``patternProperties``, ``items``, ``prefixItems``, ``contains``,
-  ``unevaluatedItems``, ``allOf``/``anyOf``/``oneOf``, ``if``/``then``/``else``,
+  ``unevaluatedItems``, ``allOf``/``anyOf``/``oneOf``, ``then``/``else``,
   ``dependentSchemas``, ``$ref``), it admits only the JSON types the schemas declaring
   that position admit, rejects member names no schema there declares (by name or
   pattern) and bounds string lengths and array lengths. So every value the closure
   accepts is closed and bounded on its own, whichever branch of the upstream applied
   (a member typed in one ``anyOf`` branch holds that type even when another branch
-  leaves it free). ``not`` and ``propertyNames`` only decide: they declare no member.
+  leaves it free). ``not``, ``if`` and ``propertyNames`` only decide: they declare no
+member (an ``if`` is a condition, often untyped: read as a declaration, it would refuse
+tools whose conditions say ``{"minimum": 5}``).
 
 Because the written schema is a conjunction with the upstream, it accepts a subset of
 what the upstream accepts whatever the closure says (the closure can only remove
@@ -218,7 +220,7 @@ class _Closer:
                 if isinstance(branches, list):
                     at = f"{current}/{keyword}/"
                     children.extend((f"{at}{i}", branch) for i, branch in enumerate(branches))
-            for keyword in ("if", "then", "else"):
+            for keyword in ("then", "else"):  # not if: a condition, often untyped, declares nothing
                 if keyword in node:
                     children.append((f"{current}/{keyword}", node[keyword]))
             dependent = node.get("dependentSchemas")
