@@ -347,6 +347,36 @@ class TestProjectionOverlaps:
             ContractSet.load(tmp_path)
         assert (caught.value.file, caught.value.path) == (str(folder / "contract.yaml"), field)
 
+    def test_the_first_overlap_is_the_pairwise_one(self) -> None:
+        """Over generated projections: refused exactly when some pointer repeats or nests an
+        earlier one, naming the same pair as comparing every pair would."""
+        from toolgate.gate._contracts import _no_overlaps
+
+        def pairwise(projection: list[tuple[str, tuple[str, ...]]]) -> tuple[int, int] | None:
+            for i, (_, tokens) in enumerate(projection):
+                for j, (_, earlier) in enumerate(projection[:i]):
+                    short = min(len(tokens), len(earlier))
+                    if tokens[:short] == earlier[:short]:
+                        return i, j
+            return None
+
+        paths = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3)
+
+        @settings(DERANDOMIZED, max_examples=300)
+        @given(st.lists(paths, max_size=8))
+        def check(raw: list[list[str]]) -> None:
+            projection = [("/data/" + "/".join(p), ("data", *p)) for p in raw]
+            expected = pairwise(projection)
+            if expected is None:
+                _no_overlaps("c.yaml", tuple(projection))
+                return
+            i, j = expected
+            with pytest.raises(ContractError, match=rf"\(\$\.projection\[{j}\]\) ") as caught:
+                _no_overlaps("c.yaml", tuple(projection))
+            assert caught.value.path == f"$.projection[{i}]"
+
+        check()
+
     def test_display_names_collide(self, tmp_path: Path) -> None:
         """Two display texts with the same last token would share untrusted_text.<name>."""
         copy_tool(

@@ -9,9 +9,14 @@ The written schema of a result is ``{"allOf": [upstream, closure]}``:
   every instance position the upstream reaches through applicators that admit values
   (``properties``, ``patternProperties``, ``items``, ``prefixItems``, ``contains``,
   ``unevaluatedItems``, ``allOf``/``anyOf``/``oneOf``, ``then``/``else``,
-  ``dependentSchemas``, ``$ref``), it rejects member names no schema there declares
-  (by name or pattern) and bounds string lengths and array lengths. ``not``, ``if`` and
-  ``propertyNames`` only decide: they declare no member, so they widen nothing.
+  ``dependentSchemas``, ``$ref``), it admits only the JSON types the schemas declaring
+  that position admit, rejects member names no schema there declares (by name or
+  pattern) and bounds string lengths and array lengths. So every value the closure
+  accepts is closed and bounded on its own, whichever branch of the upstream applied
+  (a member typed in one ``anyOf`` branch holds that type even when another branch
+  leaves it free). ``not``, ``if`` and ``propertyNames`` only decide: they declare no
+member (an ``if`` is a condition, often untyped: read as a declaration, it would refuse
+tools whose conditions say ``{"minimum": 5}``).
 
 Because the written schema is a conjunction with the upstream, it accepts a subset of
 what the upstream accepts whatever the closure says (the closure can only remove
@@ -22,8 +27,8 @@ them). Where a position cannot be closed that way, :func:`close` raises
 :class:`Unclosable` and the tool is refused: an untyped value, a free-form map
 (``additionalProperties``/``unevaluatedProperties`` given a schema), array items no
 schema constrains, a reference it cannot follow (remote, an anchor, a nested ``$id``,
-``$dynamicRef``), ``const``/``enum`` holding objects or arrays, or a shape larger than
-:data:`MAX_POSITIONS`.
+``$dynamicRef``), ``const``/``enum`` holding objects or arrays, a shape larger than
+:data:`MAX_POSITIONS`, or one needing more than :data:`MAX_STEPS` steps of work.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ BOUNDS_KEY: Final = "x-toolgate-bounds"  # the closure's bounds, for lint to re-
 MAX_POSITIONS: Final = 2000  # skeleton positions: a shape past this is refused, not analysed
 MAX_NESTING: Final = 64  # instance positions and $ref chains deeper than this are refused
 # (each level costs a few Python frames: well inside the interpreter's recursion limit)
+MAX_STEPS: Final = 100_000  # subschemas visited, names matched against patterns, members
+# gathered: the closing's whole work. A shape needing more is refused, not analysed (a
+# schema within the size limits can otherwise ask for billions: names x patterns, or many
+# positions that each reach one large anyOf).
 _ALL_TYPES: Final = frozenset({"object", "array", "string", "number", "boolean", "null"})
 _IN_PLACE_LISTS: Final = ("allOf", "anyOf", "oneOf")
 
@@ -52,7 +61,9 @@ class Unclosable(ValueError):
 
 
 def _join(pointer: str, *tokens: str | int) -> str:
-    return pointer + "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
+    for t in tokens:
+        pointer += f"/{t}" if isinstance(t, int) else "/" + t.replace("~", "~0").replace("/", "~1")
+    return pointer
 
 
 def _value_types(value: Any) -> set[str]:
@@ -77,11 +88,26 @@ class _Closer:
         self.defs: dict[str, Any] = {}
         self.names: dict[frozenset[str], str] = {}
         self.types_memo: dict[str, frozenset[str]] = {}
-        self.pattern_memo: dict[tuple[str, str], bool] = {}
+        self.pattern_memo: dict[str, Any] = {}  # pattern -> its compiled check
+        self.reach_memo: dict[str, tuple[str, ...]] = {}
+        self.node_memo: dict[str, Any] = {"": upstream}
+        self.steps = 0
+
+    def step(self, where: str, count: int = 1) -> None:
+        """Count ``count`` units of work; past :data:`MAX_STEPS` the schema is refused."""
+        self.steps += count
+        if self.steps > MAX_STEPS:
+            raise Unclosable(
+                where,
+                f"closing needs more than {MAX_STEPS} steps (the work limit: subschemas visited "
+                "per position, names matched against patterns): not analysed",
+            )
 
     # ------------------------------------------------------------ the upstream document
 
     def at(self, pointer: str) -> Any:
+        if pointer in self.node_memo:
+            return self.node_memo[pointer]
         node = self.root
         for token in pointer.split("/")[1:]:
             token = token.replace("~1", "/").replace("~0", "~")
@@ -91,6 +117,7 @@ class _Closer:
                 node = node[int(token)]
             else:
                 raise Unclosable(pointer, "a reference that points at nothing")
+        self.node_memo[pointer] = node
         return node
 
     def ref_target(self, pointer: str, node: dict[str, Any]) -> str | None:
@@ -125,6 +152,7 @@ class _Closer:
         """Every JSON type ``pointer``'s schema may accept (an over-approximation)."""
         if pointer in self.types_memo:
             return self.types_memo[pointer]
+        self.step(pointer)
         if depth > MAX_NESTING:
             raise Unclosable(pointer, f"subschemas nested deeper than {MAX_NESTING}: not analysed")
         self.types_memo[pointer] = _ALL_TYPES  # a cycle: assume anything
@@ -165,47 +193,71 @@ class _Closer:
 
     # ------------------------------------------------------------ positions
 
-    def gather(self, entries: frozenset[str]) -> list[tuple[str, Any]]:
-        """Every schema applied to the instance at a position whose own schemas are ``entries``."""
+    def reach(self, pointer: str) -> tuple[str, ...]:
+        """``pointer`` and every schema it applies in place (memoized: positions that reach
+        one shared subschema walk it once)."""
+        known = self.reach_memo.get(pointer)
+        if known is not None:
+            return known
         seen: set[str] = set()
-        out: list[tuple[str, Any]] = []
-        stack = sorted(entries)
+        out: list[str] = []
+        stack: list[tuple[str, Any]] = [(pointer, self.at(pointer))]
+        memo = self.node_memo
         while stack:
-            pointer = stack.pop()
-            if pointer in seen:
+            current, node = stack.pop()
+            if current in seen:
                 continue
-            seen.add(pointer)
-            node = self.at(pointer)
-            out.append((pointer, node))
+            seen.add(current)
+            self.step(current)
+            out.append(current)
+            memo[current] = node
             if not isinstance(node, dict):
                 continue
-            self.check_node(pointer, node)
+            self.check_node(current, node)
+            children: list[tuple[str, Any]] = []
             for keyword in _IN_PLACE_LISTS:
                 branches = node.get(keyword)
                 if isinstance(branches, list):
-                    stack.extend(_join(pointer, keyword, i) for i in range(len(branches)))
-            for keyword in ("then", "else"):
+                    at = f"{current}/{keyword}/"
+                    children.extend((f"{at}{i}", branch) for i, branch in enumerate(branches))
+            for keyword in ("then", "else"):  # not if: a condition, often untyped, declares nothing
                 if keyword in node:
-                    stack.append(_join(pointer, keyword))
+                    children.append((f"{current}/{keyword}", node[keyword]))
             dependent = node.get("dependentSchemas")
             if isinstance(dependent, dict):
-                stack.extend(_join(pointer, "dependentSchemas", name) for name in dependent)
-            target = self.ref_target(pointer, node)
+                children.extend((_join(current, "dependentSchemas", k), v) for k, v in dependent.items())
+            target = self.ref_target(current, node)
             if target is not None:
-                stack.append(target)
+                children.append((target, self.at(target)))
+            stack.extend(reversed(children))  # visited in document order
+        self.reach_memo[pointer] = found = tuple(out)
+        return found
+
+    def gather(self, entries: frozenset[str], where: str) -> list[tuple[str, Any]]:
+        """Every schema applied to the instance at a position whose own schemas are ``entries``."""
+        seen: set[str] = set()
+        out: list[tuple[str, Any]] = []
+        for entry in sorted(entries):
+            for pointer in self.reach(entry):
+                if pointer not in seen:
+                    seen.add(pointer)
+                    out.append((pointer, self.at(pointer)))
+        self.step(where, len(out))  # each is read again below, once per position
         return out
 
     def matches(self, pattern: str, name: str) -> bool:
         """Whether ``patternProperties``' ``pattern`` applies to ``name``, as the gate decides it."""
-        key = (pattern, name)
-        if key not in self.pattern_memo:
+        self.step("")
+        check = self.pattern_memo.get(pattern)
+        if check is None:
             try:
-                self.pattern_memo[key] = jsonschema_rs.is_valid(
-                    {"pattern": pattern}, name, pattern_options=jsonschema_rs.RegexOptions()
-                )
+                check = jsonschema_rs.Draft202012Validator(
+                    {"pattern": pattern}, pattern_options=jsonschema_rs.RegexOptions()
+                ).is_valid
             except ValueError as exc:
                 raise Unclosable("", f"pattern {pattern[:80]!r} does not compile") from exc
-        return self.pattern_memo[key]
+            self.pattern_memo[pattern] = check
+        return bool(check(name))
 
     def skeleton(self, entries: frozenset[str], where: str, depth: int) -> dict[str, Any]:
         """A reference to the closure of the position whose schemas are ``entries``."""
@@ -215,16 +267,22 @@ class _Closer:
             raise Unclosable(where, f"instance positions nested deeper than {MAX_NESTING}: not analysed")
         if len(self.names) >= MAX_POSITIONS:
             raise Unclosable(where, f"more than {MAX_POSITIONS} positions to close: not analysed")
+        self.step(where, len(entries))
         name = f"p{len(self.names)}"
         self.names[entries] = name
         self.defs[name] = self.position(entries, where, depth)
         return {"$ref": f"#/$defs/{name}"}
 
-    def position(self, entries: frozenset[str], where: str, depth: int) -> dict[str, Any]:
-        nodes = self.gather(entries)
+    def position(self, entries: frozenset[str], where: str, depth: int) -> dict[str, Any] | bool:
+        """The closure of one position: the JSON types its declarations admit (a value of
+        any other type fits no declaration there, whichever branch applies), objects
+        closed to the declared members, strings and arrays bounded."""
+        nodes = self.gather(entries, where)
         kinds = frozenset().union(*(self.types(p) for p in entries))
+        if not kinds:
+            return False  # no declaration here admits any value
         dicts = [(p, n) for p, n in nodes if isinstance(n, dict)]
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"type": sorted(kinds)}
         if "object" in kinds:
             out.update(self.object_position(dicts, where, depth))
         if "array" in kinds:
@@ -244,6 +302,8 @@ class _Closer:
         closed_empty = False
         for pointer, node in dicts:
             properties = node.get("properties")
+            if properties == {}:
+                closed_empty = True  # "properties": {} declares that there are none
             if isinstance(properties, dict):
                 for name in properties:
                     names.setdefault(name, set()).add(_join(pointer, "properties", name))
@@ -264,7 +324,7 @@ class _Closer:
         out: dict[str, Any] = {}
         if names:
             members = {}
-            for name in sorted(names):
+            for name in names:  # the order they are declared in (the projection keeps it)
                 entries = set(names[name])
                 for pattern, pointers in patterns.items():
                     if self.matches(pattern, name):
@@ -315,8 +375,8 @@ class _Closer:
         if longest > self.max_items:
             raise Unclosable(where, f"arrays of at least {longest} items exceed the bound")
         out: dict[str, Any] = {"maxItems": self.max_items}
-        if entries:
-            out["items"] = self.skeleton(frozenset(entries), _join(where, "0"), depth + 1)
+        # No item declared anywhere (items false, maxItems 0): only the empty array fits.
+        out["items"] = self.skeleton(frozenset(entries), _join(where, "0"), depth + 1) if entries else False
         return out
 
 
@@ -382,6 +442,90 @@ def closed(upstream: dict[str, Any], tool: str, *, max_string: int, max_items: i
     }
 
 
+def close(schema: Any, *, max_string: int, max_items: int, name: str = "schema") -> dict[str, Any]:
+    """``schema`` closed and bounded: ``{"allOf": [schema, closure]}`` (see :func:`closed`).
+
+    For any object schema: an MCP tool's ``outputSchema``, or its ``inputSchema``. Every
+    value the result accepts, ``schema`` accepts too; at every position, whichever branch
+    applies, it holds only the JSON types and members some schema there declares, strings
+    of at most ``max_string`` characters and arrays of at most ``max_items`` items.
+
+    Raises:
+        ValueError: ``max_string`` or ``max_items`` is not a positive integer (naming it).
+        Unclosable: ``schema`` cannot be closed soundly; ``pointer`` and ``reason`` say
+            where (an instance path) and why.
+    """
+    for setting, value in (("max_string", max_string), ("max_items", max_items)):
+        if not (_count(value) and value > 0):
+            raise ValueError(f"{setting} must be a positive integer, not {value!r}")
+    if not isinstance(schema, dict):
+        raise Unclosable("", "a schema to close is a JSON object")
+    return closed(schema, name, max_string=max_string, max_items=max_items)
+
+
+_SCALARS: Final = frozenset({"string", "number", "boolean", "null"})
+
+
+def _position(skeleton: dict[str, Any], node: Any) -> Any:
+    """The closure position ``node`` names (its ``$ref`` into the closure's ``$defs``)."""
+    ref = node.get("$ref") if isinstance(node, dict) else None
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return skeleton.get("$defs", {}).get(ref[len("#/$defs/") :], False)
+    return node
+
+
+def at_path(skeleton: dict[str, Any], tokens: tuple[str, ...]) -> Any:
+    """The closure position of the member at instance path ``tokens`` (member names), or
+    None when the closure declares no such member."""
+    node = _position(skeleton, skeleton)
+    for token in tokens:
+        properties = node.get("properties") if isinstance(node, dict) else None
+        if not isinstance(properties, dict) or token not in properties:
+            return None
+        node = _position(skeleton, properties[token])
+    return node
+
+
+def holds_leaves(skeleton: dict[str, Any], position: Any) -> bool:
+    """Whether every value the closure admits at ``position`` is a scalar or an array of
+    scalars (what a projected field may be; the closure bounds their lengths)."""
+    if position is False:
+        return True
+    if not isinstance(position, dict):
+        return False
+    kinds = set(position.get("type", ()))
+    if not kinds <= _SCALARS | {"array"}:
+        return False
+    if "array" in kinds:
+        items = _position(skeleton, position.get("items", True))
+        scalar_items = isinstance(items, dict) and set(items.get("type", ("?",))) <= _SCALARS
+        if items is not False and not scalar_items:
+            return False
+    return True
+
+
+def leaves(skeleton: dict[str, Any], max_depth: int = 4) -> list[tuple[str, ...]]:
+    """Instance paths (member names) of every member, reached through objects at most
+    ``max_depth`` deep, whose every admitted value :func:`holds_leaves`: what an imported
+    contract projects. Judged on the closure, so that what it admits at a projected field
+    (every branch, ``prefixItems`` included) always fits the agent envelope."""
+    out: list[tuple[str, ...]] = []
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if not isinstance(node, dict):
+            return
+        if path and holds_leaves(skeleton, node):
+            out.append(path)
+            return
+        properties = node.get("properties")
+        if "object" in node.get("type", ()) and isinstance(properties, dict) and len(path) < max_depth:
+            for name, member in properties.items():
+                walk(_position(skeleton, member), (*path, name))
+
+    walk(_position(skeleton, skeleton), ())
+    return out
+
+
 def split(node: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The (upstream, closure) of a schema :func:`closed` wrote, or None for any other."""
     if not isinstance(node, dict) or set(node) != {"allOf"}:
@@ -419,10 +563,15 @@ __all__ = [
     "CLOSURE_ID",
     "MAX_NESTING",
     "MAX_POSITIONS",
+    "MAX_STEPS",
     "UPSTREAM_ID",
     "Unclosable",
+    "at_path",
+    "close",
     "closed",
     "closure",
+    "holds_leaves",
+    "leaves",
     "rederive",
     "split",
 ]

@@ -748,7 +748,11 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
             sized = _closure_fits(skeleton)
         findings.extend(_check_pointers(contract, doc, strip))
         findings.extend(_check_free_text(contract, doc, strip, imported=imported is not None))
-        findings.extend(_check_envelope_fit(contract, doc, strip, sized=sized))
+        findings.extend(
+            _check_envelope_fit(
+                contract, doc, strip, sized=sized, skeleton=None if imported is None else imported[1]
+            )
+        )
         findings.extend(_lint_input_schema(contract))
         if contract.spec.status == "draft":
             findings.extend(unreviewed_texts(contract))
@@ -908,14 +912,24 @@ def _closure_fits(skeleton: dict[str, Any]) -> bool:
 
 
 def _check_envelope_fit(
-    contract: Contract, doc: SchemaDocument, strip: int, *, sized: bool
+    contract: Contract,
+    doc: SchemaDocument,
+    strip: int,
+    *,
+    sized: bool,
+    skeleton: dict[str, Any] | None = None,
 ) -> Iterator[Finding]:
     """Projected fields must fit the agent envelope's leaf: a scalar, a string of at most
     4096 characters, an array of at most 1000 items (gate/_project.py); otherwise the
     projection refuses a result the schema accepted (an INTERNAL_ERROR). Judged
-    conservatively: a field is flagged when any subschema declaring it admits the shape."""
+    conservatively: a field is flagged when any subschema declaring it admits the shape,
+    and for an imported schema when its closure admits anything else there (the closure
+    sees every branch: prefixItems, anyOf, then, ...)."""
+    from toolgate.authoring._close import at_path, holds_leaves
+
     for i, pointer in enumerate(contract.spec.projection):
-        entries = _entries_at(doc, parse_pointer(pointer)[strip:])
+        tokens = parse_pointer(pointer)[strip:]
+        entries = _entries_at(doc, tokens)
         problems = [
             shown
             for kind, shown in (
@@ -925,8 +939,15 @@ def _check_envelope_fit(
                 ("items", "an array holding objects or arrays"),
             )
             if not (sized and kind in ("string", "array"))
+            and skeleton is None
             and any(_admits(doc, p, n, kind, frozenset()) for p, n in entries)
         ]
+        if skeleton is not None:  # what data may hold there is exactly what the closure admits
+            position = at_path(skeleton, tuple(tokens))
+            if position is not None and not holds_leaves(skeleton, position):
+                problems.append("an object or an array holding objects or arrays (on some branch)")
+            elif not sized:
+                problems.append(f"a string or array longer than {_ENVELOPE_STRING} or {_ENVELOPE_ITEMS}")
         if problems:
             yield Finding(
                 file=str(contract.path),

@@ -44,7 +44,7 @@ import msgspec
 import yaml
 
 from toolgate._errors import ConfigError, ContractError, RejectedInput
-from toolgate.authoring._close import Unclosable, closed
+from toolgate.authoring._close import Unclosable, closed, leaves, split
 from toolgate.gate._contracts import (
     MASK,
     MAX_DEPTH_CEILING,
@@ -285,37 +285,15 @@ def _escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def projection(output_schema: dict[str, Any], max_depth: int = 4) -> list[str]:
-    """Pointers (under ``/data``) of every scalar or array-of-scalars field reachable
-    through plain object properties."""
-    out: list[str] = []
-
-    def walk(node: Any, pointer: str, depth: int) -> None:
-        node = _deref(output_schema, node)
-        if not isinstance(node, dict):
-            return
-        props = node.get("properties")
-        if isinstance(props, dict) and depth < max_depth:
-            for name, child in props.items():
-                walk(child, f"{pointer}/{_escape(name)}", depth + 1)
-            return
-        if pointer == "/data":
-            return
-        types = _types(node)
-        scalar = (
-            types is not None and bool(types) and types <= {"string", "number", "integer", "boolean", "null"}
-        )
-        if "enum" in node or "const" in node or scalar:
-            out.append(pointer)
-        elif types == {"array"}:
-            items = _deref(output_schema, node.get("items"))
-            item_types = _types(items) if isinstance(items, dict) else None
-            scalar_items = isinstance(items, dict) and ("enum" in items or "const" in items)
-            if scalar_items or (item_types and item_types <= {"string", "number", "integer", "boolean"}):
-                out.append(pointer)
-
-    walk(output_schema, "/data", 0)
-    return out
+def projection(data: dict[str, Any], max_depth: int = 4) -> list[str]:
+    """Pointers (under ``/data``) of every field, reached through objects, whose every value
+    the closed ``data`` schema admits is a scalar or an array of scalars: judged on the
+    closure (:func:`toolgate.authoring._close.leaves`), so that a projected field never holds
+    what the agent envelope cannot carry, whichever branch of the outputSchema applied."""
+    parts = split(data)
+    if parts is None:
+        return []
+    return ["/data" + "".join("/" + _escape(t) for t in path) for path in leaves(parts[1], max_depth)]
 
 
 _FORMAT_EXAMPLES = {
@@ -776,7 +754,7 @@ def plan_tool(
         except Unclosable as exc:
             raise _refuse(name, f"cannot be closed soundly at {exc}") from exc
         schema = envelope_schema(qualified, data)
-        pointers = projection(output_schema)
+        pointers = projection(data)
         depth = min(MAX_DEPTH_CEILING, max(8, _depth(output_schema) + 4))
         try:
             validator = compile_schema(schema)
