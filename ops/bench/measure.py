@@ -166,6 +166,22 @@ def process_cpu(pid: int | None) -> float:
     return 0.0
 
 
+def descendants(pid: int) -> list[int]:
+    """The pids of every living process below ``pid`` (children, their children, ...)."""
+    parents: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents.setdefault(ppid, []).append(int(proc.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def cpu_snapshot(broker: int | None) -> tuple[float, float, float]:
     """(busy CPU seconds of the whole machine, the broker's CPU seconds, wall time)."""
     busy = 0.0
