@@ -517,6 +517,12 @@ class Bench:
                 for phase in done[0]["phases"]
             },
             "gc_us_per_result": sum(d["gc"] for d in done) / self.messages * 1e6,
+            # Of the decide phase, the collector's pauses (an older checkout does not report them).
+            "gc_in_decide_us_per_result": sum(d.get("gc_phases", {}).get("decide", 0.0) for d in done)
+            / self.messages
+            * 1e6
+            if all("gc_phases" in d for d in done)
+            else None,
             "audit_span_seconds": check["span"],
             "transactions": sum(d["committed"] for d in done),
             "aborted": sum(d["aborted"] for d in done),

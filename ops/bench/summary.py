@@ -59,6 +59,9 @@ def summarise(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
                     for phase in mine[0]["phases_us_per_result"]
                 },
                 "gc_us_per_result": statistics.median(r["gc_us_per_result"] for r in mine),
+                "gc_in_decide_us_per_result": median_or_none(
+                    r.get("gc_in_decide_us_per_result") for r in mine
+                ),
                 "broker_us_per_result": median_or_none(r["broker_us_per_result"] for r in mine),
                 "broker_cpus": median_or_none(r["broker_cpus"] for r in mine),
                 "other_cpus": statistics.median(r["other_cpus"] for r in mine),
@@ -250,7 +253,7 @@ def print_phases(rows: list[dict[str, Any]]) -> None:
         return
     names = list(timed[0]["phases_us_per_result"])
     header = f"{'CPU us per result':<22}" + "".join(f"{n:>9}" for n in names)
-    header += f"{'= thread':>10}{'+ others':>10}{'= cpu':>8}"
+    header += f"{'= thread':>10}{'+ others':>10}{'= cpu':>8}{'gc in decide':>14}"
     print(header)
     print("-" * len(header))
     for row in timed:
@@ -259,13 +262,14 @@ def print_phases(rows: list[dict[str, Any]]) -> None:
         cells = "".join(f"{phases.get(n, 0.0):>9,.1f}" for n in names)
         print(
             f"{row['variant']:<22}{cells}{thread:>10,.1f}{row['cpu_us_per_result'] - thread:>10,.1f}"
-            f"{row['cpu_us_per_result']:>8,.0f}"
+            f"{row['cpu_us_per_result']:>8,.0f}{opt(row.get('gc_in_decide_us_per_result'), '14,.1f')}"
         )
     print(
         "the loop thread's CPU time (time.thread_time) charged to the phase it last entered: decide\n"
         "(decide_batch), send (partitions, records to the producer, their acknowledgement), commit\n"
         "(offsets, commit), poll (getmany: fetch and decode), metrics (counters and stats after the\n"
         "commit), loop (the rest: request lookup, messages, sweeps). decide and metrics do not await,\n"
+        "gc in decide: the collector's pauses that interrupted decide (part of decide, wall time);\n"
         "so they are exact; while a partition's batch awaits, other partitions' work and the client's\n"
         "background tasks go to the phase last entered. + others: the process's other threads (the\n"
         "metrics server, the bench's control reader); = cpu: the process's CPU per result (cpu us/res)"

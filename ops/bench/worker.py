@@ -53,18 +53,38 @@ def child_main(spec: dict[str, Any]) -> int:
     except ImportError:  # a --baseline-worktree checkout from before the phase clock
         phases = None
     else:
-        phases = PhaseClock()
+
+        class NamedPhaseClock(PhaseClock):
+            """The phase clock, also saying which phase is current (to charge GC pauses to)."""
+
+            __slots__ = ("current",)
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.current = "loop"
+
+            def enter(self, phase: str) -> None:
+                super().enter(phase)
+                self.current = phase
+
+        phases = NamedPhaseClock()
     spent = {"gc": 0.0, "gc_max": 0.0, "gc_full": 0}
-    gc_started = [0.0]
+    gc_started: list[Any] = [0.0, "loop"]
+    # The collector's pauses by the phase they interrupted: a collection runs when some
+    # allocation crosses the threshold, so its cost lands in whichever phase allocated last,
+    # and it scans every tracked object of the process (requests held, the ledger, buffers).
+    gc_by_phase: dict[str, float] = {}
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             gc_started[0] = time.perf_counter()
+            gc_started[1] = phases.current if phases is not None else "loop"
         else:
             pause = time.perf_counter() - gc_started[0]
             spent["gc"] += pause
             spent["gc_max"] = max(spent["gc_max"], pause)
             spent["gc_full"] += info.get("generation") == 2
+            gc_by_phase[gc_started[1]] = gc_by_phase.get(gc_started[1], 0.0) + pause
 
     gc.callbacks.append(on_gc)
     waits: dict[str, list[float]] = {"queued": [], "batch": [], "between": []}
@@ -91,6 +111,7 @@ def child_main(spec: dict[str, Any]) -> int:
         first: tuple[float, float] | None = None
         spent_before: dict[str, float] = {}  # noqa: RUF012
         phases_before: dict[str, float] = {}  # noqa: RUF012
+        gc_phases_before: dict[str, float] = {}  # noqa: RUF012
         last: tuple[float, float] = (0.0, 0.0)
         reported = False
 
@@ -98,6 +119,7 @@ def child_main(spec: dict[str, Any]) -> int:
             if self.first is None:
                 self.first = (time.time(), time.process_time())
                 self.spent_before = dict(spent)
+                self.gc_phases_before = dict(gc_by_phase)
                 self.phases_before = phases.snapshot() if phases is not None else {}
             # Where a live result's time goes (the latency run): from its CreateTime until
             # its batch is in the loop's hands, the batch's decision and transaction, and
@@ -124,6 +146,9 @@ def child_main(spec: dict[str, Any]) -> int:
                         "cpu": self.last[1] - self.first[1],
                         "phases": {k: v - self.phases_before[k] for k, v in now.items()},
                         "gc": spent["gc"] - self.spent_before["gc"],
+                        "gc_phases": {
+                            k: v - self.gc_phases_before.get(k, 0.0) for k, v in gc_by_phase.items()
+                        },
                         "decided": self.stats.decided,
                         "accepted": self.stats.accepted,
                         "rejected": self.stats.rejected,
