@@ -14,8 +14,8 @@ published MCP server, ``mcp-server-time`` from PyPI (a dev dependency; its
 
 1. **Added latency.** The same host calls the same upstream program directly and through
    the proxy, interleaved in halves per concurrency level (1, 10, 100 calls at once;
-   ``--calls`` calls each; :func:`ops.bench.measure.interleaved`), in the same run; added =
-   proxy minus direct, p50 and p99. By default the proxy is `toolgate mcp-proxy` over stdio,
+   ``--calls`` calls each, at least two per lane; :func:`ops.bench.measure.interleaved`), in
+   the same run; added = proxy minus direct, p50 and p99. By default the proxy is `toolgate mcp-proxy` over stdio,
    a process of its own starting its upstream, as hosts run it; ``--in-process`` runs the
    proxy in this process (the upstream still a process over stdio) and adds the breakdown
    of each step of a proxied call: the request record's acknowledgement and the upstream
@@ -245,7 +245,8 @@ async def measure_levels(
         breakdown.take()
     for level in levels:
         load = Load(broker, *descendants(os.getpid()))  # the worker, proxy and upstreams are ours
-        plain, proxied = await interleaved(plain_call, proxied_call, calls, level)
+        # Every lane busy in both halves: at least two calls per lane and path.
+        plain, proxied = await interleaved(plain_call, proxied_call, max(calls, 2 * level), level)
         load.stop()
         figures[level] = {
             "direct": percentiles(plain),
