@@ -14,15 +14,15 @@ published MCP server, ``mcp-server-time`` from PyPI (a dev dependency; its
 
 1. **Added latency.** The same host calls the same upstream program directly and through
    the proxy, interleaved in halves per concurrency level (1, 10, 100 calls at once;
-   ``--calls`` calls each, at least two per lane; :func:`ops.bench.measure.interleaved`), in
-   the same run; added = proxy minus direct, p50 and p99. By default the proxy is `toolgate mcp-proxy` over stdio,
-   a process of its own starting its upstream, as hosts run it; ``--in-process`` runs the
-   proxy in this process (the upstream still a process over stdio) and adds the breakdown
-   of each step of a proxied call: the request record's acknowledgement and the upstream
-   call (overlapped: the record is written while the upstream works), the result record's
-   acknowledgement, and the read of the decided answer (the worker's decision and
-   transaction, and the client's read), timed around the proxy's calls into
-   ``toolgate.client`` and the upstream, per call.
+   ``--calls`` calls each, at least two per lane; :func:`ops.bench.measure.interleaved`),
+   in the same run; added = proxy minus direct, p50 and p99. By default the proxy is
+   `toolgate mcp-proxy` over stdio, a process of its own starting its upstream, as hosts
+   run it; ``--in-process`` runs the proxy in this process (the upstream still a process
+   over stdio) and adds the breakdown of each step of a proxied call: the request record's
+   acknowledgement and the upstream call (overlapped: the record is written while the
+   upstream works), the result record's acknowledgement, and the read of the decided
+   answer (the worker's decision and transaction, and the client's read), timed per call
+   around the proxy's calls into ``toolgate.client`` and the upstream.
    Targets at 1 and 10 concurrent: added p50 <= 10 ms and p99 <= 30 ms. At 100 concurrent,
    no call should wait for another's transaction: printed as the p50 at 100 over the p50
    at 1 (added latency, and with ``--in-process`` the answer read); about 2 or more means a
