@@ -25,8 +25,8 @@ published MCP server, ``mcp-server-time`` from PyPI (a dev dependency; its
    around the proxy's calls into ``toolgate.client`` and the upstream.
    Targets at 1 and 10 concurrent: added p50 <= 10 ms and p99 <= 30 ms. At 100 concurrent,
    no call should wait for another's transaction: printed as the p50 at 100 over the p50
-   at 1 (added latency, and with ``--in-process`` the answer read); about 2 or more means a
-   call waits for a whole other transaction before its own.
+   at 1: of the answer read with ``--in-process`` (the step such a wait lands in), else of
+   the added latency; about 2 or more means a call waits for a whole other transaction.
 2. **Client answers per second.** ``--waits`` requests issued and awaited at once by one
    client; the same number of envelopes committed to the agent topic in one transaction
    (as the worker writes them); printed: answers per second from the commit to the last
@@ -394,20 +394,23 @@ def targets(figures: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
             )
         )
     one, hundred = figures.get(1), figures.get(100)
-    value = ratio(added(hundred, "p50"), added(one, "p50")) if one and hundred else None
-    note = "needs --concurrency 1 ... 100"
+    value, name, note = None, "100 concurrent: added p50 / added p50 at 1", "needs --concurrency 1 ... 100"
     if one and hundred:
+        value = ratio(added(hundred, "p50"), added(one, "p50"))
         note = f"added p50 {added(hundred, 'p50'):.1f} ms at 100, {added(one, 'p50'):.1f} ms at 1"
-        steps_one, steps_hundred = one["steps"].get("answer read"), hundred["steps"].get("answer read")
-        if steps_one and steps_hundred:
-            note += (
-                f"; answer read p50 {steps_hundred['p50']:.1f} / {steps_one['p50']:.1f} ms = "
-                f"{steps_hundred['p50'] / steps_one['p50']:.2f}"
+        read_one, read_hundred = one["steps"].get("answer read"), hundred["steps"].get("answer read")
+        if read_one and read_hundred:
+            # The step a wait for another call's transaction lands in: judged on it alone (the
+            # added latency at 100 also holds the upstream's and the host's own queueing).
+            value = ratio(read_hundred["p50"], read_one["p50"])
+            name = "100 concurrent: answer read p50 / at 1"
+            note = (
+                f"answer read p50 {read_hundred['p50']:.1f} ms at 100, {read_one['p50']:.1f} ms at 1; " + note
             )
         note += f"; others {hundred['others']:.2f} CPUs"
     out.append(
         target(
-            "100 concurrent: added p50 / added p50 at 1 (no wait for another's txn)",
+            f"{name} (no call waits for another's txn)",
             value,
             f"< {TARGET_WAIT_RATIO:g}",
             None if value is None else value < TARGET_WAIT_RATIO,
