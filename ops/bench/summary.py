@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ops.bench.backlog import BASELINE, PARTITIONS
+from ops.bench.backlog import BASELINE, FLOOR, PARTITIONS
 from ops.bench.measure import (
     CONTENDED_CPUS,
     at_least,
@@ -96,6 +96,31 @@ def summarise(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
     return {"rows": rows, "ratios": ratios}
 
 
+def round_ratios(runs: list[dict[str, Any]], variant: str = "worker") -> dict[str, list[float]]:
+    """Per latency round, ``variant``'s figures over the floor's of the same round (the floor
+    runs first in every round): lists of p50 and p99 ratios at the fed rate (``total``) and one
+    at a time (``one``), one entry per round that has both runs."""
+    out: dict[str, list[float]] = {"total p50": [], "total p99": [], "one p50": [], "one p99": []}
+    floors = {r["repeat"]: r for r in runs if r["variant"] == FLOOR}
+    for run in runs:
+        floor = floors.get(run["repeat"])
+        if run["variant"] != variant or floor is None:
+            continue
+        for name, key in (("total", "total"), ("one", "one_at_a_time")):
+            for q in ("p50", "p99"):
+                value = ratio(run[key].get(q), floor[key].get(q))
+                if value is not None:
+                    out[f"{name} {q}"].append(value)
+    return out
+
+
+def _median_ratio(result: dict[str, Any], name: str, fallback: float | None) -> float | None:
+    """The median over rounds of the worker's ratio ``name`` to the same round's floor; with one
+    round (or none measured) the ratio of the reported runs."""
+    values = round_ratios(result.get("latency_runs") or []).get(name) or []
+    return statistics.median(values) if len(values) > 1 else fallback
+
+
 def _load_note(*others: float | None) -> str:
     known = [o for o in others if o is not None]
     if not known:
@@ -120,13 +145,15 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     both_others = _load_note(lat["other_cpus"] if lat else None, floor["other_cpus"] if floor else None)
     one = lat["one_at_a_time"] if lat else {}
     one_floor = floor["one_at_a_time"] if floor else {}
+    rounds = len(round_ratios(result.get("latency_runs") or [])["one p50"])
     floor_note = (
         f"worker {one['p50']:.1f} / {one['p99']:.1f} ms, floor {one_floor['p50']:.1f} / "
         f"{one_floor['p99']:.1f} ms (p50 / p99); {both_others}"
+        + (f"; the ratios: median over {rounds} rounds, each to its own floor" if rounds > 1 else "")
         if one and one_floor
         else "needs --one-at-a-time and the latency run"
     )
-    value = ratio(one.get("p50"), one_floor.get("p50"))
+    value = _median_ratio(result, "one p50", ratio(one.get("p50"), one_floor.get("p50")))
     add(
         "one result at a time: p50 / the floor's",
         value,
@@ -134,7 +161,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         at_most(value, TARGET_ONE_P50_OVER_FLOOR),
         floor_note,
     )
-    value = ratio(one.get("p99"), one_floor.get("p99"))
+    value = _median_ratio(result, "one p99", ratio(one.get("p99"), one_floor.get("p99")))
     add(
         "one result at a time: p99 / the floor's",
         value,
@@ -154,7 +181,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         at_most(p99, TARGET_P99_MS),
         rate_note,
     )
-    value = ratio(p99, total_floor.get("p99"))
+    value = _median_ratio(result, "total p99", ratio(p99, total_floor.get("p99")))
     add(
         "half the sustained rate: p99 / the floor's p99 at that rate",
         value,
@@ -330,8 +357,43 @@ def print_latency(lat: dict[str, Any], whose: str, floor: dict[str, Any] | None 
         )
 
 
+def print_rounds(runs: list[dict[str, Any]]) -> None:
+    """Every latency round: each run's p50 / p99 at the fed rate and one at a time, as a multiple
+    of the same round's floor, and the CPUs other users kept busy; then the spread of the ratios."""
+    if len({r["repeat"] for r in runs}) < 2:
+        return
+    print()
+    print(
+        f"latency rounds, ms{'':<17}{'fed rate p50':>13}{'p99':>8}{'one p50':>9}{'p99':>8}"
+        "   x floor (p50 p99 one p50 p99)  others"
+    )
+    floors = {r["repeat"]: r for r in runs if r["variant"] == FLOOR}
+    for run in sorted(runs, key=lambda r: (r["repeat"], r["variant"] != FLOOR)):
+        total, one, floor = run["total"], run["one_at_a_time"], floors.get(run["repeat"])
+        cells = "".join(opt(row.get(q), "8.1f") for row in (total, one) for q in ("p50", "p99"))
+        ratios = ""
+        if floor is not None and run["variant"] != FLOOR:
+            ratios = " ".join(
+                opt(ratio(row.get(q), base.get(q)), "5.2f")
+                for row, base in ((total, floor["total"]), (one, floor["one_at_a_time"]))
+                for q in ("p50", "p99")
+            )
+        print(f"  {run['repeat']} {run['variant']:<30}{cells}      {ratios:<28}{run['other_cpus']:>6.2f}")
+    for variant in sorted({r["variant"] for r in runs} - {FLOOR}):
+        spread = round_ratios(runs, variant)
+        parts = [
+            f"{name} median {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+            for name, v in spread.items()
+            if v
+        ]
+        if parts:
+            print(f"  {variant} x floor over rounds: " + "; ".join(parts))
+
+
 def print_report(result: dict[str, Any]) -> None:
     print(f"command: {result['command']}")
+    if result.get("others_before") is not None:
+        print(f"machine before the run: {result['others_before']:.2f} CPUs busy (others' work)")
     print(
         f"broker {result['bootstrap']}; {result['messages']} results of ~{result['bytes']} bytes "
         f"({result['rejected_share']:.0%} rejected), {PARTITIONS} intake partitions (unless named), "
@@ -396,6 +458,7 @@ def print_report(result: dict[str, Any]) -> None:
     ):
         if result.get(key):
             print_latency(result[key], whose, floor)
+    print_rounds(result.get("latency_runs") or [])
     base = result.get("latency_baseline")
     lat = result.get("latency")
     if lat and base and lat["total"] and base["total"]:

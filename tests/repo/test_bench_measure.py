@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ops.bench.backlog import BASELINE
+from ops.bench.backlog import BASELINE, FLOOR
 from ops.bench.measure import both, interleaved, lanes, percentiles, ratio
-from ops.bench.summary import targets
+from ops.bench.summary import round_ratios, targets
 
 
 class TestPercentiles:
@@ -149,3 +149,22 @@ class TestTargets:
         assert both(True, True) is True
         assert both(True, False) is False
         assert both(True, None) is None
+
+    def test_several_rounds_take_the_median_of_each_rounds_ratio_to_its_own_floor(self) -> None:
+        runs = []
+        # Round 2's machine was twice as slow for both: its ratio is the same as round 1's.
+        for repeat, slow, worker_p99 in ((1, 1.0, 25.0), (2, 2.0, 50.0), (3, 1.0, 40.0)):
+            runs.append({"variant": FLOOR, "repeat": repeat, **_latency((10 * slow, 10 * slow), (1, 1))})
+            runs.append({"variant": "worker", "repeat": repeat, **_latency((12 * slow, worker_p99), (1, 1))})
+        assert round_ratios(runs)["one p99"] == [2.5, 2.5, 4.0]
+        result = {
+            "rows": [],
+            "ratios": {},
+            "latency": runs[5],  # the run the report shows: any one round
+            "latency_floor": runs[4],
+            "latency_runs": runs,
+        }
+        by_name = {row["target"]: row for row in targets(result)}
+        assert by_name["one result at a time: p99 / the floor's"]["measured"] == 2.5
+        assert by_name["one result at a time: p99 / the floor's"]["met"] is False
+        assert by_name["one result at a time: p50 / the floor's"]["measured"] == 1.2
