@@ -457,7 +457,17 @@ def print_report(result: dict[str, Any]) -> None:
         ("latency_baseline", "the baseline checkout's worker"),
     ):
         if result.get(key):
-            print_latency(result[key], whose, floor)
+            # Against the floor of the same round where there is one (the shown runs are each
+            # variant's median run, not always of the same round).
+            same = [
+                r
+                for r in result.get("latency_runs") or []
+                if r["variant"] == FLOOR and r["repeat"] == result[key]["repeat"]
+            ]
+            shown = same[0] if same else floor
+            if shown is not floor and shown is not None:
+                whose += f" (x floor: round {shown['repeat']}'s floor)"
+            print_latency(result[key], whose, shown)
     print_rounds(result.get("latency_runs") or [])
     base = result.get("latency_baseline")
     lat = result.get("latency")
