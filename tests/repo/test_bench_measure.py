@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from ops.bench.backlog import BASELINE, FLOOR
 from ops.bench.measure import both, interleaved, lanes, percentiles, ratio
 from ops.bench.summary import round_ratios, targets
@@ -168,3 +170,28 @@ class TestTargets:
         assert by_name["one result at a time: p99 / the floor's"]["measured"] == 2.5
         assert by_name["one result at a time: p99 / the floor's"]["met"] is False
         assert by_name["one result at a time: p50 / the floor's"]["measured"] == 1.2
+
+
+class TestProxyBreakdown:
+    """Each proxied call's steps: the request record's acknowledgement beside the upstream call,
+    the wait for it after the upstream answered, and the call's time outside its steps."""
+
+    def test_overlap_wait_and_rest(self) -> None:
+        from ops.bench.mcp_proxy_bench import Breakdown, CallSteps
+
+        call = CallSteps(
+            {
+                "request record ack": (0.000, 0.012),  # acknowledged 2 ms after the upstream answered
+                "upstream call": (0.000, 0.010),
+                "result ack": (0.012, 0.015),
+                "answer read": (0.015, 0.030),
+                "proxied call": (0.000, 0.034),  # 4 ms outside the steps
+            }
+        )
+        breakdown = Breakdown.__new__(Breakdown)
+        breakdown.calls = [call]
+        steps = breakdown.take()
+        assert steps["ack after upstream"]["p50"] == pytest.approx(2.0)
+        assert steps["rest"]["p50"] == pytest.approx(4.0)
+        assert steps["answer read"]["p50"] == pytest.approx(15.0)
+        assert breakdown.calls == []
