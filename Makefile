@@ -5,9 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 KAFKA := ops/kafka/kafka.sh
+REGISTRY := ops/registry/registry.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install jars tools k8s-tools chart strimzi rules screenshot broker broker-up broker-stop topics lint contracts test unit simulate run stop bench-gate bench-scale clean
+.PHONY: help install jars registry registry-up registry-stop tools k8s-tools chart strimzi rules screenshot broker broker-up broker-stop topics lint contracts test unit simulate run stop bench-gate bench-scale clean
 
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
@@ -18,6 +19,7 @@ help:
 	@echo "make screenshot Prometheus graphs of a drifting connector -> docs/drift-graphs.png"
 	@echo "make rules      alert rules with runbook URLs under RUNBOOK_BASE_URL=... (into RULES_OUT)"
 	@echo "make broker     start the local Kafka broker (127.0.0.1:19092); make broker-stop"
+	@echo "make registry-up start the local schema registry (127.0.0.1:18081); make registry-stop"
 	@echo "make bench-gate the gate benchmark (ops/bench/gate_bench.py)"
 	@echo "make simulate   the worker loop's deterministic simulation: SCHEDULES=10000 SEED=0 (docs/simulation.md)"
 	@echo "make bench-scale the scale-out run, static and dynamic membership (ops/bench/scale_bench.py)"
@@ -34,6 +36,17 @@ install: $(STAMP)
 
 jars:
 	bash $(KAFKA) fetch
+
+# The schema registry (Apicurio Registry, in-memory) built with Maven into ops/registry/.build, once.
+registry:
+	bash $(REGISTRY) build
+
+# A registry that already answers on 127.0.0.1:18081 (another checkout's) is used and left running.
+registry-up: registry
+	bash $(REGISTRY) ensure
+
+registry-stop:
+	bash $(REGISTRY) stop
 
 # promtool and prometheus, from Debian's prometheus package, for the rules tests and the dashboard
 # test; installed only when missing. The package would start its own server on :9090 where an init
@@ -162,12 +175,14 @@ screenshot: install broker-up tools
 unit: install
 	$(BIN)/pytest tests/unit tests/repo $(PYTEST_ARGS)
 
-# Starts the broker only if none is running, and stops it afterwards only if it started it.
+# Starts the broker and the schema registry only if none is running, and stops each afterwards
+# only if it started it.
 # One pytest run, measured (the processes it starts included), then the coverage table per layer
 # with its floors (ops/coverage_floors.py); a run narrowed by PYTEST_ARGS prints the table only.
-test: install jars tools k8s-tools lint contracts
+test: install jars registry tools k8s-tools lint contracts
 	rm -f .coverage .coverage.*
-	TOOLGATE_REQUIRE_KAFKA=1 bash $(KAFKA) with $(BIN)/pytest --cov --cov-report= $(PYTEST_ARGS)
+	TOOLGATE_REQUIRE_KAFKA=1 TOOLGATE_REQUIRE_REGISTRY=1 bash $(KAFKA) with \
+	  bash $(REGISTRY) with $(BIN)/pytest --cov --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python ops/coverage_floors.py $(if $(strip $(PYTEST_ARGS)),--report-only)
 
 # The worker loop's deterministic simulation (tests/simulation/, docs/simulation.md): SCHEDULES seeds
@@ -199,4 +214,5 @@ bench-scale: install broker-up
 clean:
 	-bash ops/worker.sh stop
 	-bash $(KAFKA) stop
+	-bash $(REGISTRY) stop
 	rm -rf $(VENV) ops/kafka/.data .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage .coverage.* .simulation

@@ -67,7 +67,15 @@ TOOLS = [
     types.Tool(
         name="deploy_status",
         description="Health of one deployment.",
-        input_schema={"type": "object", "properties": {"case": {"type": "string"}}},
+        # Every argument a caller sends is declared: the pinned input schema is closed.
+        input_schema={
+            "type": "object",
+            "properties": {
+                "case": {"type": "string"},
+                "environment": {"type": "string"},
+                "key": {"type": "string"},
+            },
+        },
         output_schema=DEPLOY_SCHEMA,
     ),
     types.Tool(
@@ -79,7 +87,10 @@ TOOLS = [
     types.Tool(
         name="echo",
         description="Says its text back (no outputSchema: a text-only tool).",
-        input_schema={"type": "object", "properties": {"text": {"type": "string"}}},
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "case": {"type": "string"}},
+        },
     ),
 ]
 
@@ -162,6 +173,42 @@ def review(root: Path) -> None:
         text = path.read_text()
         assert "\nstatus: draft\n" in text, path
         path.write_text(text.replace("\nstatus: draft\n", "\nstatus: active\n"))
+
+
+def pin(
+    root: Path, listing: list[dict[str, Any]], *, server_name: str = SERVER, only: list[str] | None = None
+) -> None:
+    """Pin each imported contract under ``root`` to its tool's definition in ``listing``
+    (the tools as ``tools/list`` sent them): the ``mcp.definition`` section and the
+    ``input.schema.json`` beside it, as import writes them (``only``: just these tools).
+    A contract that already has a definition is left as it is."""
+    from toolgate.gate._mcp import definition_digest
+
+    by_name = {tool["name"]: tool for tool in listing}
+    for path in root.glob(f"{server_name}.*/v*/contract.yaml"):
+        text = path.read_text()
+        if "\n  definition:" in text:
+            continue
+        name = path.parent.parent.name.removeprefix(f"{server_name}.")
+        if only is not None and name not in only:
+            continue
+        tool = by_name[name]
+        (path.parent / "input.schema.json").write_text(json.dumps(tool["inputSchema"], indent=2))
+        lines = [
+            "  definition:",
+            f"    digest: {definition_digest(tool)}",
+            "    input_schema: input.schema.json",
+        ]
+        if "description" in tool:
+            lines.append(f"    description: {json.dumps(tool['description'])}")
+        if "title" in tool:
+            lines.append(f"    title: {json.dumps(tool['title'])}")
+        if "annotations" in tool:
+            lines.append(f"    annotations: {json.dumps(tool['annotations'])}")
+        rows = text.splitlines()
+        start = rows.index("mcp:")
+        end = next(i for i in range(start + 1, len(rows)) if not rows[i].startswith(" "))
+        path.write_text("\n".join(rows[:end] + lines + rows[end:]) + "\n")
 
 
 def dump(result: types.Result) -> dict[str, Any]:

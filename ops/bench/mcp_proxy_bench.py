@@ -65,6 +65,7 @@ from mcp import StdioServerParameters  # noqa: E402
 from toolgate._config import Config, Topics  # noqa: E402
 from toolgate.client import Client  # noqa: E402
 from toolgate.gate._contracts import ContractSet  # noqa: E402
+from toolgate.gate._mcp import definition_digest  # noqa: E402
 from toolgate.mcp._import import fetch_listing, import_listing  # noqa: E402
 from toolgate.mcp._proxy import Proxy, ProxyOptions  # noqa: E402
 from toolgate.service._kafka import AiokafkaClients, delete_topics, ensure_topics, partition_of  # noqa: E402
@@ -308,10 +309,20 @@ def arguments() -> dict[str, Any]:
     return {"timezone": os.environ.get("BENCH_TIMEZONE", "Europe/Paris")}
 
 
-def review(contracts: Path) -> None:
-    """What a reviewer does last: the imported drafts (which decide nothing) become active."""
+def review(contracts: Path, tools: list[dict[str, Any]]) -> None:
+    """What a reviewer does last: the imported drafts (which decide nothing) become active,
+    each pinned to the definition listed (where import did not pin it already)."""
+    by_name = {tool["name"]: tool for tool in tools}
     for path in contracts.glob("*/v*/contract.yaml"):
-        path.write_text(path.read_text().replace("\nstatus: draft\n", "\nstatus: active\n"))
+        text = path.read_text().replace("\nstatus: draft\n", "\nstatus: active\n")
+        if "\n  definition:" not in text:
+            tool = by_name[path.parent.parent.name.removeprefix(f"{SERVER}.")]
+            (path.parent / "input.schema.json").write_text(json.dumps(tool["inputSchema"]))
+            pinned = (
+                f"  definition:\n    digest: {definition_digest(tool)}\n    input_schema: input.schema.json\n"
+            )
+            text = text.replace("\nmcp:\n", "\nmcp:\n" + pinned, 1)
+        path.write_text(text)
 
 
 # ------------------------------------------------------------------ client answers
@@ -495,7 +506,7 @@ async def main() -> int:
         contracts = Path(folder)
         tools = await fetch_listing(upstream_server(env))
         import_listing(contracts, SERVER, tools, only=[TOOL], out=lambda _line: None)
-        review(contracts)
+        review(contracts, tools)
         worker, _port = start_worker(config, contracts, args.linger_ms)
         try:
             measure = latency_in_process if args.in_process else latency_processes

@@ -15,14 +15,32 @@ PACKAGE = ROOT / "worker" / "toolgate"
 
 # Layer (a subpackage of toolgate) -> module prefixes it must never import. Each room serves
 # one kind of user (its __init__ docstring says which) and imports only downwards:
-# cli -> mcp -> client -> service -> gate, mcp -> authoring -> gate, operations -> service.
-_ROOMS = ("toolgate.authoring", "toolgate.mcp", "toolgate.operations", "toolgate.cli", "toolgate.client")
+# cli -> mcp -> client -> service -> registry -> gate, mcp -> authoring -> registry, operations -> service.
+_ROOMS = (
+    "toolgate.authoring",
+    "toolgate.mcp",
+    "toolgate.operations",
+    "toolgate.cli",
+    "toolgate.client",
+    "toolgate.registry",
+)
 FORBIDDEN = {
     "gate": ("aiokafka", "prometheus_client", "toolgate.service", *_ROOMS),
-    "service": _ROOMS,
-    "authoring": ("aiokafka", "toolgate.service", *(r for r in _ROOMS if r != "toolgate.authoring")),
+    "service": tuple(r for r in _ROOMS if r != "toolgate.registry"),
+    "authoring": (
+        "aiokafka",
+        "toolgate.service",
+        *(r for r in _ROOMS if r not in ("toolgate.authoring", "toolgate.registry")),
+    ),
+    "registry": (
+        "aiokafka",
+        "prometheus_client",
+        "toolgate.service",
+        *(r for r in _ROOMS if r != "toolgate.registry"),
+    ),
     "mcp": ("toolgate.service", "toolgate.operations", "toolgate.cli"),
     "operations": ("toolgate.authoring", "toolgate.mcp", "toolgate.cli", "toolgate.client"),
+    "client": ("toolgate.authoring", "toolgate.mcp", "toolgate.operations", "toolgate.cli"),
 }
 
 
@@ -120,7 +138,7 @@ class TestImportedAtRunTime:
         assert out.strip() == "True"
 
 
-ROOMS = ("authoring", "mcp", "operations")
+ROOMS = ("authoring", "mcp", "operations", "client", "registry")
 
 
 def _lines(path: Path) -> int:

@@ -69,7 +69,10 @@ def _run_seeds(job: tuple[list[int], str | None, bool]) -> list[tuple[int, str |
     for seed in seeds:
         outcome = run_schedule(seed, _GATE, worker_class=_worker_class(bug))
         v = outcome.violation
-        rows.append((seed, v.invariant if v else None, v.detail if v else "", dict(outcome.faults)))
+        counts = dict(outcome.faults)
+        counts["oracle:checked"] = outcome.checked  # summed with the faults, printed apart
+        counts["oracle:excused"] = outcome.excused
+        rows.append((seed, v.invariant if v else None, v.detail if v else "", counts))
         if v is not None and first:
             break
     return rows
@@ -192,6 +195,49 @@ def replay(path: Path, gate: Any) -> int:
     return 1 if v else 0
 
 
+def first_failures(
+    pool: Any, bugs: Sequence[str], seeds: list[int], jobs: int
+) -> dict[str, tuple[int, str, str] | None]:
+    """Per planted bug, its first failing schedule among ``seeds`` (seed, invariant, detail);
+    ``pool`` None: in this process, one seed after another, up to the first failure."""
+    found: dict[str, tuple[int, str, str] | None] = {}
+    for bug in bugs:
+        hit: tuple[int, str, str] | None = None
+        if pool is None:
+            row = next((r for r in _run_seeds((seeds, bug, True)) if r[1] is not None), None)
+            found[bug] = None if row is None else (row[0], str(row[1]), row[2])
+            continue
+        for rows in pool.imap(_run_seeds, [(chunk, bug, True) for chunk in _chunks(seeds, jobs)]):
+            row = next((row for row in rows if row[1] is not None), None)
+            if row is not None and (hit is None or row[0] < hit[0]):
+                hit = (row[0], str(row[1]), row[2])
+        found[bug] = hit
+    return found
+
+
+def bug_table(first: int, schedules: int, jobs: int) -> int:
+    """Print, per planted bug, the schedules to its first failure from ``first``."""
+    from tests.simulation.bugs import BUGS
+
+    seeds = list(range(first, first + schedules))
+    started = time.perf_counter()
+    if jobs == 1:
+        found = first_failures(None, list(BUGS), seeds, jobs)
+    else:
+        with multiprocessing.get_context("fork").Pool(jobs, initializer=_init) as pool:
+            found = first_failures(pool, list(BUGS), seeds, jobs)
+    print(f"planted bugs, schedules from SEED={first} to the first failure (at most {schedules}):")
+    print(f"{'bug':<30} {'schedules':>9}  first failing seed: invariant")
+    for bug, hit in found.items():
+        if hit is None:
+            print(f"{bug:<30} {'>' + str(schedules):>9}  NOT FOUND")
+        else:
+            print(f"{bug:<30} {hit[0] - first + 1:>9}  SEED={hit[0]}: {hit[1]}")
+    missed = sum(hit is None for hit in found.values())
+    print(f"{len(found) - missed} of {len(found)} found in {time.perf_counter() - started:.1f} s")
+    return 1 if missed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.simulation",
@@ -214,6 +260,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--bug",
         help="run the schedules with one planted bug (tests/simulation/bugs.py) to see a failure reported",
     )
+    parser.add_argument(
+        "--bug-table",
+        action="store_true",
+        help="only hunt the planted bugs: per bug, the schedules from --seed to its first failure "
+        "(at most --schedules)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=["mixed", "take-over", "restore", "requests-race", "outage"],
+        help="run every schedule with this profile instead of going round them all",
+    )
     parser.add_argument("--shrink-seconds", type=float, default=30.0, help="time to shrink each failure")
     args = parser.parse_args(argv)
     if args.schedules < 1 or args.jobs < 1:
@@ -226,7 +283,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.bug not in BUGS:
             parser.error(f"--bug: no planted bug {args.bug!r} (one of: {', '.join(BUGS)})")
         args.bugs = False
+    if args.profile is not None:
+        from tests.simulation import world
+
+        world.FORCED_PROFILE = args.profile  # the pool's processes are forked: they inherit it
     _init()
+    if args.bug_table:
+        return bug_table(args.seed, args.schedules, args.jobs)
     seeds = list(range(args.seed, args.seed + args.schedules))
     started = time.perf_counter()
     faults: collections.Counter[str] = collections.Counter()
@@ -244,7 +307,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{len(seeds)} schedules in {seconds:.1f} s: {len(seeds) / seconds:.1f} schedules/s "
             f"({args.jobs} processes)"
         )
+        checked, excused = faults.pop("oracle:checked", 0), faults.pop("oracle:excused", 0)
         print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
+        print(
+            f"oracle: {checked} committed decisions compared with the gate's verdict; "
+            f"{excused} fresh attempts excused (their node could not see them: its bounded wait ran "
+            "out, or it held an earlier attempt)"
+        )
         shrunk = 0
         for seed, invariant, detail in failed:
             print(f"FAIL SEED={seed}: {invariant}: {detail}")
@@ -255,14 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.bugs:
             from tests.simulation.bugs import BUGS
 
-            for bug in BUGS:
-                found = None
-                for rows in pool.imap(
-                    _run_seeds, [(chunk, bug, True) for chunk in _chunks(seeds[:BUG_BOUND], args.jobs)]
-                ):
-                    hit = next((row for row in rows if row[1] is not None), None)
-                    if hit is not None and (found is None or hit[0] < found[0]):
-                        found = hit
+            hits = first_failures(pool, list(BUGS), seeds[:BUG_BOUND], args.jobs)
+            for bug, found in hits.items():
                 if found is None:
                     missed += 1
                     print(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -79,6 +79,26 @@ class Security(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     ssl_keyfile: str | None = None
 
 
+class Registry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The schema registry contracts come from (``--contracts registry+https://...``) or go to
+    (``toolgate contracts publish``, ``pull``): TOOLGATE_REGISTRY_*.
+
+    ``url`` is the Confluent-compatible API (``https://host/apis/ccompat/v7`` on Apicurio) for
+    publish and pull; the files hold HTTP basic ``user:password`` or a bearer token (one, not
+    both); ``ca_file`` the CAs for https (else the system's). The worker keeps the last
+    complete set it loaded in ``snapshot_dir`` and checks the registry for new versions every
+    ``poll_seconds``.
+    """
+
+    url: str | None = None
+    basic_auth_file: str | None = None
+    bearer_token_file: str | None = None
+    ca_file: str | None = None
+    snapshot_dir: str = "registry-snapshot"
+    poll_seconds: float = 10.0
+    timeout_seconds: float = 10.0
+
+
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Everything the worker and the CLI read from the environment."""
 
@@ -103,13 +123,14 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     # partitions back without a rebalance of the others; it does not leave the group when it
     # stops. None: a dynamic member. TOOLGATE_GROUP_INSTANCE_ID.
     group_instance_id: str | None = None
-    # Seconds between checks of the contracts folder and the keyring for changes (a mounted
-    # ConfigMap or Secret updated in place); a change reloads them as SIGHUP does. 0: only
-    # on SIGHUP. TOOLGATE_CONTRACTS_WATCH_SECONDS.
-    contracts_watch_seconds: float = 0
+    # Seconds between checks of the contracts folder and the keyring for changes (a contract
+    # activated, a mounted ConfigMap or Secret updated in place); a change reloads them as
+    # SIGHUP does. 0: only on SIGHUP. At most a day. TOOLGATE_CONTRACTS_WATCH_SECONDS.
+    contracts_watch_seconds: Annotated[float, msgspec.Meta(ge=0, le=86_400)] = 2.0
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)
+    registry: Registry = msgspec.field(default_factory=Registry)
 
     def masked(self) -> dict[str, Any]:
         """The configuration as a dict with secrets replaced, for the start-up log line."""
@@ -122,11 +143,12 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
 _ENV_PREFIX = "TOOLGATE_"
 # Flat environment names for nested fields: TOOLGATE_TOPIC_INTAKE, TOOLGATE_PARTITIONS_AUDIT,
 # TOOLGATE_SECURITY_SASL_PASSWORD.
-_NESTED = {"TOPIC_": "topics", "PARTITIONS_": "partitions", "SECURITY_": "security"}
-_NOT_CONFIG = {"TOOLGATE_CONFIG", "TOOLGATE_REQUIRE_KAFKA"}
+_NESTED = {"TOPIC_": "topics", "PARTITIONS_": "partitions", "SECURITY_": "security", "REGISTRY_": "registry"}
+_NOT_CONFIG = {"TOOLGATE_CONFIG", "TOOLGATE_REQUIRE_KAFKA", "TOOLGATE_REQUIRE_REGISTRY"}
 # The local broker script's knobs (ops/kafka/kafka.sh: TOOLGATE_KAFKA_PORT, _DATA, _HEAP, ...)
 # share the prefix; `kafka.sh with CMD` runs toolgate in the same environment.
-_NOT_CONFIG_PREFIX = "TOOLGATE_KAFKA_"
+# So do the local registry script's (ops/registry/registry.sh: TOOLGATE_APICURIO_PORT, ...).
+_NOT_CONFIG_PREFIX = ("TOOLGATE_KAFKA_", "TOOLGATE_APICURIO_")
 
 
 def _from_env(environ: dict[str, str]) -> dict[str, Any]:

@@ -249,6 +249,7 @@ class TestBadInput:
         positionals = {
             ("check",): ["r.json"],
             ("contracts", "diff"): ["a", "b"],
+            ("contracts", "pull"): ["pulled"],
             ("contracts", "import-mcp"): ["--server", "s", "--tools-list", "t.json"],
             ("mcp-proxy",): ["--server", "s", "--upstream-url", "http://127.0.0.1:1/mcp"],
             ("topics", "grow"): ["--partitions", "6"],

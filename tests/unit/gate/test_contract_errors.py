@@ -157,6 +157,25 @@ class TestFiles:
         with pytest.raises(ContractError, match="no contracts found"):
             ContractSet.load(tmp_path)
 
+    def test_a_relative_folder_not_found_is_named_whole(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A relative path that is not there: the absolute path, the working directory it was
+        taken from, and the settings that name another folder."""
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(ContractError) as caught:
+            ContractSet.load("contracts")
+        text = str(caught.value)
+        assert text.startswith(f"{tmp_path / 'contracts'}: contracts folder not found")
+        assert f"relative to the working directory {tmp_path}" in text
+        assert "--contracts DIR or TOOLGATE_CONTRACTS_DIR" in text
+
+    def test_a_file_is_not_a_contracts_folder(self, tmp_path: Path) -> None:
+        """A path naming a file says so, with the same hint."""
+        (tmp_path / "c.yaml").write_text("x")
+        with pytest.raises(ContractError, match="is a file, not a folder; name the contracts folder"):
+            ContractSet.load(tmp_path / "c.yaml")
+
 
 class TestPointers:
     """JSON Pointers resolve through objects and arrays, and a miss is MISSING, not an error."""

@@ -76,7 +76,9 @@ def test_text_is_bounded_and_never_data() -> None:
         "structuredContent": GOOD,
     }
     result = _read(value)
-    assert result.text == "x" * 40
+    # Cut within the bound, never silently: the end says how much of how much is shown.
+    assert result.text == "xxx\n[cut: the first 3 of 100 characters]"
+    assert len(result.text) == 40
     assert result.envelope["data"] == GOOD
     assert _read(value, text_max_length=0).text is None
 

@@ -136,7 +136,7 @@ class TestImport:
     def test_never_overwrites_writes_next_version_and_shows_diff(
         self, tmp_path: Path, tools: list[dict[str, Any]]
     ) -> None:
-        """A second import writes the next draft beside the first and prints the diff."""
+        """A changed definition is written as the next draft beside the first, and the diff printed."""
         _import(tmp_path, tools, only=["deploy_status"])
         v1 = tmp_path / "deployer.deploy_status" / "v1"
         before = {p: p.read_bytes() for p in v1.rglob("*") if p.is_file()}
@@ -145,9 +145,9 @@ class TestImport:
         deploy["outputSchema"]["properties"]["state"]["enum"].append("paused")
         lines = _import(tmp_path, changed, only=["deploy_status"])
         assert {p: p.read_bytes() for p in v1.rglob("*") if p.is_file()} == before
-        v2 = load_contract(tmp_path / "deployer.deploy_status" / "v2")
-        assert v2.spec.status == "draft"
-        assert f"  toolgate contracts diff {v1} {v2.folder}" in lines
+        v11 = load_contract(tmp_path / "deployer.deploy_status" / "v1.1")  # widening: a minor
+        assert v11.spec.status == "draft"
+        assert f"  toolgate contracts diff {v1} {v11.folder}" in lines
         assert any("paused" in line and line.strip().startswith("widens") for line in lines)
 
     def test_saved_listing_and_jsonrpc_response(self, tmp_path: Path, tools: list[dict[str, Any]]) -> None:
@@ -405,7 +405,9 @@ class TestContractsFolder:
     def test_a_missing_folder_is_created(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """No contracts folder yet: it is created, said so, and the drafts are written into it."""
         saved = tmp_path / "tools.json"
-        saved.write_text(json.dumps({"tools": [{"name": "a", "inputSchema": {}, "outputSchema": _SCHEMA}]}))
+        saved.write_text(
+            json.dumps({"tools": [{"name": "a", "inputSchema": {"type": "object"}, "outputSchema": _SCHEMA}]})
+        )
         contracts = tmp_path / "contracts"
         assert run(self._args(saved), str(contracts)) == 1  # a draft to review
         assert capsys.readouterr().out.splitlines()[0] == f"created the contracts folder {contracts}"
@@ -495,6 +497,10 @@ _tool = st.fixed_dictionaries(
         )
         | _json,
         "description": st.text(max_size=10) | _json,
+        "inputSchema": st.builds(
+            lambda s: {**s, "type": "object"} if isinstance(s, dict) else s, _schema_like
+        )
+        | _json,
     },
 )
 
@@ -525,6 +531,7 @@ class TestFuzzedListings:
                 assert {p.name for p in imported.folder.iterdir()} == {
                     "contract.yaml",
                     "schema.json",
+                    "input.schema.json",
                     "fixtures",
                 }
             if outcome.written:
@@ -667,7 +674,8 @@ def test_import_from_a_streamable_http_server_on_the_loopback(tmp_path: Path) ->
 
 
 def test_import_from_a_stdio_command_then_next_version(tmp_path: Path) -> None:
-    """`--command` starts the server over stdio; a second import writes v2 and prints the diff."""
+    """`--command` starts the server over stdio; a second import of the same live definition
+    finds it pinned and writes nothing."""
     import subprocess
     import sys
 
@@ -689,8 +697,8 @@ def test_import_from_a_stdio_command_then_next_version(tmp_path: Path) -> None:
     second = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
     assert second.returncode == 1, second.stderr
     folder = tmp_path / "deployer.deploy_status"
-    assert f"wrote {folder / 'v2'} (draft)" in second.stdout
-    assert f"toolgate contracts diff {folder / 'v1'} {folder / 'v2'}" in second.stdout
+    assert f"unchanged: {folder / 'v1'} (draft) pins this definition" in second.stdout  # still to review
+    assert [p.name for p in folder.iterdir()] == ["v1"]
     bad = subprocess.run(
         [*argv[:6], "/nonexistent/server", *argv[7:]],
         capture_output=True,

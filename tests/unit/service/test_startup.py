@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -167,16 +168,70 @@ class TestContractWatch:
         (tmp_path / "..data").symlink_to("..v2")
         assert fingerprint([tmp_path]) != before
 
-    def test_off_unless_configured(self, tmp_path: Path) -> None:
-        """contracts_watch_seconds 0 (the default) builds no watch; a positive value watches
-        the contracts folder and the keyring."""
-        assert ContractWatch.of(Config()) is None
+    def test_on_by_default_and_off_with_zero(self, tmp_path: Path) -> None:
+        """The default configuration watches the contracts folder and the keyring every 2 s;
+        contracts_watch_seconds 0 builds no watch (SIGHUP only)."""
         config = msgspec.structs.replace(
-            Config(), contracts_dir=str(tmp_path), keyring=str(tmp_path / "k.toml"), contracts_watch_seconds=5
+            Config(), contracts_dir=str(tmp_path), keyring=str(tmp_path / "k.toml")
         )
         watch = ContractWatch.of(config)
         assert watch is not None
         assert watch.paths == [tmp_path, tmp_path / "k.toml"]
+        assert watch.interval == 2
+        assert ContractWatch.of(msgspec.structs.replace(config, contracts_watch_seconds=0)) is None
+
+    @pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e9"])
+    def test_a_watch_interval_out_of_range_is_refused(self, value: str) -> None:
+        """Not a finite number of seconds from 0 to a day: refused, naming the setting."""
+        with pytest.raises(ConfigError, match="contracts_watch_seconds"):
+            load_config(environ={"TOOLGATE_CONTRACTS_WATCH_SECONDS": value})
+
+    async def test_a_contract_activated_after_start_is_decided(self, gate: Gate, tmp_path: Path) -> None:
+        """With the default configuration, a draft set to ``status: active`` while the worker
+        runs decides the results that follow, once the watch's (injected) clock passes its
+        interval: no signal, no restart."""
+        contracts = tmp_path / "contracts"
+        shutil.copytree(CONTRACTS / "review_status", contracts / "review_status")
+        spec = contracts / "review_status" / "v1" / "contract.yaml"
+        active = spec.read_text()
+        assert "\nstatus: active\n" in active
+        spec.write_text(active.replace("\nstatus: active\n", "\nstatus: draft\n"))
+        world = one_partition(gate)
+        now = [0.0]
+        config = msgspec.structs.replace(Config(), contracts_dir=str(contracts))
+        worker = Worker(
+            config,
+            Gate(ContractSet.load(contracts)),
+            options=WorkerOptions(
+                handle_signals=False, metrics_port=0, linger_ms=5, watch_clock=lambda: now[0]
+            ),
+            clock=lambda: NOW,
+            gate_factory=lambda: Gate(ContractSet.load(contracts)),
+            clients=world.clients,
+            sleep=world.sleep,
+        )
+        task = asyncio.create_task(worker.run())
+        try:
+            await until(worker.ready)
+            world.request(1)
+            world.result(1)
+            await until(lambda: len(world.audit()) == 1)
+            assert world.codes() == ["UNKNOWN_CONTRACT_VERSION"]  # a draft decides nothing
+            spec.write_text(active)
+            now[0] += 1
+            polls = world.broker.calls["fetch"]
+            await until(lambda: world.broker.calls["fetch"] >= polls + 3)
+            # Within the interval the files are not looked at.
+            assert worker.gate.contracts.versions("review_status")[0].spec.status == "draft"
+            now[0] += 1
+            await until(lambda: worker.gate.contracts.versions("review_status")[0].spec.status == "active")
+            world.request(2)
+            world.result(2)
+            await until(lambda: len(world.audit()) == 2)
+            assert world.codes() == ["-", "UNKNOWN_CONTRACT_VERSION"]
+        finally:
+            worker.request_stop()
+            await task
 
     async def test_the_worker_reloads_when_the_files_change(self, gate: Gate, tmp_path: Path) -> None:
         """A running worker with a watch reloads its contracts after their files change."""
@@ -243,6 +298,42 @@ class TestSignatureKeys:
         assert error["event"].startswith("contract deploy_status@v1 (")
         assert "requires signature key 'deploy-adapter-2026', which the keyring lacks" in error["event"]
         assert "TOOLGATE_KEYRING is not set" in error["event"]
+        # ... and says where a keyring comes from: the option, the variable, the sample file.
+        assert "--keyring FILE or TOOLGATE_KEYRING" in error["event"]
+        assert f"--keyring {(CONTRACTS / 'fixtures-keyring.toml').absolute()}" in error["event"]
+
+    def test_a_draft_or_disabled_signed_version_needs_no_key(self, tmp_path: Path) -> None:
+        """Only versions that decide verify signatures: a draft or disabled one starts without its key."""
+        import shutil
+
+        for status in ("draft", "disabled"):
+            root = tmp_path / status
+            shutil.copytree(CONTRACTS / "deploy_status", root / "deploy_status")
+            for path in (root / "deploy_status").glob("v*/contract.yaml"):
+                text = path.read_text()
+                for live in ("active", "shadow"):
+                    text = text.replace(f"\nstatus: {live}", f"\nstatus: {status}")
+                path.write_text(text)
+            gate = Gate(ContractSet.load(root), Keyring())
+            assert {c.spec.signature is not None for c in gate.contracts} == {True}
+            check_signature_keys(gate, None)
+
+    def test_the_missing_key_error_says_how_to_give_one(self) -> None:
+        """Without a keyring, the error names both ways to give one and, since the bundled
+        contracts' sample keyring holds the key, that keyring by its whole path."""
+        with pytest.raises(ConfigError) as caught:
+            check_signature_keys(Gate(ContractSet.load(CONTRACTS)), None)
+        text = str(caught.value)
+        assert "--keyring FILE or TOOLGATE_KEYRING" in text
+        assert f"--keyring {(CONTRACTS / 'fixtures-keyring.toml').absolute()}" in text
+        assert "\n" not in text
+
+    def test_no_sample_hint_when_the_sample_keyring_lacks_the_key(self, tmp_path: Path) -> None:
+        """A contracts folder whose sample keyring does not hold the key gets no such hint."""
+        shutil.copytree(CONTRACTS / "deploy_status", tmp_path / "deploy_status")
+        (tmp_path / "fixtures-keyring.toml").write_text("[keys]\n")
+        with pytest.raises(ConfigError, match=r"--keyring FILE or TOOLGATE_KEYRING$"):
+            check_signature_keys(Gate(ContractSet.load(tmp_path)), None)
 
     def test_a_keyring_without_the_key_is_named(self, tmp_path: Path) -> None:
         """A keyring that lacks a contract's key is named with the key id."""

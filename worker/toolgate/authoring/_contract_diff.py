@@ -26,6 +26,13 @@ Classification (contracts, :func:`diff_contracts`, on top of the schema's)::
     unversioned-adapters-changed opted in: widens; opted out: breaking
     tool-changed                 yes       -
     content-type-changed, text-pattern-changed   yes  yes
+    definition-added             -         yes   the MCP proxy may now list the tool
+    definition-removed           yes       -
+    definition-text-changed      -         yes   a title, description or annotation the host's
+                                                 model reads: review it
+    definition-digest-changed    -         -     the upstream definition it was imported from
+    input-*                      the input schema's own diff (pointer input.schema.json:/...):
+                                 a call the old one took refused: breaking; more taken: widens
 
 Contract settings use the ``$.``-path into ``contract.yaml`` (``$.limits.max_bytes``) as
 ``Change.pointer``; projection, display and rule changes use their data pointer.
@@ -52,7 +59,65 @@ def diff_contracts(old: Contract, new: Contract) -> list[Change]:
         :func:`diff_schemas` of the two schemas followed by the contract changes
         (projection, display text, limits, rules, signature, retry, status, routing).
     """
-    return list(dict.fromkeys([*diff_schemas(old.schema, new.schema), *_spec_changes(old.spec, new.spec)]))
+    return list(
+        dict.fromkeys(
+            [
+                *diff_schemas(old.schema, new.schema),
+                *_spec_changes(old.spec, new.spec),
+                *_definition_changes(old, new),
+            ]
+        )
+    )
+
+
+def _definition_changes(old: Contract, new: Contract) -> Iterator[Change]:
+    """The pinned MCP tool definitions: texts, annotations, digest and input schema."""
+    before = old.spec.mcp.definition if old.spec.mcp is not None else None
+    after = new.spec.mcp.definition if new.spec.mcp is not None else None
+    at = "$.mcp.definition"
+    if before is None or after is None:
+        if before is not after:
+            added = after is not None
+            yield Change(
+                pointer=at,
+                kind="definition-added" if added else "definition-removed",
+                breaking=not added,
+                widens=added,
+                message="a pinned tool definition "
+                + ("added" if added else "removed: the proxy stops serving it"),
+            )
+        return
+    texts = (
+        ("title", before.title, after.title),
+        ("description", before.description, after.description),
+        ("annotations", msgspec.to_builtins(before.annotations), msgspec.to_builtins(after.annotations)),
+    )
+    for name, was, now in texts:
+        if was != now:
+            yield Change(
+                pointer=f"{at}.{name}",
+                kind="definition-text-changed",
+                breaking=False,
+                widens=True,
+                message=f"the {name} the host's model reads changed: {_short(was)} -> {_short(now)}",
+            )
+    if before.digest != after.digest:
+        yield Change(
+            pointer=f"{at}.digest",
+            kind="definition-digest-changed",
+            breaking=False,
+            message=f"another upstream definition: {before.digest[:19]}... -> {after.digest[:19]}...",
+        )
+    if old.input_schema is not None and new.input_schema is not None:
+        for change in diff_schemas(old.input_schema, new.input_schema):
+            yield msgspec.structs.replace(
+                change, pointer=f"{after.input_schema}:{change.pointer or '/'}", kind=f"input-{change.kind}"
+            )
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return ascii(text[:60]) + ("..." if len(text) > 60 else "")
 
 
 def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:

@@ -24,7 +24,7 @@ import msgspec
 
 from toolgate._codes import STAGES, is_code, is_stage
 from toolgate._errors import ContractError
-from toolgate.gate._contracts import Contract, ContractSet
+from toolgate.gate._contracts import MISSING, Bind, Contract, ContractSet, OwnedId, parse_pointer, resolve
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
 from toolgate.gate._signing import Keyring, signed_message_for
@@ -42,6 +42,7 @@ _KEYS = {
     "sign",
     "already_accepted",
     "expect",
+    "bind_from_rules",
 }
 
 
@@ -134,6 +135,10 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any], k
             request = msgspec.convert(merged["request"], RequestRecord, strict=False)
         except msgspec.ValidationError as exc:
             raise ContractError(where, "$.request", str(exc)) from exc
+    if request is not None and merged.get("bind_from_rules") is True and "value" in data:
+        request = _bind_from_rules(contract, request, data["value"])
+    elif "bind_from_rules" in merged and not isinstance(merged["bind_from_rules"], bool):
+        raise ContractError(where, "$.bind_from_rules", "true or false")
     sign = merged.get("sign")
     if sign:
         spec = contract.spec.signature
@@ -187,6 +192,35 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any], k
         already_accepted=bool(merged.get("already_accepted")),
         expect=expect,
     )
+
+
+def _bind_from_rules(contract: Contract, request: RequestRecord, value: Any) -> RequestRecord:
+    """The request record a ``bind_from_rules`` fixture stands for: each ``bind`` and
+    ``owned_id`` rule's request key, when the fixture's request does not give it, set from
+    the result's value at the rule's pointer (a list of it for ``owned_id`` ``member``).
+
+    So a generated accept fixture keeps passing when a person adds a rule: the request
+    asked for what the result holds. A key the request gives is left as given, and a
+    pointer the value does not reach is left unbound (the rule then rejects, as it should).
+    """
+    if contract.spec.mcp is not None:
+        envelope = {"data": value.get("structuredContent")} if isinstance(value, dict) else {}
+    else:
+        envelope = value
+    bind = dict(request.bind)
+    for rule in contract.spec.rules:
+        if not isinstance(rule, Bind | OwnedId) or rule.request_key in bind:
+            continue
+        try:
+            found = resolve(envelope, parse_pointer(rule.pointer))
+        except ValueError:
+            continue
+        if isinstance(rule, OwnedId) and rule.match == "member":
+            if isinstance(found, str):
+                bind[rule.request_key] = [found]
+        elif isinstance(found, str | int | bool) and found is not MISSING:
+            bind[rule.request_key] = found
+    return msgspec.structs.replace(request, bind=bind)
 
 
 def run_case(gate: Gate, case: Case, *, contract: Contract | None = None) -> Outcome:

@@ -33,8 +33,16 @@ Rules (``Finding.rule``)::
                           items: the agent envelope cannot carry it
     draft-version         (contracts only) status: draft (import-mcp writes drafts): it never
                           decides until a person has reviewed it and set status: active
+                          (status: disabled, reviewed and deliberately not served, is no finding)
     closure-mismatch      (contracts only) an imported schema whose closure is not the one
                           import-mcp derives from its upstream part (edited by hand)
+    unreviewed-text       (MCP contracts, while draft) a text the host's model reads: the
+                          pinned title, description, annotations title, and every
+                          description, title, default, $comment and examples of the input
+                          schema; setting status: active marks them reviewed
+    input-*               (MCP contracts) the pinned input schema held to the rules above
+                          (input-open-object, input-unbounded-string, ...): arguments are
+                          closed and bounded like results
 
 Imported MCP schemas (``data`` is ``{"allOf": [upstream, closure]}``, see
 :mod:`toolgate.authoring._close`) are judged as what they are: the closure is derived
@@ -75,6 +83,7 @@ entry within ``contract.yaml`` (``$.projection[1]``), as
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from collections.abc import Iterator
 from typing import Any, Final, Literal, NamedTuple
@@ -84,7 +93,15 @@ import msgspec
 
 from toolgate.gate._contracts import MISSING, Contract, ContractSet, parse_pointer, resolve
 
-__all__ = ["Finding", "SchemaDocument", "lint_contracts", "lint_schema", "scan_pattern"]
+__all__ = [
+    "Finding",
+    "SchemaDocument",
+    "context_costs",
+    "lint_contracts",
+    "lint_schema",
+    "scan_pattern",
+    "unreviewed_texts",
+]
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -730,8 +747,11 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
             doc, strip = SchemaDocument(upstream), 1
             sized = _closure_fits(skeleton)
         findings.extend(_check_pointers(contract, doc, strip))
-        findings.extend(_check_free_text(contract, doc, strip))
+        findings.extend(_check_free_text(contract, doc, strip, imported=imported is not None))
         findings.extend(_check_envelope_fit(contract, doc, strip, sized=sized))
+        findings.extend(_lint_input_schema(contract))
+        if contract.spec.status == "draft":
+            findings.extend(unreviewed_texts(contract))
         if contract.spec.status == "draft":
             findings.append(
                 Finding(
@@ -739,7 +759,8 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
                     pointer="$.status",
                     rule="draft-version",
                     message="status: draft never decides: review the schema, projection, limits and "
-                    "rules, settle the other findings, then set status: active (or shadow)",
+                    "rules, settle the other findings, then set status: active (or shadow; or disabled: "
+                    "reviewed, deliberately not served)",
                 )
             )
     return findings
@@ -786,8 +807,25 @@ _ENVELOPE_ITEMS: Final = 1000
 _CONSTRAINING = ("pattern", "enum", "const", "format")
 
 
-def _check_free_text(contract: Contract, doc: SchemaDocument, strip: int) -> Iterator[Finding]:
+def _free_text_remedy(contract: Contract, *, imported: bool) -> str:
+    """What the reviewer can do, in the terms lint accepts for this kind of contract."""
+    if contract.spec.mcp is not None:
+        # An MCP result's display text is its text blocks, and an imported schema.json is
+        # never edited (closure-mismatch): what is left is the projection and free_text.
+        return (
+            "cut it from the projection in contract.yaml if the agent does not need it, or name it "
+            "under free_text with a reason (the agent reads it as data)"
+        )
+    if imported:
+        return "cut it from the projection, or list it under free_text with a reason"
+    return "bound it, move it to display_text, or list it under free_text with a reason"
+
+
+def _check_free_text(
+    contract: Contract, doc: SchemaDocument, strip: int, *, imported: bool = False
+) -> Iterator[Finding]:
     """Projected strings (and string items) must be constrained, or excepted with a reason."""
+    remedy = _free_text_remedy(contract, imported=imported)
     excepted = {free.pointer for free in contract.spec.free_text}
     for i, pointer in enumerate(contract.spec.projection):
         if pointer in excepted:
@@ -807,7 +845,7 @@ def _check_free_text(contract: Contract, doc: SchemaDocument, strip: int) -> Ite
                 pointer=f"$.projection[{i}]",
                 rule="free-text-in-data",
                 message=f"{pointer} projects a string with no pattern, enum, const or format into data: "
-                "bound it, move it to display_text, or list it under free_text with a reason",
+                + remedy,
             )
 
 
@@ -1042,3 +1080,103 @@ def _declares(doc: SchemaDocument, tokens: tuple[str, ...]) -> bool:
         if not found:
             return False
     return True
+
+
+# --- MCP: the pinned tool definition ----------------------------------------------------
+
+_SCHEMA_TEXTS: Final = ("title", "description", "default", "$comment", "examples")
+_SHOWN_TEXT: Final = 160  # characters of an unreviewed text quoted in its finding
+
+
+def _quote(value: Any) -> str:
+    """A text as one bounded line: control characters, quotes and non-ASCII escaped."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    shown = ascii(text[:_SHOWN_TEXT])
+    return shown + (f" ... ({len(text)} characters)" if len(text) > _SHOWN_TEXT else "")
+
+
+def unreviewed_texts(contract: Contract) -> Iterator[Finding]:
+    """Every text of an MCP contract's pinned definition that the host's model reads: the
+    title, description and annotations title in ``contract.yaml``, and every ``title``,
+    ``description``, ``default``, ``$comment`` and ``examples`` of the input schema (at
+    schema positions, not member names). Reported while the version is a draft: setting
+    ``status: active`` is the review of them all."""
+    mcp = contract.spec.mcp
+    definition = mcp.definition if mcp is not None else None
+    if definition is None:
+        return
+    why = "the host's model reads it: read it, rewrite or cut it, then status: active marks it reviewed"
+    for at, text in (
+        ("$.mcp.definition.title", definition.title),
+        ("$.mcp.definition.description", definition.description),
+        (
+            "$.mcp.definition.annotations.title",
+            definition.annotations.title if definition.annotations else None,
+        ),
+    ):
+        if text:
+            yield Finding(
+                file=str(contract.path), pointer=at, rule="unreviewed-text", message=f"{_quote(text)}: {why}"
+            )
+    if contract.input_schema is None or contract.input_schema_path is None:
+        return
+    for pointer, node in sorted(_all_subschemas("", contract.input_schema), key=lambda pair: pair[0]):
+        for keyword in _SCHEMA_TEXTS:
+            if keyword in node:
+                yield Finding(
+                    file=str(contract.input_schema_path),
+                    pointer=_join(pointer, keyword),
+                    rule="unreviewed-text",
+                    message=f"{_quote(node[keyword])}: {why}",
+                )
+
+
+def _lint_input_schema(contract: Contract) -> Iterator[Finding]:
+    """The pinned input schema, closed and bounded like a result: an imported one (its
+    closure beside the upstream part) must carry the closure import derives; a written
+    one is linted as a schema. Each rule is reported as ``input-<rule>``."""
+    from toolgate.authoring._close import rederive, split
+
+    schema = contract.input_schema
+    if schema is None or contract.input_schema_path is None:
+        return
+    file = str(contract.input_schema_path)
+    parts = split({k: v for k, v in schema.items() if k not in ("$schema", "type")})
+    if parts is None or schema.get("type") != "object":
+        for finding in lint_schema(schema, file=file):
+            yield msgspec.structs.replace(finding, rule=f"input-{finding.rule}")
+        return
+    upstream, skeleton = parts
+    if not rederive(upstream, skeleton):
+        yield Finding(
+            file=file,
+            pointer="/allOf/1",
+            rule="input-closure-mismatch",
+            message="this closure is not the one import-mcp derives from the input schema beside it "
+            "(/allOf/0): its texts may be rewritten, its shape not; import the tool again instead",
+        )
+    for finding in lint_schema(upstream, file=file):
+        if finding.rule in ("remote-ref", "unresolved-ref", "format-not-asserted"):
+            yield msgspec.structs.replace(
+                finding, pointer=f"/allOf/0{finding.pointer}", rule=f"input-{finding.rule}"
+            )
+
+
+CONTEXT_NOTE_AT: Final = 4096  # text_max_length past this gets a note of what it costs
+
+
+def context_costs(contracts: ContractSet) -> list[str]:
+    """One line per MCP contract whose text bound is large: what it may cost the agent's
+    context per call (about four characters a token). Notes, not findings: the bound is
+    the reviewer's choice."""
+    notes = []
+    for contract in contracts:
+        mcp = contract.spec.mcp
+        if mcp is None or mcp.text_max_length <= CONTEXT_NOTE_AT:
+            continue
+        notes.append(
+            f"{contract.path}: $.mcp.text_max_length: {mcp.text_max_length} characters of untrusted text "
+            f"may reach the agent per call, about {-(-mcp.text_max_length // 4)} tokens of its context "
+            f"({mcp.text_max_length // CONTEXT_NOTE_AT}x the {CONTEXT_NOTE_AT} of a projected string)"
+        )
+    return notes

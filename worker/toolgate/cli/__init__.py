@@ -235,6 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         config = _with_flags(args, load_config(args.config))
+        if config.contracts_dir.startswith("registry+"):  # --contracts registry+https://...
+            from toolgate.registry._connect import attach
+
+            config = attach(config)
         handler: Handler = args.handler
         return handler(args, config)
     except ConfigError as exc:

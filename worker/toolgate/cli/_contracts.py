@@ -1,4 +1,4 @@
-"""``toolgate contracts``: test, lint, diff, history and import-mcp."""
+"""``toolgate contracts``: test, lint, diff, history, import-mcp, publish and pull."""
 
 from __future__ import annotations
 
@@ -65,13 +65,15 @@ def _contracts_test(args: argparse.Namespace, config: Config) -> int:
 
 
 def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.authoring._lint import lint_contracts
+    from toolgate.authoring._lint import context_costs, lint_contracts
     from toolgate.gate._contracts import ContractSet
 
     contracts = ContractSet.load(config.contracts_dir)
     findings = lint_contracts(contracts)
     for finding in findings:
         print(f"{finding.file}: {finding.pointer or '/'}: {finding.rule}: {finding.message}")
+    for note in context_costs(contracts):
+        print(f"note: {note}")
     print(f"{len(contracts)} contract versions: {len(findings)} findings")
     return EXIT_PROBLEM if findings else EXIT_OK
 
@@ -115,6 +117,56 @@ def _contracts_history(args: argparse.Namespace, config: Config) -> int:
     failed = sum(not step.ok for step in steps)
     print(f"{len(steps)} version steps, {failed} failed")
     return EXIT_PROBLEM if failed else EXIT_OK
+
+
+def _registry_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--registry",
+        metavar="URL",
+        help="the registry's Confluent-compatible API, e.g. http://127.0.0.1:18081/apis/ccompat/v7 "
+        "(TOOLGATE_REGISTRY_URL)",
+    )
+
+
+def _pull_arguments(p: argparse.ArgumentParser) -> None:
+    _registry_arguments(p)
+    p.add_argument("dest", metavar="DIR", help="the folder to write the versions into (created when missing)")
+
+
+def _registry_client(args: argparse.Namespace, config: Config) -> Any:
+    from toolgate.registry._client import parse_source
+    from toolgate.registry._connect import client_of
+
+    url = args.registry or config.registry.url
+    if not url:
+        raise ConfigError("no schema registry: give --registry URL or set TOOLGATE_REGISTRY_URL")
+    return client_of(parse_source(url if url.startswith("registry+") else "registry+" + url), config)
+
+
+def _contracts_publish(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._publish import publish
+    from toolgate.gate._contracts import ContractSet
+
+    client = _registry_client(args, config)
+    done = publish(ContractSet.load(config.contracts_dir), client)
+    for item in done:
+        at = f" (schema id {item.schema_id})" if item.schema_id is not None else ""
+        print(f"{item.key}: {item.action} under {item.subject}{at}")
+    registered = sum(item.action != "unchanged" for item in done)
+    print(f"{len(done)} contract versions: {registered} registered, {len(done) - registered} unchanged")
+    return EXIT_OK
+
+
+def _contracts_pull(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._publish import pull
+
+    client = _registry_client(args, config)
+    dest = Path(args.dest)
+    written = pull(client, dest)
+    for key in written:
+        print(f"{key}: written")
+    print(f"{len(written)} contract versions written into {dest}")
+    return EXIT_OK
 
 
 def _read_schema(path: Path) -> dict[str, Any]:
@@ -191,11 +243,17 @@ COMMANDS: tuple[Command, ...] = (
         "rejecting undeclared members and bounding strings and arrays everywhere, so it\n"
         "accepts only what the outputSchema accepts; a shape that cannot be closed soundly\n"
         "is refused. A tool without one: a text-only contract (no data, its text as bounded\n"
-        "untrusted_text). Then a projection of every scalar field and fixtures. A draft\n"
-        "never decides: review it, settle `toolgate contracts lint`, set status: active\n"
-        "(docs/mcp.md, Quick start, says what to settle).\n"
-        "A version is never overwritten: the next major version is written and the diff\n"
-        "printed. Refused tools print one line each. Exit 1 while drafts are left to\n"
+        "untrusted_text). Then a projection of every scalar field and fixtures, and the\n"
+        "pinned definition (mcp.definition: title, description, annotations, the digest of\n"
+        "the tool as listed; input.schema.json: its inputSchema closed the same way). A\n"
+        "draft never decides: review it (lint lists every upstream text the host's model\n"
+        "reads as unreviewed-text), settle `toolgate contracts lint`, set status: active\n"
+        "(docs/mcp.md, Quick start, says what to settle). Nothing is written before every\n"
+        "tool is listed and closed or refused.\n"
+        "A version is never overwritten: a tool whose live definition differs from the\n"
+        "pinned one is written as the next minor (or, when breaking, major) draft and the\n"
+        "diff printed; one listed as pinned is `unchanged`. Refused tools print one line\n"
+        "each. Exit 1 while drafts are left to\n"
         "review or a tool was refused, 2 when the listing cannot be read. --url must be on\n"
         "the loopback.",
         (
@@ -206,5 +264,33 @@ COMMANDS: tuple[Command, ...] = (
         _contracts_import_mcp,
         ("contracts",),
         _contracts_import_mcp_arguments,
+    ),
+    Command(
+        ("contracts", "publish"),
+        "register every contract version in a schema registry",
+        "Register each contract version the registry lacks as a JSON Schema under the\n"
+        "subject <tool>-v<major>-value, its contract.yaml and fixtures' digest beside it,\n"
+        "each subject's compatibility BACKWARD (a revision accepts what its predecessor\n"
+        "accepted; a new major version is a new subject), and status changes.\n"
+        "A breaking revision is refused before any request, as the registry refuses it;\n"
+        "a registered version never changes (docs/contracts.md, Schema registry).",
+        (
+            "toolgate contracts publish --registry http://127.0.0.1:18081/apis/ccompat/v7",
+            "TOOLGATE_REGISTRY_URL=https://registry.example/apis/ccompat/v7 toolgate contracts publish",
+        ),
+        _contracts_publish,
+        ("contracts",),
+        _registry_arguments,
+    ),
+    Command(
+        ("contracts", "pull"),
+        "write a schema registry's contract versions into a folder",
+        "Write every contract version the registry holds into DIR as <tool>/v<N>/\n"
+        "contract.yaml and schema.json, each with the status the registry gives it, for\n"
+        "review, lint and fixtures (fixtures already in DIR are kept).",
+        ("toolgate contracts pull --registry http://127.0.0.1:18081/apis/ccompat/v7 pulled",),
+        _contracts_pull,
+        (),
+        _pull_arguments,
     ),
 )

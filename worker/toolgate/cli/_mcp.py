@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import Any
 
 from toolgate._config import Config
 from toolgate._errors import ConfigError
@@ -29,7 +30,12 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     keyring_file = keyring_path(args, config)
     keyring = Keyring.load(keyring_file) if keyring_file else None
     check_broker(config)
-    asyncio.run(serve(args, config, keyring))
+    from toolgate.service._kafka import AiokafkaClients
+
+    def admin() -> Any:
+        return AiokafkaClients(config).admin(timeout_ms=10_000)
+
+    asyncio.run(serve(args, config, keyring, admin_factory=admin))
     return EXIT_OK
 
 
@@ -44,15 +50,18 @@ COMMANDS: tuple[Command, ...] = (
         ("mcp-proxy",),
         "an MCP server in front of an MCP server: hosts read only validated results",
         "Serve an MCP host (stdio, or streamable HTTP on the loopback) in front of an\n"
-        "upstream MCP server. tools/list lists the upstream tools that have an active\n"
-        "contract <server>.<tool>, with the contract's projected, closed output schema.\n"
-        "tools/call issues a request record, calls the upstream, publishes its\n"
-        "CallToolResult to intake and answers with what toolgate decided: the projected\n"
-        "data, or isError with a fixed code and retryable flag (INVALID_RESPONSE for a\n"
-        "rejected result). An upstream error, a timeout or a broker outage is isError\n"
-        "with a fixed code (UPSTREAM_ERROR, UPSTREAM_TIMEOUT, GATE_TIMEOUT,\n"
-        "BROKER_UNAVAILABLE, PROXY_BUSY, UNKNOWN_TOOL). Needs a running worker\n"
-        "(toolgate run) and pip install 'toolgate[mcp]'.",
+        "upstream MCP server. tools/list lists only the pinned definitions of the tools\n"
+        "with an active contract <server>.<tool> (title, description, input schema,\n"
+        "annotations as reviewed, the projected output schema); a tool whose live\n"
+        "definition changed is withdrawn (TOOL_CHANGED) until reviewed again. tools/call\n"
+        "checks the arguments against the reviewed input schema (INVALID_ARGUMENTS),\n"
+        "issues a request record, calls the upstream, publishes its CallToolResult as it\n"
+        "came to intake and answers with what toolgate decided: the projected data, or\n"
+        "isError with a code and retryable flag (INVALID_RESPONSE for a rejected result).\n"
+        "Other fixed codes: UNKNOWN_TOOL, TOOL_DRAFT, TOOL_DISABLED, TOOL_NOT_SERVED,\n"
+        "UPSTREAM_ERROR, UPSTREAM_TIMEOUT, GATE_TIMEOUT, BROKER_UNAVAILABLE, PROXY_BUSY.\n"
+        "Prints the broker, contracts folder and topics it uses on stderr at start-up.\n"
+        "Needs a running worker (toolgate run) and pip install 'toolgate[mcp]'.",
         (
             'toolgate mcp-proxy --server deployer --upstream-command "python -m deployer_mcp"',
             "toolgate mcp-proxy --server deployer --upstream-url http://127.0.0.1:8000/mcp "

@@ -119,8 +119,10 @@ COMMANDS: tuple[Command, ...] = (
         "Consume the intake topic, decide every result with the gate and publish the\n"
         "agent envelope, quarantine record and audit event with the consumer offset in\n"
         "one Kafka transaction. SIGTERM/SIGINT finish the batch in hand and leave the\n"
-        "group; SIGHUP reloads the contracts (a set that fails to load is refused and\n"
-        "the running one kept). Metrics, /healthz and /readyz are served on\n"
+        "group; SIGHUP, or a change to the contracts folder or keyring (checked every\n"
+        "TOOLGATE_CONTRACTS_WATCH_SECONDS, default 2), reloads the contracts (a set that\n"
+        "fails to load is refused and the running one kept). Metrics, /healthz and\n"
+        "/readyz are served on "
         "TOOLGATE_METRICS_PORT. Every log line is a JSON object on stderr.",
         (
             "TOOLGATE_BOOTSTRAP=127.0.0.1:19092 toolgate run --contracts contracts",

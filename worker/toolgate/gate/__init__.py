@@ -3,9 +3,9 @@
 For every other room: the worker, the MCP proxy, the authors' and operators' tools all
 decide with it. It may import only the package's shared modules (``toolgate._*``): never
 aiokafka or prometheus-client, :mod:`toolgate.service`, :mod:`toolgate.authoring`,
-:mod:`toolgate.mcp`, :mod:`toolgate.operations`, :mod:`toolgate.client` or the CLI (a test
-enforces it). Every stage is a function of the bytes, the headers, the request record and an
-injected clock.
+:mod:`toolgate.mcp`, :mod:`toolgate.operations`, :mod:`toolgate.registry`,
+:mod:`toolgate.client` or the CLI (a test enforces it). Every stage is a function of the bytes,
+the headers, the request record and an injected clock.
 """
 
 from toolgate.gate._batch import Batch, Decision, decide_batch

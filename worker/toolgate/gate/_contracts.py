@@ -30,7 +30,10 @@ import re2
 from toolgate._errors import ContractError
 
 # draft: loaded, linted and tested, never decides nor shadows (import-mcp writes drafts).
-Status = Literal["active", "shadow", "retired", "draft"]
+# disabled: reviewed and deliberately not served: loaded, linted and tested, never decides
+# nor shadows, never listed by the MCP proxy; unlike draft, not a lint finding.
+Status = Literal["active", "shadow", "retired", "draft", "disabled"]
+NOT_LIVE: Final = frozenset({"draft", "disabled"})  # statuses that never decide nor shadow
 JSON_CONTENT_TYPE: Final = "application/json"
 TEXT_CONTENT_TYPE: Final = "text/plain"
 MASK = "[masked]"
@@ -47,6 +50,11 @@ MCP_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 MAX_QUALIFIED_NAME = 128
 _ERROR_CODE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 _RE2_MAX_MEM = 8 << 20  # memory for one compiled text pattern (RE2's default)
+DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
+MAX_MCP_TITLE = 256  # characters of a pinned title (and of an annotations title)
+MAX_MCP_DESCRIPTION = 16384  # characters of a pinned description
+MAX_ERROR_CODES = 64  # entries of mcp.error_codes
+MAX_INPUT_SCHEMA_BYTES = 256 * 1024  # a pinned input schema file
 
 
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -113,6 +121,43 @@ class DisplayText(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     max_length: int
 
 
+class McpErrorCode(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """An upstream ``isError`` text a person mapped to a code of their own: ``match`` is an
+    RE2 pattern matched in full against the result's text blocks (joined by newlines)."""
+
+    match: str
+    code: str
+    retryable: bool | None = None  # None: the section's error_retryable
+
+
+class McpAnnotations(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, rename="camel", omit_defaults=True
+):
+    """MCP ``ToolAnnotations`` as reviewed (hints to the host, never enforced)."""
+
+    title: str | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
+
+
+class McpDefinition(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The pinned tool definition: what ``toolgate mcp-proxy`` lists, and nothing else.
+
+    ``input_schema`` names a file beside ``contract.yaml`` holding the reviewed
+    ``inputSchema`` (Draft 2020-12); ``digest`` is :func:`toolgate.gate._mcp.definition_digest`
+    of the upstream definition it was imported from: a live definition with another digest
+    is withdrawn until it is reviewed again.
+    """
+
+    description: str | None = None
+    input_schema: str
+    digest: str
+    title: str | None = None
+    annotations: McpAnnotations | None = None
+
+
 class McpResultSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The tool answers with an MCP ``CallToolResult`` (see :mod:`toolgate.gate._mcp`)."""
 
@@ -121,6 +166,8 @@ class McpResultSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     error_code: str = "TOOL_ERROR"  # the failure code of an isError result
     error_retryable: bool = False  # whether the upstream calls an isError result retryable
     text_max_length: int = 1000  # text blocks to untrusted_text, cut to this (0: not passed)
+    error_codes: tuple[McpErrorCode, ...] = ()  # isError text -> a reviewed code, first match
+    definition: McpDefinition | None = None  # the pinned definition (None: not served)
 
 
 def qualified_name(server: str, tool: str) -> str:
@@ -178,15 +225,21 @@ def version_label(spec: ContractSpec) -> str:
     return version_name(spec)[1:]
 
 
-def contract_digest(spec: ContractSpec, schema: dict[str, Any]) -> str:
+def contract_digest(
+    spec: ContractSpec, schema: dict[str, Any], input_schema: dict[str, Any] | None = None
+) -> str:
     """What a version enforces, as 16 hex digits: SHA-256 over its decoded ``contract.yaml``
-    and its schema, canonical JSON (comments, key order and whitespace do not count).
+    and its schema (and an MCP tool's pinned input schema), canonical JSON (comments, key
+    order and whitespace do not count).
 
     Workers export it in ``toolgate_contract_info{digest}``; ``toolgate replay --apply``
     compares it with the local contracts'.
     """
+    document: dict[str, Any] = {"contract": msgspec.to_builtins(spec), "schema": schema}
+    if input_schema is not None:
+        document["input_schema"] = input_schema
     canonical = json.dumps(
-        {"contract": msgspec.to_builtins(spec), "schema": schema},
+        document,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=True,
@@ -285,7 +338,11 @@ class Contract:
         "declared_names",
         "digest",
         "display",
+        "error_patterns",
         "folder",
+        "input_schema",
+        "input_schema_path",
+        "input_validator",
         "integer_fields",
         "integer_items",
         "key",
@@ -299,26 +356,44 @@ class Contract:
         "validator",
     )
 
-    def __init__(self, spec: ContractSpec, folder: Path, schema: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        spec: ContractSpec,
+        folder: Path,
+        schema: dict[str, Any],
+        input_schema: dict[str, Any] | None = None,
+    ) -> None:
         self.spec = spec
         self.folder = folder
         self.path = folder / "contract.yaml"
         self.schema_path = folder / spec.schema
         self.schema = schema
         self.key = f"{spec.tool}@{version_name(spec)}"
-        self.digest = contract_digest(spec, schema)
+        where = str(self.path)
+        definition = spec.mcp.definition if spec.mcp is not None else None
+        self.input_schema_path: Path | None = None
+        self.input_validator: Any = None
+        if definition is not None:
+            self.input_schema_path = folder / definition.input_schema
+            if input_schema is None:
+                input_schema = _read_input_schema(self.path, folder, definition.input_schema)
+            self.input_validator = _compile_or_refuse(input_schema, self.input_schema_path)
+        self.input_schema = input_schema if definition is not None else None
+        self.digest = contract_digest(spec, schema, self.input_schema)
         self.declared_names = declared_names(schema)
         self.retryable_codes = frozenset(spec.retry.retryable_codes)
-        where = str(self.path)
-        try:
-            self.validator = compile_schema(schema)
-        except (ValueError, jsonschema_rs.ValidationError) as exc:
-            # One line: where in the schema and why (a pattern the linear-time engine
-            # cannot run, such as a look-around or a back-reference, fails here).
-            at = getattr(exc, "instance_path", None)
-            path = "".join(f"/{p}" for p in at) if at else ""
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ContractError(str(self.schema_path), path, f"schema does not compile: {first}") from exc
+        self.validator = _compile_or_refuse(schema, self.schema_path)
+        self.error_patterns: tuple[tuple[TextPattern, str, bool], ...] = ()
+        if spec.mcp is not None:
+            self.error_patterns = tuple(
+                (
+                    compile_text_pattern(entry.match, where, f"$.mcp.error_codes[{i}].match"),
+                    entry.code,
+                    spec.mcp.error_retryable if entry.retryable is None else entry.retryable,
+                )
+                for i, entry in enumerate(spec.mcp.error_codes)
+            )
+            _codes_in_failure_enum(spec.mcp, schema, where, self.schema_path)
         self.text_regex: TextPattern | None = None
         if spec.content_type == TEXT_CONTENT_TYPE:
             if spec.text_pattern is None:
@@ -359,6 +434,104 @@ class Contract:
 
     def __repr__(self) -> str:
         return f"<Contract {self.key} {self.spec.status}>"
+
+
+def _compile_or_refuse(schema: dict[str, Any], schema_path: Path) -> Any:
+    try:
+        return compile_schema(schema)
+    except (ValueError, jsonschema_rs.ValidationError) as exc:
+        # One line: where in the schema and why (a pattern the linear-time engine
+        # cannot run, such as a look-around or a back-reference, fails here).
+        at = getattr(exc, "instance_path", None)
+        path = "".join(f"/{p}" for p in at) if at else ""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ContractError(str(schema_path), path, f"schema does not compile: {first}") from exc
+
+
+def _read_input_schema(path: Path, folder: Path, name: str) -> dict[str, Any]:
+    """The pinned ``inputSchema`` file beside ``contract.yaml``: a JSON object that says
+    ``"type": "object"`` (MCP's one shape of arguments)."""
+    at = "$.mcp.definition.input_schema"
+    file = folder / name
+    if file.resolve().parent != folder.resolve():
+        raise ContractError(str(path), at, "the input schema must sit beside contract.yaml")
+    try:
+        with file.open("rb") as stream:
+            raw = stream.read(MAX_INPUT_SCHEMA_BYTES + 1)
+    except OSError as exc:
+        raise ContractError(str(path), at, f"cannot read {file}: {exc.strerror}") from exc
+    if len(raw) > MAX_INPUT_SCHEMA_BYTES:
+        raise ContractError(str(file), "", f"an input schema is at most {MAX_INPUT_SCHEMA_BYTES} bytes")
+    try:
+        schema = json.loads(raw)
+    except ValueError as exc:
+        raise ContractError(str(file), "", f"not valid JSON: {exc}") from exc
+    if not isinstance(schema, dict):
+        raise ContractError(str(file), "", "an input schema must be a JSON object")
+    if schema.get("type") != "object":
+        raise ContractError(str(file), "/type", 'an MCP input schema says "type": "object"')
+    return schema
+
+
+def failure_codes(schema: dict[str, Any]) -> frozenset[str] | None:
+    """The values the schema's failure branch allows for ``error.code`` (``enum`` or
+    ``const`` wherever ``outcome`` is ``failure``), or None where it names none."""
+    codes: set[str] = set()
+    found = False
+    for node in _every_node(schema):
+        members = node.get("properties")
+        if not isinstance(members, dict) or "outcome" not in members or "error" not in members:
+            continue
+        outcomes = _in_place(schema, members["outcome"])
+        if not any(n.get("const") == "failure" or n.get("enum") == ["failure"] for n in outcomes):
+            continue
+        for error in _in_place(schema, members["error"]):
+            fields = error.get("properties")
+            if not isinstance(fields, dict) or "code" not in fields:
+                continue
+            for code in _in_place(schema, fields["code"]):
+                if isinstance(code.get("enum"), list):
+                    found = True
+                    codes.update(c for c in code["enum"] if isinstance(c, str))
+                if isinstance(code.get("const"), str):
+                    found = True
+                    codes.add(code["const"])
+    return frozenset(codes) if found else None
+
+
+def _every_node(schema: Any) -> Iterator[dict[str, Any]]:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
+
+
+def _codes_in_failure_enum(mcp: McpResultSpec, schema: dict[str, Any], where: str, schema_path: Path) -> None:
+    """Every code an isError result can carry is one the schema's failure branch allows."""
+    allowed = failure_codes(schema)
+    if allowed is None:
+        if mcp.error_codes:
+            raise ContractError(
+                where,
+                "$.mcp.error_codes",
+                f"{schema_path.name} names no failure error.code enum to hold these codes",
+            )
+        return
+    named = [("$.mcp.error_code", mcp.error_code)] + [
+        (f"$.mcp.error_codes[{i}].code", entry.code) for i, entry in enumerate(mcp.error_codes)
+    ]
+    for at, code in named:
+        if code not in allowed:
+            raise ContractError(
+                where,
+                at,
+                f"{code} is not in {schema_path.name}'s failure error.code enum "
+                f"({', '.join(sorted(allowed)) or 'empty'}): add it there",
+            )
 
 
 def declared_names(schema: Any) -> frozenset[str]:
@@ -535,6 +708,12 @@ def load_contract(folder: Path) -> Contract:
     return Contract(spec, folder, schema)
 
 
+def _looked_in(base: Path) -> str:
+    """Where a contracts path was looked for, and which settings name another one."""
+    where = f" (relative to the working directory {Path.cwd()})" if not base.is_absolute() else ""
+    return f"{where}; name the contracts folder with --contracts DIR or TOOLGATE_CONTRACTS_DIR"
+
+
 def _version_hint(path: Path, message: str) -> str:
     """For ``version: 1.1`` (or ``"1.1"``): how a compatible revision is written instead."""
     try:
@@ -610,10 +789,36 @@ def _check_mcp(spec: ContractSpec, mcp: McpResultSpec, where: str) -> None:
         raise ContractError(where, "$.content_type", "an MCP result is application/json")
     if not _ERROR_CODE.fullmatch(mcp.error_code):
         raise ContractError(where, "$.mcp.error_code", "not an error code")
-    if not 0 <= mcp.text_max_length <= 4096:
-        raise ContractError(where, "$.mcp.text_max_length", "must be in 0..4096")
+    if not 0 <= mcp.text_max_length <= spec.limits.max_bytes:
+        raise ContractError(
+            where,
+            "$.mcp.text_max_length",
+            f"must be in 0..{spec.limits.max_bytes} (limits.max_bytes: the text cannot be longer)",
+        )
     if spec.display_text:
         raise ContractError(where, "$.display_text", "an MCP result's display text is its text blocks")
+    if len(mcp.error_codes) > MAX_ERROR_CODES:
+        raise ContractError(where, "$.mcp.error_codes", f"at most {MAX_ERROR_CODES} entries")
+    for i, entry in enumerate(mcp.error_codes):
+        if not _ERROR_CODE.fullmatch(entry.code):
+            raise ContractError(where, f"$.mcp.error_codes[{i}].code", f"must match {_ERROR_CODE.pattern}")
+        if not entry.match:
+            raise ContractError(where, f"$.mcp.error_codes[{i}].match", "an empty pattern")
+    if mcp.definition is not None:
+        _check_definition(mcp.definition, where)
+
+
+def _check_definition(definition: McpDefinition, where: str) -> None:
+    at = "$.mcp.definition"
+    if not DIGEST_PATTERN.fullmatch(definition.digest):
+        raise ContractError(where, f"{at}.digest", "must be sha256: and 64 lower-case hex digits")
+    if definition.title is not None and not 0 < len(definition.title) <= MAX_MCP_TITLE:
+        raise ContractError(where, f"{at}.title", f"must be 1..{MAX_MCP_TITLE} characters")
+    if definition.description is not None and len(definition.description) > MAX_MCP_DESCRIPTION:
+        raise ContractError(where, f"{at}.description", f"at most {MAX_MCP_DESCRIPTION} characters")
+    annotations = definition.annotations
+    if annotations is not None and annotations.title is not None and len(annotations.title) > MAX_MCP_TITLE:
+        raise ContractError(where, f"{at}.annotations.title", f"at most {MAX_MCP_TITLE} characters")
 
 
 class ContractSet:
@@ -647,10 +852,15 @@ class ContractSet:
         """
         base = Path(root)
         if not base.is_dir():
-            raise ContractError(str(base), "", "contracts folder not found")
+            problem = "is a file, not a folder" if base.exists() else "not found"
+            raise ContractError(str(base.absolute()), "", f"contracts folder {problem}{_looked_in(base)}")
         folders = sorted(p.parent for p in base.glob("*/v*/contract.yaml"))
         if not folders:
-            raise ContractError(str(base), "", "no contracts found (expected <tool>/v<N>/contract.yaml)")
+            raise ContractError(
+                str(base.absolute()),
+                "",
+                f"no contracts found (expected <tool>/v<N>/contract.yaml){_looked_in(base)}",
+            )
         return cls([load_contract(folder) for folder in folders])
 
     def __iter__(self) -> Iterator[Contract]:
@@ -683,7 +893,8 @@ class ContractSet:
 
     def _select(self, tool: str, adapter_version: str | None) -> Contract | None:
         for contract in self._by_tool.get(tool, ()):
-            if contract.spec.status in ("shadow", "draft") or not serves(contract, adapter_version):
+            status = contract.spec.status
+            if status == "shadow" or status in NOT_LIVE or not serves(contract, adapter_version):
                 continue
             if adapter_version is None and contract.spec.status == "retired":
                 continue

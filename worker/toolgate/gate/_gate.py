@@ -228,6 +228,7 @@ class Gate:
                 error_retryable=mcp.error_retryable,
                 text_max_length=mcp.text_max_length,
                 max_depth=max_depth,
+                error_patterns=deciding.error_patterns,
             )
             evaluation.text, evaluation.trace = result.text, result.trace
             return result.envelope
@@ -452,6 +453,7 @@ class _PreparedContract:
         "checks_implied",
         "content_type",
         "declared_names",
+        "error_patterns",
         "key",
         "limits",
         "max_bytes",
@@ -475,6 +477,7 @@ class _PreparedContract:
         self.content_type = spec.content_type
         self.text_regex = contract.text_regex
         self.mcp = spec.mcp
+        self.error_patterns = contract.error_patterns
         self.validator = contract.validator
         self.schema = contract.schema
         self.retryable_codes = contract.retryable_codes

@@ -8,10 +8,14 @@ it at the ``parse`` stage and builds the envelope its schema validates:
   structuredContent}``; the schema validates ``structuredContent`` and projection reads
   it. No ``structuredContent`` means no ``data``: a ``schema`` rejection.
 * ``isError: true``: ``{..., outcome: "failure", error: {code, retryable}}`` with the
-  code and retryable flag the contract maps (MCP has no machine-readable error code);
-  the retry policy then applies as for any failure envelope.
+  code and retryable flag the contract maps (MCP has no machine-readable error code):
+  the first of ``mcp.error_codes`` whose RE2 pattern matches a text block in full, else
+  ``mcp.error_code``; the retry policy then applies as for any failure envelope. The
+  upstream text chooses among codes a person wrote; it never becomes one.
 * ``content`` text blocks become one bounded ``untrusted_text`` string, never ``data``;
-  other block types (image, audio, resources) never reach the agent.
+  other block types (image, audio, resources) never reach the agent. A text longer than
+  the contract's ``text_max_length`` is cut, never silently: its end is replaced by the
+  marker :func:`cut_text` writes (``[cut: the first N of M characters]``), within the bound.
 * ``_meta`` is dropped (its ``traceparent``/``tracestate`` are read as trace context).
 * ``resultType``: absent means ``complete`` (servers before 2026-07-28 omit it);
   ``input_required`` or ``task``: ``RESULT_NOT_COMPLETE``; any other value, or not a
@@ -37,13 +41,20 @@ it at the ``parse`` stage and builds the envelope its schema validates:
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from toolgate._errors import RejectedInput
+from toolgate.gate._contracts import TextPattern
 from toolgate.gate._parse import parse_json
 from toolgate.gate._trace_context import TraceContext, from_meta
+
+ErrorPattern = tuple[TextPattern, str, bool]  # (RE2 pattern, code, retryable)
 
 MEMBERS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
 BLOCK_TYPES = frozenset({"text", "image", "audio", "resource_link", "resource"})
@@ -59,6 +70,38 @@ class McpResult(msgspec.Struct, frozen=True, gc=False):
     envelope: dict[str, Any]
     text: str | None  # joined text blocks, already cut to the contract's bound
     trace: TraceContext | None  # from _meta, when it carries a valid traceparent
+
+
+def definition_digest(tool: Mapping[str, Any]) -> str:
+    """The digest a contract pins of an upstream tool definition: ``sha256:`` and the hex
+    SHA-256 of the tool object exactly as ``tools/list`` sent it on the wire, every member
+    but ``_meta``, as canonical JSON (sorted keys, no white space, UTF-8 unescaped).
+
+    Any change a host's model could read (a description anywhere in ``inputSchema``, a
+    title, an annotation, the output schema) changes it; ``_meta`` is transport detail.
+    """
+    pinned = {name: value for name, value in tool.items() if name != "_meta"}
+    canonical = json.dumps(pinned, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+CUT_MARKER = re.compile(r"\n\[cut: the first [0-9]+ of [0-9]+ characters\]\Z")
+
+
+def cut_text(text: str, bound: int) -> str:
+    """``text`` within ``bound`` characters; a longer one says where and how much was cut
+    (a bound too small for the marker ends it with ``…``)."""
+    if len(text) <= bound:
+        return text
+    shown = bound
+    for _ in range(3):  # the marker's own digits move the cut, at most twice
+        marker = f"\n[cut: the first {shown} of {len(text)} characters]"
+        shown = bound - len(marker)
+    if shown < 1:
+        return text[: bound - 1] + "\u2026"
+    marker = f"\n[cut: the first {shown} of {len(text)} characters]"
+    cut = text[: bound - len(marker)] + marker
+    return cut
 
 
 def _malformed(detail: str, path: str = "") -> RejectedInput:
@@ -111,6 +154,7 @@ def read_result(
     error_retryable: bool,
     text_max_length: int,
     max_depth: int,
+    error_patterns: Sequence[ErrorPattern] = (),
 ) -> McpResult:
     """The envelope of a parsed ``CallToolResult``.
 
@@ -187,21 +231,30 @@ def read_result(
         texts.append(text)
     envelope: dict[str, Any] = {"tool": tool, "request_id": request_id}
     if is_error:
+        code, retryable = error_code, error_retryable
+        for pattern, mapped, mapped_retryable in error_patterns:
+            if any(pattern.fullmatch(text) is not None for text in texts):
+                code, retryable = mapped, mapped_retryable
+                break
         envelope["outcome"] = "failure"
-        envelope["error"] = {"code": error_code, "retryable": error_retryable}
+        envelope["error"] = {"code": code, "retryable": retryable}
     else:
         envelope["outcome"] = "success"
         if has_structured:
             envelope["data"] = structured
-    joined = "\n".join(texts)[:text_max_length] if texts and text_max_length > 0 else None
+    joined = cut_text("\n".join(texts), text_max_length) if texts and text_max_length > 0 else None
     return McpResult(envelope, joined or None, from_meta(meta))
 
 
 __all__ = [
+    "CUT_MARKER",
     "MEMBERS",
     "NOT_COMPLETE",
     "UNTRUSTED_TEXT_KEY",
+    "ErrorPattern",
     "McpResult",
+    "cut_text",
+    "definition_digest",
     "looks_like_json",
     "read_result",
     "same_json",

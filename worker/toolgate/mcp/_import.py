@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import yaml
 
 from toolgate._errors import ConfigError, ContractError, RejectedInput
@@ -50,12 +51,15 @@ from toolgate.gate._contracts import (
     MAX_QUALIFIED_NAME,
     MCP_SERVER_NAME,
     MCP_TOOL_NAME,
+    Contract,
     ContractSet,
+    ContractSpec,
     compile_schema,
     load_contract,
     qualified_name,
 )
 from toolgate.gate._parse import parse_json
+from toolgate.mcp._patterns import pattern_example
 
 DEFAULT_MAX_STRING = 1024
 DEFAULT_MAX_ITEMS = 100
@@ -139,23 +143,31 @@ def check_loopback(url: str) -> None:
 
 
 async def fetch_listing(server: Any) -> list[dict[str, Any]]:
-    """Every page of ``tools/list`` from a server the ``mcp`` client can reach.
+    """Every page of ``tools/list`` from a server the ``mcp`` client can reach, each tool
+    object as the server sent it.
 
     ``server`` is what :class:`mcp.Client` takes: a URL, ``StdioServerParameters`` or,
     in tests, a server object.
     """
+    import mcp.types as types
     from mcp import Client
+    from pydantic import TypeAdapter
 
+    # Each page as it came on the wire (JSON-decoded, not the SDK's model of it): the pinned
+    # digest is of the tool object the server sent, members the SDK does not model included.
+    raw: Any = TypeAdapter(dict[str, Any])  # a result type the SDK validates into: kept whole
     tools: list[dict[str, Any]] = []
     async with Client(server) as client:
         cursor: str | None = None
         for _ in range(1000):  # bounded: a server that pages forever is not followed forever
-            page = await client.list_tools(cursor=cursor)
-            dumped = page.model_dump(by_alias=True, exclude_none=True, mode="json")
-            tools.extend(listing_from_json(dumped, "tools/list"))
-            cursor = page.next_cursor
+            params = types.PaginatedRequestParams(cursor=cursor)
+            page: Any = await client.session.send_request(types.ListToolsRequest(params=params), raw)
+            tools.extend(listing_from_json(page, "tools/list"))
+            cursor = page.get("nextCursor")
             if cursor is None:
                 break
+            if not isinstance(cursor, str):
+                raise ConfigError("tools/list: nextCursor is not a string")
     return tools
 
 
@@ -389,11 +401,18 @@ class _Examples:
         if length > self.max_string:
             raise _NoExample("no example string that long")
         pattern = node.get("pattern")
+        longest = node.get("maxLength", length + 10)
+        if isinstance(pattern, str):
+            limit = min(longest, self.max_string) if isinstance(longest, int) else self.max_string
+            built = pattern_example(pattern, min_length=length, max_length=limit)
+            if built is not None:
+                return built
+        options = re2.Options()
+        options.log_errors = False
         try:
-            regex = re2.compile(pattern) if isinstance(pattern, str) else None
+            regex = re2.compile(pattern, options) if isinstance(pattern, str) else None
         except re2.error as exc:
             raise _NoExample("a pattern RE2 cannot run") from exc
-        longest = node.get("maxLength", length + 10)
         for candidate in [c * length for c in ("a", "0", "A", "a0")] + ["example", "0000000"]:
             if len(candidate) < length or (isinstance(longest, int) and len(candidate) > longest):
                 continue
@@ -440,8 +459,10 @@ def _fixtures(tool: str, schema: dict[str, Any], good: Any, *, text_only: bool) 
     validator = compile_schema(schema)
     files: dict[str, dict[str, Any]] = {
         "defaults.json": {
-            "description": "shared settings: one outstanding request for this tool",
+            "description": "shared settings: one outstanding request for this tool, asking for what "
+            "the result holds (bind_from_rules: each bind and owned_id rule's key from the value)",
             "now": "2026-05-01T09:15:00Z",
+            "bind_from_rules": True,
             "headers": {
                 "tg-tool": tool,
                 "tg-request-id": _REQUEST_ID,
@@ -523,23 +544,113 @@ def _contract_yaml(spec: dict[str, Any], server: str, mcp_tool: str, *, text_onl
         "# status: draft never decides. Review the projection and the limits, add rules (bind,\n"
         "# freshness, owned_id) and a signature, settle `toolgate contracts lint`, then set\n"
         "# status: active (or shadow).\n"
+        "# mcp.definition and input.schema.json hold the upstream's own text, UNREVIEWED: the\n"
+        "# host's model reads every one of them (lint lists each, unreviewed-text); read them,\n"
+        "# cut or rewrite what should not reach it: status: active marks them reviewed.\n"
     )
-    return header + yaml.safe_dump(spec, sort_keys=False, allow_unicode=False, width=100)
+    definition = spec.get("mcp", {}).get("definition")
+    if isinstance(definition, dict):
+        # The upstream's texts as double-quoted one-line strings: every control character,
+        # line break and non-ASCII character shows as an escape to the reviewer.
+        for key in ("title", "description"):
+            if isinstance(definition.get(key), str):
+                definition[key] = _Quoted(definition[key])
+        annotations = definition.get("annotations")
+        if isinstance(annotations, dict) and isinstance(annotations.get("title"), str):
+            annotations["title"] = _Quoted(annotations["title"])
+    return header + yaml.dump(spec, Dumper=_Dumper, sort_keys=False, allow_unicode=False, width=1 << 30)
 
 
-def _next_folder(tool_dir: Path) -> tuple[int, Path | None]:
-    """The next major version number and the folder of the current (highest) version."""
+class _Quoted(str):
+    """A string written double-quoted on one line."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """safe_dump's dumper, with :class:`_Quoted` strings double-quoted and never folded."""
+
+
+def _quoted(dumper: yaml.SafeDumper, value: _Quoted) -> yaml.ScalarNode:
+    node = dumper.represent_scalar("tag:yaml.org,2002:str", str(value), style='"')
+    return node
+
+
+_Dumper.add_representer(_Quoted, _quoted)
+
+
+def _highest_version(tool_dir: Path) -> Path | None:
+    """The folder of the current (highest) version of a tool, or None."""
     if not tool_dir.is_dir():
-        return 1, None
+        return None
     versions = []
     for contract_file in tool_dir.glob("v*/contract.yaml"):
         match = re.fullmatch(r"v(\d+)(?:\.(\d+))?", contract_file.parent.name)
         if match:
             versions.append((int(match[1]), int(match[2] or 0), contract_file.parent))
-    if not versions:
-        return 1, None
-    major, _minor, folder = max(versions)
-    return major + 1, folder
+    return max(versions)[2] if versions else None
+
+
+def _loads(folder: Path | None) -> Contract | None:
+    """The contract in ``folder``, or None when there is none or it does not load."""
+    if folder is None:
+        return None
+    try:
+        return load_contract(folder)
+    except ContractError:
+        return None
+
+
+class Unchanged(Exception):
+    """The listed tool is the definition the current version pins: nothing to write."""
+
+
+def _check_changed(tool: dict[str, Any], current: Contract | None) -> None:
+    """Raise :class:`Unchanged` when ``current`` pins exactly this definition."""
+    from toolgate.gate._mcp import definition_digest
+
+    mcp = current.spec.mcp if current is not None else None
+    if current is None or mcp is None or mcp.definition is None:
+        return
+    try:
+        digest = definition_digest(tool)
+    except (TypeError, ValueError):
+        return
+    if digest == mcp.definition.digest:
+        raise Unchanged(f"{current.folder} ({current.spec.status}) pins this definition ({digest[:19]}...)")
+
+
+def _number(
+    spec: dict[str, Any],
+    previous: Path | None,
+    current: Contract | None,
+    schema: dict[str, Any],
+    input_schema: dict[str, Any],
+) -> None:
+    """Number the new version after the current one: the next minor when the contract diff
+    finds nothing breaking, else the next major (``contracts history`` holds versions to
+    this); after a current version that does not load, the next major."""
+    from toolgate.authoring._contract_diff import diff_contracts
+
+    if previous is None:
+        return  # the first version: v1
+    if current is None:
+        match = re.fullmatch(r"v(\d+)(?:\.\d+)?", previous.name)
+        spec["version"] = int(match[1]) + 1 if match else 1
+        return
+    spec["version"] = current.spec.version
+    spec["minor"] = current.spec.minor + 1
+    ordered = {key: spec[key] for key in ("tool", "version", "minor")} | spec
+    spec.clear()
+    spec.update(ordered)
+    try:
+        candidate = Contract(
+            msgspec.convert(spec, ContractSpec), current.folder.parent / "candidate", schema, input_schema
+        )
+        breaking = any(change.breaking for change in diff_contracts(current, candidate))
+    except (ContractError, msgspec.ValidationError, ValueError):
+        breaking = True
+    if breaking:
+        spec["version"] = current.spec.version + 1
+        del spec["minor"]
 
 
 class Refused(ConfigError):
@@ -591,6 +702,22 @@ def _json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
+@dataclass
+class Planned:
+    """One tool's next version, built in memory: nothing of it is on disk yet."""
+
+    tool: str  # the qualified contract name
+    folder: Path
+    previous: Path | None
+    files: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+    def write(self) -> Imported:
+        """Write the version whole (see :func:`_write_whole`)."""
+        _write_whole(self.folder, self.files)
+        return Imported(self.tool, self.folder, "draft", self.previous, notes=list(self.notes))
+
+
 def import_tool(
     root: Path,
     server: str,
@@ -601,6 +728,25 @@ def import_tool(
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Imported:
     """Write the next contract version of one listed tool, whole or not at all.
+
+    Raises:
+        Refused: the tool cannot be imported (one line: the tool and why).
+    """
+    return plan_tool(
+        root, server, tool, max_string=max_string, max_items=max_items, max_bytes=max_bytes
+    ).write()
+
+
+def plan_tool(
+    root: Path,
+    server: str,
+    tool: dict[str, Any],
+    *,
+    max_string: int = DEFAULT_MAX_STRING,
+    max_items: int = DEFAULT_MAX_ITEMS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Planned:
+    """The next contract version of one listed tool, built in memory (``root`` is only read).
 
     A tool with an ``outputSchema`` gets its closed schema; one without gets a text-only
     contract (no ``data``, its text blocks as bounded ``untrusted_text``). Either is
@@ -613,6 +759,9 @@ def import_tool(
     qualified = qualified_name(server, name)
     if len(qualified) > MAX_QUALIFIED_NAME:
         raise _refuse(name, f"{qualified!r} exceeds {MAX_QUALIFIED_NAME} characters")
+    previous = _highest_version(root / qualified)
+    current = _loads(previous)
+    _check_changed(tool, current)
     text_only = "outputSchema" not in tool or tool["outputSchema"] is None
     good: Any = None
     notes: list[str] = []
@@ -644,30 +793,143 @@ def import_tool(
             good = None
         if good is None:
             notes.append("no example could be generated: add an accept fixture by hand")
-    major, previous = _next_folder(root / qualified)
-    description = tool.get("description")
-    first_line = description.splitlines()[0][:200] if isinstance(description, str) and description else ""
+    definition, input_schema = pin_definition(tool, qualified, max_string=max_string, max_items=max_items)
+    notes.extend(definition.pop("notes"))
     spec: dict[str, Any] = {
         "tool": qualified,
-        "version": major,
+        "version": 1,
         "status": "draft",
-        "description": first_line or f"MCP tool {name} of {server}",
+        # The operators' line is toolgate's own: the upstream's prose goes to the definition,
+        # where lint lists it as unreviewed text while the version is a draft.
+        "description": f"MCP tool {name} of {server}",
         "adapter_versions": ["*"],
         "schema": "schema.json",
         "limits": {"max_bytes": max_bytes, "max_depth": depth},
-        "mcp": {"server": server, "tool": name, "error_code": ERROR_CODE, "text_max_length": 1000},
+        "mcp": {
+            "server": server,
+            "tool": name,
+            "error_code": ERROR_CODE,
+            "text_max_length": 1000,
+            "definition": definition,
+        },
         "projection": pointers,
         "retry": {"retryable_codes": []},
     }
-    folder = root / qualified / f"v{major}"
+    _number(spec, previous, current, schema, input_schema)
+    label = f"v{spec['version']}" if "minor" not in spec else f"v{spec['version']}.{spec['minor']}"
+    folder = root / qualified / label
     files = {
         "schema.json": json.dumps(schema, indent=2) + "\n",
+        INPUT_SCHEMA_FILE: json.dumps(input_schema, indent=2, ensure_ascii=False) + "\n",
         "contract.yaml": _contract_yaml(spec, server, name, text_only=text_only),
     }
     for relative, content in _fixtures(qualified, schema, good, text_only=text_only).items():
         files[f"fixtures/{relative}"] = json.dumps(content, indent=2) + "\n"
-    _write_whole(folder, files)
-    return Imported(qualified, folder, "draft", previous, notes=notes)
+    return Planned(qualified, folder, previous, files, notes)
+
+
+INPUT_SCHEMA_FILE = "input.schema.json"
+_ANNOTATION_NAMES = ("title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def pin_definition(
+    tool: dict[str, Any], qualified: str, *, max_string: int, max_items: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``mcp.definition`` section (with a ``notes`` list to pop) and the closed input
+    schema of one listed tool: its title, description and annotations as they came (lint
+    lists them as unreviewed text while the version is a draft), its ``inputSchema``
+    closed and bounded like an output (:func:`toolgate.authoring._close.closed`), and the
+    digest of the tool object as it came (:func:`toolgate.gate._mcp.definition_digest`).
+
+    Raises:
+        Refused: an input schema that cannot be closed soundly, or texts past the bounds.
+    """
+    from toolgate.gate._contracts import MAX_MCP_DESCRIPTION, MAX_MCP_TITLE
+    from toolgate.gate._mcp import definition_digest
+
+    name = str(tool.get("name"))
+    notes: list[str] = []
+    try:
+        digest = definition_digest(tool)
+    except (TypeError, ValueError) as exc:
+        raise _refuse(name, "its definition is not JSON (cannot be pinned)") from exc
+    if "inputSchema" in tool:
+        upstream = tool["inputSchema"]
+    else:
+        upstream = {"type": "object"}
+        notes.append("the tool lists no inputSchema (MCP requires one): pinned as taking no arguments")
+    if not isinstance(upstream, dict) or upstream.get("type") != "object":
+        raise _refuse(name, 'inputSchema must be an object schema that says "type": "object"')
+    if _depth(upstream) > MAX_SCHEMA_DEPTH:
+        raise _refuse(name, f"inputSchema nests deeper than {MAX_SCHEMA_DEPTH}")
+    try:
+        size = len(json.dumps(upstream, allow_nan=False))
+    except ValueError as exc:
+        raise _refuse(name, "inputSchema holds a NaN or infinite number") from exc
+    if size > MAX_SCHEMA_BYTES:
+        raise _refuse(name, f"inputSchema is larger than {MAX_SCHEMA_BYTES} bytes")
+    if _takes_no_arguments(upstream):
+        # MCP's way of saying "no arguments" ({"type": "object"}, empty properties): it takes none.
+        upstream = {**upstream, "additionalProperties": False}
+    try:
+        parts = closed(upstream, qualified, max_string=max_string, max_items=max_items)
+    except Unclosable as exc:
+        raise _refuse(name, f"its inputSchema cannot be closed soundly at {exc}") from exc
+    input_schema = {"$schema": _DIALECT, "type": "object", **parts}
+    try:
+        compile_schema(input_schema)
+    except ValueError as exc:
+        why = str(exc).split("Failed validating")[0].strip().replace(MASK, "a value")
+        raise _refuse(name, f"its inputSchema does not compile as the gate compiles it: {why}") from exc
+    definition: dict[str, Any] = {}
+    title = tool.get("title")
+    if isinstance(title, str) and title:
+        if len(title) > MAX_MCP_TITLE:
+            raise _refuse(name, f"its title is longer than {MAX_MCP_TITLE} characters")
+        definition["title"] = title
+    description = tool.get("description")
+    if isinstance(description, str):
+        if len(description) > MAX_MCP_DESCRIPTION:
+            raise _refuse(name, f"its description is longer than {MAX_MCP_DESCRIPTION} characters")
+        definition["description"] = description
+    definition["input_schema"] = INPUT_SCHEMA_FILE
+    annotations = tool.get("annotations")
+    if isinstance(annotations, dict):
+        kept = {
+            key: value
+            for key, value in annotations.items()
+            if key in _ANNOTATION_NAMES
+            and (
+                isinstance(value, bool)
+                if key != "title"
+                else isinstance(value, str) and 0 < len(value) <= MAX_MCP_TITLE
+            )
+        }
+        dropped = sorted(set(annotations) - set(kept))
+        if dropped:
+            notes.append(
+                f"annotations not pinned (not MCP ToolAnnotations as defined): {', '.join(dropped)}"[:300]
+            )
+        if kept:
+            definition["annotations"] = kept
+    definition["digest"] = digest
+    definition["notes"] = notes
+    return definition, input_schema
+
+
+_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+_DECLARING = ("patternProperties", "allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "if", "dependentSchemas")
+
+
+def _takes_no_arguments(schema: dict[str, Any]) -> bool:
+    """An object schema that declares no member anywhere and leaves the rest open."""
+    properties = schema.get("properties")
+    return (
+        (properties is None or properties == {})
+        and not any(keyword in schema for keyword in _DECLARING)
+        and schema.get("additionalProperties", True) is True
+        and schema.get("unevaluatedProperties", True) is True
+    )
 
 
 def _write_whole(folder: Path, files: dict[str, str]) -> None:
@@ -718,11 +980,14 @@ class Outcome:
 
     written: list[Imported] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)  # pinned as listed: nothing written
 
     @property
     def exit_code(self) -> int:
-        """0 nothing left to do (nothing was listed), 1 versions to review or tools refused."""
-        return 1 if self.written or self.refused else 0
+        """0 nothing left to do (nothing listed, or every tool pinned as listed and no draft
+        among them), 1 versions to review or tools refused."""
+        drafts = any("(draft)" in line for line in self.unchanged)
+        return 1 if self.written or self.refused or drafts else 0
 
 
 def import_listing(
@@ -749,17 +1014,31 @@ def import_listing(
         if wanted not in names:
             raise ConfigError(f"--tool {ascii(wanted)[:140]}: the server lists no such tool")
     outcome = Outcome()
+    # Every tool is named, closed and built first: nothing is written, not even the
+    # contracts folder, until each listed tool is either planned or refused.
+    planned: list[Planned] = []
     for tool in tools:
         if only and tool.get("name") not in only:
             continue
         try:
-            imported = import_tool(
+            plan = plan_tool(
                 root, server, tool, max_string=max_string, max_items=max_items, max_bytes=max_bytes
             )
+            if any(p.tool == plan.tool for p in planned):
+                raise _refuse(str(tool.get("name")), "listed more than once")
         except Refused as exc:
             outcome.refused.append(str(exc))
             out(f"refused: {exc}")
             continue
+        except Unchanged as exc:
+            outcome.unchanged.append(str(exc))
+            out(f"unchanged: {exc}")
+            continue
+        planned.append(plan)
+    if planned:
+        make_contracts_folder(root, out)
+    for plan in planned:
+        imported = plan.write()
         try:
             imported.lint = lint_lines(imported.folder)
             if imported.previous is not None:
@@ -771,9 +1050,46 @@ def import_listing(
             out(line)
     out(
         f"{len(outcome.written)} contract versions written under {root} (status: draft, to review), "
-        f"{len(outcome.refused)} tools refused"
+        f"{len(outcome.refused)} tools refused, {len(outcome.unchanged)} unchanged"
     )
     return outcome
+
+
+def check_contracts_folder(root: Path) -> None:
+    """Refuse a contracts path that is a file, or whose parent is missing (a mistyped path is
+    refused rather than created deep), before anything is connected to or written.
+
+    Raises:
+        ConfigError: naming the path and the options that name it.
+    """
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"{root}: not a folder (--contracts or TOOLGATE_CONTRACTS_DIR names the contracts folder)"
+        )
+    if not root.exists() and not root.absolute().parent.is_dir():
+        raise ConfigError(
+            f"{root}: cannot create the contracts folder (its parent {root.absolute().parent} does not "
+            "exist; --contracts or TOOLGATE_CONTRACTS_DIR names it)"
+        )
+
+
+def make_contracts_folder(root: Path, out: Callable[[str], None] = print) -> None:
+    """Create the contracts folder (not its parents) when missing, saying so.
+
+    Raises:
+        ConfigError: it cannot be created, naming the path.
+    """
+    check_contracts_folder(root)
+    if root.is_dir():
+        return
+    try:
+        root.mkdir()
+    except OSError as exc:
+        raise ConfigError(
+            f"{root}: cannot create the contracts folder ({exc.strerror}; --contracts or "
+            "TOOLGATE_CONTRACTS_DIR names it)"
+        ) from None
+    out(f"created the contracts folder {root}")
 
 
 def _report(imported: Imported) -> Iterator[str]:
@@ -829,23 +1145,11 @@ def run(args: argparse.Namespace, contracts_dir: str) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be in 1..{ceiling}")
     if not 1 <= args.max_bytes <= 8 * 1024 * 1024:
         raise ConfigError("--max-bytes must be in 1..8388608")
-    tools = read_listing(Path(args.tools_list)) if args.tools_list else _fetch(args)
+    if MCP_SERVER_NAME.fullmatch(args.server) is None:
+        raise ConfigError(f"--server {ascii(args.server)[:80]}: must match {MCP_SERVER_NAME.pattern}")
     root = Path(contracts_dir)
-    if root.exists() and not root.is_dir():
-        raise ConfigError(
-            f"{root}: not a folder (--contracts or TOOLGATE_CONTRACTS_DIR names the contracts folder)"
-        )
-    if not root.is_dir():
-        # The first import starts the contracts folder; its parent must exist, so a
-        # mistyped path is refused rather than created deep.
-        try:
-            root.mkdir()
-        except OSError as exc:
-            raise ConfigError(
-                f"{root}: cannot create the contracts folder ({exc.strerror}; --contracts or "
-                "TOOLGATE_CONTRACTS_DIR names it)"
-            ) from None
-        print(f"created the contracts folder {root}")
+    check_contracts_folder(root)
+    tools = read_listing(Path(args.tools_list)) if args.tools_list else _fetch(args)
     outcome = import_listing(
         root,
         args.server,

@@ -211,6 +211,12 @@ class Metrics:
             ["tool", "version", "status", "digest"],
             registry=r,
         )
+        self.contracts_from_snapshot = Gauge(
+            "toolgate_contracts_from_snapshot",
+            "1 while the contracts are the last snapshot on disk because the schema registry "
+            "(--contracts registry+...) was unreachable at start-up; 0 once a fresh one loaded.",
+            registry=r,
+        )
         self.shadow_disagreements = Counter(
             "toolgate_shadow_disagreements",
             "Shadow version verdicts that differ from the deciding version's.",

@@ -38,6 +38,7 @@ from toolgate.gate._batch import Batch, ShadowSampler
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import OutRecord
+from toolgate.registry._connect import from_snapshot_on_disk
 from toolgate.service._kafka import (
     AiokafkaClients,
     Consumer,
@@ -112,6 +113,8 @@ class WorkerOptions:
     connect_check_s: float | None = CONNECT_TIMEOUT_S
     # Where the loop's CPU time goes (toolgate.service._phases.PhaseClock; the worker bench).
     phase_clock: Phases | None = None
+    # Monotonic seconds of the contracts watch (TOOLGATE_CONTRACTS_WATCH_SECONDS); tests inject one.
+    watch_clock: Callable[[], float] | None = None
 
 
 @dataclass
@@ -192,12 +195,13 @@ class Worker:
         self._partition_counts: dict[str, int] = {}  # output topic -> its partition count
         self._reload_requested = False
         self._joined = False  # the group's first assignment (possibly empty) has arrived
-        self._watch = ContractWatch.of(config)
+        self._watch = ContractWatch.of(config, clock=self.options.watch_clock)
         self._last_sweep = 0.0
         self._export_contracts(gate)
 
     def _export_contracts(self, gate: Gate) -> None:
         self.metrics.contract_info.clear()  # a reload may have retired or removed versions
+        self.metrics.contracts_from_snapshot.set(1 if from_snapshot_on_disk() else 0)
         self.metrics.initialise(
             [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts]
         )

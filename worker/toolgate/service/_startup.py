@@ -13,12 +13,16 @@ from typing import Any
 
 from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
+from toolgate.gate._contracts import NOT_LIVE
 from toolgate.gate._gate import Gate
+from toolgate.gate._signing import Keyring
 from toolgate.service._kafka import copartition_problem, partition_of
 from toolgate.service._metrics import HealthServer
 from toolgate.service._store import reading
 
 log = logging.getLogger("toolgate.worker")
+# The sample keyring beside the bundled contracts (their fixtures are signed with it).
+FIXTURES_KEYRING = "fixtures-keyring.toml"
 STANDBY = "ready: standby (owns no intake partition: more workers than partitions)"
 
 
@@ -101,12 +105,12 @@ class ContractWatch:
         self._seen = fingerprint(paths)
 
     @classmethod
-    def of(cls, config: Config) -> ContractWatch | None:
-        """The watch the configuration asks for (``contracts_watch_seconds``), or None."""
+    def of(cls, config: Config, clock: Callable[[], float] | None = None) -> ContractWatch | None:
+        """The watch the configuration asks for (``contracts_watch_seconds``), or None (0)."""
         if config.contracts_watch_seconds <= 0:
             return None
         paths = [Path(config.contracts_dir)] + ([Path(config.keyring)] if config.keyring else [])
-        return cls(paths, config.contracts_watch_seconds)
+        return cls(paths, config.contracts_watch_seconds, clock or time.monotonic)
 
     def changed(self) -> bool:
         """True once per change, at the first check after it."""
@@ -131,19 +135,33 @@ def check_signature_keys(gate: Gate, keyring_file: str | None) -> None:
     where = f"TOOLGATE_KEYRING={keyring_file}" if keyring_file else "no keyring: TOOLGATE_KEYRING is not set"
     for contract in gate.contracts:
         signature = contract.spec.signature
-        if signature is None:
-            continue
+        if signature is None or contract.spec.status in NOT_LIVE:
+            continue  # a draft or disabled version never decides: it verifies nothing live
         key = gate.keyring.get(signature.key_id)
         if key is None:
             raise ConfigError(
                 f"contract {contract.key} ({contract.path}) requires signature key {signature.key_id!r}, "
-                f"which the keyring lacks ({where})"
+                f"which the keyring lacks ({where}); give the adapters' keys with --keyring FILE or "
+                f"TOOLGATE_KEYRING{_sample_keys(contract.folder.parent.parent, signature.key_id)}"
             )
         if key.algorithm != signature.algorithm:
             raise ConfigError(
                 f"contract {contract.key} ({contract.path}) requires a {signature.algorithm} key "
                 f"{signature.key_id!r}; the keyring's is {key.algorithm} ({where})"
             )
+
+
+def _sample_keys(contracts_dir: Path, key_id: str) -> str:
+    """The hint to the contracts folder's sample keyring, when it holds ``key_id``: the bundled
+    contracts' fixtures are signed with sample keys that are no secret, fit for a first run."""
+    sample = contracts_dir / FIXTURES_KEYRING
+    try:
+        found = Keyring.load(sample, environ={}).get(key_id) is not None
+    except ConfigError:
+        return ""
+    if not found:
+        return ""
+    return f" (the sample keys of these contracts, never for production: --keyring {sample.absolute()})"
 
 
 def log_topics(counts: dict[str, int]) -> None:

@@ -238,6 +238,44 @@ class TestBroker:
             await Client(CONFIG, clients=world.clients, clock=clock).start()
 
 
+class TestNothingLeftOpen:
+    """Whatever makes start() fail, every Kafka client it built is stopped (no Unclosed
+    AIOKafkaProducer or AIOKafkaConsumer afterwards)."""
+
+    @staticmethod
+    def watch_stops(world: World) -> set[int]:
+        stopped: set[int] = set()
+
+        async def hook(operation: str, node: Any, kafka_client: Any) -> None:
+            if operation in ("producer_stop", "consumer_stop"):
+                stopped.add(id(kafka_client))
+            if operation == "position":
+                raise KafkaConnectionError("connection lost")
+
+        world.broker.hook = hook
+        return stopped
+
+    async def test_a_missing_agent_topic(self, world: World, clock: Clock) -> None:
+        """The topic is looked up before any producer or consumer is built or left behind."""
+        stopped = self.watch_stops(world)
+        del world.broker.logs[T.agent]
+        with pytest.raises(BrokerError, match="does not exist"):
+            await Client(CONFIG, clients=world.clients, clock=clock).start()
+        built = [*world.clients.producers, *world.clients.consumers]
+        assert all(id(c) in stopped for c in built)
+
+    async def test_a_failure_after_connecting(self, world: World, clock: Clock) -> None:
+        """A Kafka error while taking the agent topic's positions: a BrokerError naming the
+        bootstrap, and the producer and consumer already started are both stopped."""
+        stopped = self.watch_stops(world)
+        with pytest.raises(BrokerError, match=rf"^{CONFIG.bootstrap}: .*connection lost") as caught:
+            await Client(CONFIG, clients=world.clients, clock=clock).start()
+        assert caught.value.__cause__ is None
+        built = [*world.clients.producers, *world.clients.consumers]
+        assert len(built) == 2
+        assert all(id(c) in stopped for c in built)
+
+
 class TestAdapterSide:
     """Results go out with every header the gate reads and a v2 signature."""
 

@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# The local schema registry (Apicurio Registry, in-memory storage) for development and CI.
+# toolgate talks to it through its Confluent-compatible API, /apis/ccompat/v7.
+#
+#   registry.sh build          build the registry with Maven into .build/ (once; fast when present)
+#   registry.sh start          build, start, wait until it answers
+#   registry.sh stop           graceful SIGTERM, SIGKILL after a timeout
+#   registry.sh status         exit 0 when running and answering, non-zero otherwise
+#   registry.sh logs [-f|-n N] tail the registry's log
+#   registry.sh ensure         like start, but a registry that already answers on the port
+#                              (another checkout's) is used as it is, and left running
+#   registry.sh with CMD...    run CMD with a registry; one started here is stopped afterwards;
+#                              CMD's exit code is kept. Exports TOOLGATE_REGISTRY_URL
+#                              (the Confluent-compatible API, .../apis/ccompat/v7).
+#
+# Listens on 127.0.0.1:18081. The build lives in .build/ (app/ holds the runnable jar), the pid
+# file and the log in .data/ next to this script (both git-ignored). Storage is in memory: a
+# restart starts empty.
+#
+# Environment knobs:
+#   TOOLGATE_APICURIO_PORT           HTTP port (default 18081)
+#   TOOLGATE_APICURIO_DATA           pid file and log of the instance (default .data/ here)
+#   TOOLGATE_APICURIO_START_TIMEOUT  seconds to wait for it to answer (default 120)
+#   TOOLGATE_APICURIO_STOP_TIMEOUT   seconds between SIGTERM and SIGKILL (default 20)
+#   TOOLGATE_APICURIO_HEAP           JVM heap (default 384m)
+#   TOOLGATE_APICURIO_TLS_PORT       also serve https on this port, with the certificate for
+#                                    localhost and 127.0.0.1 of ops/kafka/secure/make-certs.sh local
+#   TOOLGATE_APICURIO_TLS_DIR        that TLS material (default: tls/ in the data dir; made when
+#                                    missing); clients trust its ca.pem
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+POM="$HERE/pom.xml"
+BUILD="$HERE/.build"
+APP="$BUILD/app"
+STAMP="$APP/.complete"
+DATA="${TOOLGATE_APICURIO_DATA:-$HERE/.data}"
+[[ "$DATA" == /* ]] || DATA="$PWD/$DATA"
+PORT="${TOOLGATE_APICURIO_PORT:-18081}"
+HOST=127.0.0.1
+PIDFILE="$DATA/registry-$PORT.pid"
+LOCKFILE="$DATA/.lock"
+LOG="$DATA/registry-$PORT.log"
+START_TIMEOUT="${TOOLGATE_APICURIO_START_TIMEOUT:-120}"
+STOP_TIMEOUT="${TOOLGATE_APICURIO_STOP_TIMEOUT:-20}"
+HEAP="${TOOLGATE_APICURIO_HEAP:-384m}"
+URL="http://$HOST:$PORT"
+TLS_PORT="${TOOLGATE_APICURIO_TLS_PORT:-}"
+TLS_DIR="${TOOLGATE_APICURIO_TLS_DIR:-$DATA/tls}"
+[[ "$TLS_DIR" == /* ]] || TLS_DIR="$PWD/$TLS_DIR"
+MAKE_CERTS="$HERE/../kafka/secure/make-certs.sh"
+PROBE="$URL/apis/ccompat/v7/subjects"
+
+say() { printf 'registry.sh: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+[[ "$PORT" =~ ^[0-9]+$ ]] && ((PORT > 0 && PORT < 65536)) ||
+  die "TOOLGATE_APICURIO_PORT ($PORT) must be a port number (1-65535)"
+[[ -z "$TLS_PORT" || ("$TLS_PORT" =~ ^[0-9]+$ && "$TLS_PORT" != "$PORT") ]] ||
+  die "TOOLGATE_APICURIO_TLS_PORT ($TLS_PORT) must be a port number other than TOOLGATE_APICURIO_PORT"
+[[ "$START_TIMEOUT" =~ ^[0-9]+$ && "$STOP_TIMEOUT" =~ ^[0-9]+$ ]] ||
+  die "TOOLGATE_APICURIO_START_TIMEOUT and TOOLGATE_APICURIO_STOP_TIMEOUT must be whole seconds"
+
+usage() {
+  sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+need_java() {
+  command -v java >/dev/null 2>&1 ||
+    die "java is not on PATH: the registry needs a Java 17+ runtime (Debian: apt-get install -y openjdk-17-jre-headless)"
+}
+
+pom_hash() { sha256sum "$POM" | cut -d' ' -f1; }
+
+built() { [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pom_hash)" ]]; }
+
+cmd_build() {
+  built && return 0
+  command -v mvn >/dev/null 2>&1 ||
+    die "the registry in $APP is missing or older than pom.xml, and mvn is not on PATH (Debian: apt-get install -y maven)"
+  need_java
+  say "building the registry with Maven (first time only, a few minutes)..."
+  mkdir -p "$BUILD"
+  local target="$BUILD/target.$$" build_log="$BUILD/build.log"
+  rm -rf "$target"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$target'" EXIT
+  if ! mvn -B -f "$POM" package -DskipTests -Dquarkus.profile=prod \
+      "-Dtoolgate.registry.build=$target" >"$build_log" 2>&1; then
+    grep -E '^\[ERROR\]' "$build_log" | head -n 20 >&2 || tail -n 40 "$build_log" >&2 || true
+    die "Maven could not build the registry (full output: $build_log)"
+  fi
+  [[ -f "$target/toolgate-registry-1-runner.jar" && -d "$target/lib" ]] ||
+    die "Maven built no $target/toolgate-registry-1-runner.jar (full output: $build_log)"
+  local fresh="$BUILD/app.tmp.$$"
+  rm -rf "$fresh"
+  mkdir -p "$fresh"
+  mv "$target/toolgate-registry-1-runner.jar" "$fresh/registry.jar"
+  mv "$target/lib" "$fresh/lib"
+  pom_hash >"$fresh/.complete"
+  rm -rf "$APP" "$target" "$build_log"
+  mv "$fresh" "$APP"
+  trap - EXIT
+  say "registry ready in $APP ($(find "$APP/lib" -name '*.jar' | wc -l) jars)"
+}
+
+# HTTP 200 with a JSON array from the subjects listing: the registry serves (the standard
+# library's HTTP client: no curl needed).
+answers() {
+  python3 - "$PROBE" <<'PY'
+import json, sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=3) as response:
+        sys.exit(0 if isinstance(json.loads(response.read()), list) else 1)
+except (OSError, ValueError):
+    sys.exit(1)
+PY
+}
+
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+registry_pid() {
+  [[ -f "$PIDFILE" ]] || return 0
+  local pid cmdline=""
+  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+  if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
+    cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
+  fi
+  if [[ "$cmdline" == *"-Dquarkus.http.port=$PORT "*"$APP/registry.jar"* ]]; then
+    echo "$pid"
+  else
+    rm -f "$PIDFILE"
+  fi
+}
+
+with_lock() {
+  mkdir -p "$DATA"
+  exec 9>"$LOCKFILE"
+  flock -w 300 9 || die "another registry.sh holds $LOCKFILE for too long"
+}
+
+kill_and_wait() {
+  local pid="$1" waited=0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((waited >= STOP_TIMEOUT * 10)); then
+      say "registry (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s, sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      break
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -f "$PIDFILE"
+}
+
+wait_ready() {
+  local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
+  while ! answers; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      rm -f "$PIDFILE"
+      tail -n 30 "$LOG" >&2 || true
+      die "the registry exited during start-up (see above; full log: $LOG)"
+    fi
+    if ((SECONDS >= deadline)); then
+      tail -n 30 "$LOG" >&2 || true
+      kill_and_wait "$pid"
+      die "the registry did not answer on $PROBE within ${START_TIMEOUT}s"
+    fi
+    sleep 0.5
+  done
+}
+
+cmd_start() {
+  need_java
+  cmd_build
+  with_lock
+  local pid
+  pid="$(registry_pid)"
+  if [[ -n "$pid" ]]; then
+    wait_ready "$pid"
+    say "already running (pid $pid) on $URL"
+    return 0
+  fi
+  port_open "$PORT" && die "port $HOST:$PORT is taken by another process, not by this registry"
+  local t0=$SECONDS tls=()
+  if [[ -n "$TLS_PORT" ]]; then
+    port_open "$TLS_PORT" && die "port $HOST:$TLS_PORT is taken by another process"
+    bash "$MAKE_CERTS" local "$TLS_DIR" >/dev/null || die "making the TLS material in $TLS_DIR failed"
+    tls=("-Dquarkus.http.ssl-port=$TLS_PORT" "-Dquarkus.http.ssl.certificate.key-store-file=$TLS_DIR/broker.p12"
+      "-Dquarkus.http.ssl.certificate.key-store-file-type=PKCS12")
+    # The keystore's password through the environment, not the command line others can read.
+    QUARKUS_HTTP_SSL_CERTIFICATE_KEY_STORE_PASSWORD="$(cat "$TLS_DIR/keystore.pass")"
+    export QUARKUS_HTTP_SSL_CERTIFICATE_KEY_STORE_PASSWORD
+  fi
+  : >"$LOG"
+  nohup java "-Xms64m" "-Xmx$HEAP" -XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1 \
+    "-Dquarkus.http.port=$PORT" "-Dquarkus.http.host=$HOST" -Dquarkus.log.level=WARN \
+    -Dquarkus.log.category.io.quarkus.level=INFO ${tls[@]+"${tls[@]}"} \
+    -jar "$APP/registry.jar" </dev/null >>"$LOG" 2>&1 9>&- &
+  pid=$!
+  echo "$pid" >"$PIDFILE"
+  wait_ready "$pid"
+  say "Apicurio Registry ready on $URL${TLS_PORT:+ and https://$HOST:$TLS_PORT (CA: $TLS_DIR/ca.pem)} (pid $pid, $((SECONDS - t0))s)"
+}
+
+cmd_stop() {
+  with_lock
+  local pid
+  pid="$(registry_pid)"
+  if [[ -z "$pid" ]]; then
+    say "not running"
+    return 0
+  fi
+  kill_and_wait "$pid"
+  say "stopped (pid $pid)"
+}
+
+cmd_status() {
+  local pid
+  pid="$(registry_pid)"
+  if [[ -z "$pid" ]]; then
+    say "not running"
+    return 3
+  fi
+  if answers; then
+    say "running (pid $pid), answering on $URL"
+    return 0
+  fi
+  say "running (pid $pid) but not answering on $PROBE yet"
+  return 1
+}
+
+cmd_logs() {
+  [[ -f "$LOG" ]] || die "no log yet ($LOG)"
+  (($# > 0)) || set -- -n 100
+  exec tail "$@" "$LOG"
+}
+
+cmd_ensure() {
+  if [[ -z "$(registry_pid)" ]] && answers; then
+    say "a registry already answers on $URL (not started here): using it, leaving it running"
+    return 0
+  fi
+  cmd_start
+}
+
+cmd_with() {
+  (($# > 0)) || die "usage: registry.sh with CMD [ARGS...]"
+  export TOOLGATE_REGISTRY_URL="$URL/apis/ccompat/v7"
+  if [[ -n "$(registry_pid)" ]] || answers; then
+    (cmd_ensure)
+    exec "$@"
+  fi
+  (cmd_start)
+  trap '(cmd_stop) || true' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  local rc=0
+  "$@" || rc=$?
+  exit "$rc"
+}
+
+main() {
+  (($# > 0)) || usage
+  local cmd="$1"
+  shift
+  case "$cmd" in
+    build) cmd_build ;;
+    start) cmd_start ;;
+    ensure) cmd_ensure ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    logs) cmd_logs "$@" ;;
+    with) cmd_with "$@" ;;
+    -h | --help | help) usage ;;
+    *) say "unknown command: $cmd"; usage ;;
+  esac
+}
+
+main "$@"

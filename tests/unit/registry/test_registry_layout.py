@@ -1,0 +1,157 @@
+"""toolgate.registry: subjects, the registered document, snapshots on disk."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import msgspec
+import pytest
+from toolgate._errors import ConfigError
+from toolgate.gate._contracts import ContractSet
+from toolgate.registry._layout import (
+    KEYWORD,
+    REGISTRY_DIALECT,
+    entry_of,
+    fixtures_digest,
+    parse_entry,
+    parse_subject,
+    subject_of,
+)
+from toolgate.registry._snapshot import CURRENT, MANIFEST, Snapshot, read_manifest, write_snapshot
+
+from tests.unit.builders import CONTRACTS
+
+
+def _entries(contracts: ContractSet) -> Snapshot:
+    statuses = {(c.spec.tool, c.spec.version): {c.spec.minor: str(c.spec.status)} for c in contracts}
+    entries = [(entry_of(c, statuses[(c.spec.tool, c.spec.version)]), str(c.spec.status)) for c in contracts]
+    return Snapshot(entries, (("x-v1-value", (1,)),))
+
+
+class TestSubjects:
+    """One subject per tool and major version, read back unambiguously."""
+
+    @pytest.mark.parametrize(("tool", "major"), [("job_status", 1), ("deployer.deploy-v2", 12), ("a-v1", 3)])
+    def test_round_trip(self, tool: str, major: int) -> None:
+        """subject_of and parse_subject are inverse, whatever the tool name holds."""
+        assert parse_subject(subject_of(tool, major)) == (tool, major)
+
+    @pytest.mark.parametrize("subject", ["orders-value", "job_status-v0-value", "x-v1-key", "-v1-value"])
+    def test_other_subjects_are_not_toolgate_s(self, subject: str) -> None:
+        """Subjects of other producers are left alone."""
+        assert parse_subject(subject) is None
+
+
+class TestRegisteredDocument:
+    """The registered schema carries the contract beside it and reads back to the same version."""
+
+    def test_round_trip_keeps_the_digest(self, contracts: ContractSet) -> None:
+        """Every bundled version: draft-07 registered, its dialect and contract restored."""
+        for contract in contracts:
+            entry = entry_of(contract, {contract.spec.minor: "retired"})
+            text = entry.registered_text()
+            document = json.loads(text)
+            assert document["$schema"] == REGISTRY_DIALECT
+            assert document[KEYWORD]["dialect"] == contract.schema["$schema"]
+            back = parse_entry(text, entry.subject, 1)
+            assert back is not None
+            assert back.schema == contract.schema
+            assert back.spec == contract.spec
+            assert back.digest == contract.digest
+            assert back.statuses == {contract.spec.minor: "retired"}
+
+    def test_a_schema_without_metadata_is_not_a_version(self) -> None:
+        """Another producer's schema under a matching subject is skipped, not an error."""
+        assert parse_entry('{"type": "object"}', "orders-v1-value", 3) is None
+
+    def test_tampered_metadata_names_subject_and_version(self, contracts: ContractSet) -> None:
+        """A schema edited after publishing no longer matches its digest."""
+        contract = next(iter(contracts))
+        document = json.loads(entry_of(contract, {0: "active"}).registered_text())
+        document["title"] = "edited in the registry"
+        subject = subject_of(contract.spec.tool, contract.spec.version)
+        with pytest.raises(ConfigError, match=rf"subject {subject} version 7: .*digest"):
+            parse_entry(json.dumps(document), subject, 7)
+
+    def test_metadata_of_another_subject_is_refused(self, contracts: ContractSet) -> None:
+        """A version registered under the wrong subject is named, not loaded."""
+        contract = next(iter(contracts))
+        text = entry_of(contract, {0: "active"}).registered_text()
+        with pytest.raises(ConfigError, match="not a version of this subject"):
+            parse_entry(text, subject_of(contract.spec.tool, contract.spec.version + 1), 1)
+
+    def test_undecodable_metadata_is_one_error(self, contracts: ContractSet) -> None:
+        """A wrong type in the metadata: one line naming subject, version and the path."""
+        contract = next(iter(contracts))
+        document = json.loads(entry_of(contract, {0: "active"}).registered_text())
+        document[KEYWORD]["minor"] = "zero"
+        with pytest.raises(ConfigError, match=r"subject s-v1-value version 2: x-toolgate does not decode"):
+            parse_entry(json.dumps(document), "s-v1-value", 2)
+
+
+class TestFixturesDigest:
+    """The fixtures' digest changes with any fixture file and only with them."""
+
+    def test_a_changed_fixture_changes_it(self, tmp_path: Path) -> None:
+        """Editing one fixture gives another digest; copying the folder the same one."""
+        folder = tmp_path / "v1"
+        shutil.copytree(CONTRACTS / "review_status" / "v1", folder)
+        before = fixtures_digest(folder)
+        assert before == fixtures_digest(CONTRACTS / "review_status" / "v1")
+        (folder / "fixtures" / "accept" / "approved.json").write_text("{}")
+        assert fixtures_digest(folder) != before
+
+    def test_no_fixtures(self, tmp_path: Path) -> None:
+        """A version without fixtures still has a digest (of nothing)."""
+        assert len(fixtures_digest(tmp_path)) == 16
+
+
+class TestSnapshot:
+    """A snapshot becomes current whole, or not at all."""
+
+    def test_written_snapshot_loads_as_the_published_set(
+        self, contracts: ContractSet, tmp_path: Path
+    ) -> None:
+        """The folder the link names loads to the same versions and digests, with a manifest."""
+        current = write_snapshot(_entries(contracts), tmp_path, "http://registry")
+        assert current == tmp_path / CURRENT
+        loaded = ContractSet.load(current)
+        assert {c.key: c.digest for c in loaded} == {c.key: c.digest for c in contracts}
+        manifest = read_manifest(current)
+        assert manifest is not None
+        assert manifest["source"] == "http://registry"
+        assert sorted(manifest["contracts"]) == sorted(c.key for c in contracts)
+
+    def test_a_set_that_fails_to_load_never_becomes_current(
+        self, contracts: ContractSet, tmp_path: Path
+    ) -> None:
+        """A broken version: the error, and the previous snapshot still current."""
+        current = write_snapshot(_entries(contracts), tmp_path, "r")
+        target = current.resolve()
+        snapshot = _entries(contracts)
+        entry, status = snapshot.entries[0]
+        broken = msgspec.structs.replace(
+            entry, spec=msgspec.structs.replace(entry.spec, projection=("/nowhere",))
+        )
+        snapshot.entries[0] = (broken, status)
+        with pytest.raises(ConfigError):
+            write_snapshot(snapshot, tmp_path, "r")
+        assert current.resolve() == target
+        assert not list(tmp_path.glob(".snapshot-*"))
+
+    def test_an_empty_registry_never_replaces_the_set(self, contracts: ContractSet, tmp_path: Path) -> None:
+        """No versions at all (a registry restarted empty) is refused, naming the source."""
+        write_snapshot(_entries(contracts), tmp_path, "r")
+        with pytest.raises(ConfigError, match="r: no contract versions"):
+            write_snapshot(Snapshot([], ()), tmp_path, "r")
+        assert (tmp_path / CURRENT / MANIFEST).is_file()
+
+    def test_old_snapshots_are_pruned(self, contracts: ContractSet, tmp_path: Path) -> None:
+        """The current snapshot and the one before stay (a reader may still be in it)."""
+        for _ in range(4):
+            write_snapshot(_entries(contracts), tmp_path, "r")
+        kept = sorted(p.name for p in tmp_path.glob("snapshot-*"))
+        assert len(kept) == 2
+        assert (tmp_path / CURRENT).resolve().name == kept[-1]

@@ -1,0 +1,204 @@
+"""How contract versions sit in a schema registry (the strategy ``docs/contracts.md`` documents).
+
+Subjects: one per tool and major version, ``<tool>-v<major>-value`` (``job_status-v1-value``).
+A major version may break its predecessor and a revision may not, so the compatibility rule
+of a subject is the rule of a major version: ``BACKWARD`` (a new registration must accept
+every value the latest one accepted), and a new major version starts a new subject.
+
+Versions: each contract version ``v<major>.<minor>`` is one registration in its major's
+subject, in order of ``minor``: the contract's schema as a JSON Schema, with the metadata
+beside it under the annotation keyword ``x-toolgate``:
+
+``minor``
+    the revision; ``contract`` the decoded ``contract.yaml`` (status, limits, projection,
+    rules, signature, ...); ``fixtures`` the digest of its fixture files; ``digest`` the
+    version's contract digest (``toolgate_contract_info{digest}``); ``dialect`` the schema's own
+    ``$schema``; ``statuses`` the status of every revision of the major version, by minor;
+    ``sequence`` the registration's place in the subject (1, 2, ...), so that registering
+    earlier statuses again is a new registration, not the old one (registries answer an
+    identical document with the version that holds it).
+
+Registries check JSON Schema compatibility with drafts 4 to 7 (Apicurio Registry cannot
+parse a 2020-12 document), so the registered ``$schema`` is draft-07 and the contract's own
+dialect travels in ``x-toolgate.dialect``: readers put it back. A status change (retiring
+``v1`` once ``v1.1`` decides) re-registers the newest revision with new ``statuses``: the
+schema of a registered revision never changes, and the newest registration's ``statuses``
+wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from toolgate._errors import ConfigError
+from toolgate.gate._contracts import Contract, ContractSpec, contract_digest
+
+__all__ = [
+    "COMPATIBILITY",
+    "KEYWORD",
+    "REGISTRY_DIALECT",
+    "Entry",
+    "entry_of",
+    "fixtures_digest",
+    "parse_subject",
+    "subject_of",
+]
+
+KEYWORD: Final = "x-toolgate"
+REGISTRY_DIALECT: Final = "http://json-schema.org/draft-07/schema#"
+COMPATIBILITY: Final = "BACKWARD"
+_SUBJECT: Final = re.compile(r"^(?P<tool>.+)-v(?P<major>[1-9][0-9]{0,5})-value$")
+
+
+def subject_of(tool: str, major: int) -> str:
+    """The subject of a tool's major version: ``<tool>-v<major>-value``."""
+    return f"{tool}-v{major}-value"
+
+
+def parse_subject(subject: str) -> tuple[str, int] | None:
+    """``(tool, major)`` of a toolgate subject, None for any other subject."""
+    match = _SUBJECT.fullmatch(subject)
+    return (match["tool"], int(match["major"])) if match else None
+
+
+def fixtures_digest(folder: Path) -> str:
+    """16 hex digits of SHA-256 over a version's fixture files (relative path and bytes)."""
+    h = hashlib.sha256()
+    base = folder / "fixtures"
+    for path in sorted(p for p in base.rglob("*.json") if p.is_file()) if base.is_dir() else ():
+        h.update(path.relative_to(base).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+class Entry(msgspec.Struct, frozen=True, kw_only=True):
+    """One contract version as the registry holds it."""
+
+    spec: ContractSpec
+    schema: dict[str, Any]  # the contract's own schema, its dialect restored
+    fixtures: str
+    digest: str
+    statuses: dict[int, str]  # minor -> status, as of this registration
+    sequence: int = 0  # the registration's place in its subject
+
+    @property
+    def key(self) -> str:
+        """``tool@v<major>[.<minor>]``, as :attr:`Contract.key`."""
+        v = f"v{self.spec.version}" if self.spec.minor == 0 else f"v{self.spec.version}.{self.spec.minor}"
+        return f"{self.spec.tool}@{v}"
+
+    @property
+    def subject(self) -> str:
+        """Its subject."""
+        return subject_of(self.spec.tool, self.spec.version)
+
+    def registered_text(self) -> str:
+        """The schema document registered for it: draft-07, the metadata under ``x-toolgate``."""
+        document = {k: v for k, v in self.schema.items() if k != "$schema"}
+        document = {"$schema": REGISTRY_DIALECT, **document}
+        document[KEYWORD] = {
+            "minor": self.spec.minor,
+            "contract": msgspec.to_builtins(self.spec),
+            "fixtures": self.fixtures,
+            "digest": self.digest,
+            "dialect": self.schema.get("$schema"),
+            "statuses": {str(m): s for m, s in sorted(self.statuses.items())},
+            "sequence": self.sequence,
+        }
+        return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+    def same_version(self, other: Entry) -> bool:
+        """The same contract version, statuses aside (what a registration may not change)."""
+        return (
+            msgspec.structs.replace(self.spec, status="active")
+            == msgspec.structs.replace(other.spec, status="active")
+            and self.schema == other.schema
+            and self.fixtures == other.fixtures
+        )
+
+
+def entry_of(contract: Contract, statuses: dict[int, str]) -> Entry:
+    """The registry entry of a loaded contract version."""
+    return Entry(
+        spec=contract.spec,
+        schema=contract.schema,
+        fixtures=fixtures_digest(contract.folder),
+        digest=contract.digest,
+        statuses=statuses,
+    )
+
+
+def parse_entry(text: str, subject: str, version: int) -> Entry | None:
+    """The entry a registered schema holds; None when it carries no ``x-toolgate`` metadata.
+
+    Raises:
+        ConfigError: metadata that does not decode, naming the subject and version.
+    """
+    where = f"schema registry subject {subject} version {version}"
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: the schema is not JSON: {exc}") from exc
+    if not isinstance(document, dict) or KEYWORD not in document:
+        return None
+    meta = document.pop(KEYWORD)
+    try:
+        decoded = msgspec.convert(meta, _Meta, strict=True)
+        spec = msgspec.convert(decoded.contract, ContractSpec, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: {KEYWORD} does not decode: {exc}") from exc
+    parsed = parse_subject(subject)
+    if parsed is None or parsed != (spec.tool, spec.version) or decoded.minor != spec.minor:
+        raise ConfigError(
+            f"{where}: holds {spec.tool} v{spec.version}.{spec.minor} (minor {decoded.minor}), "
+            f"not a version of this subject"
+        )
+    schema = {k: v for k, v in document.items() if k != "$schema"}
+    if decoded.dialect is not None:
+        schema = {"$schema": decoded.dialect, **schema}
+    try:
+        statuses = {int(m): s for m, s in decoded.statuses.items()}
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {KEYWORD}.statuses: keys must be minor numbers") from exc
+    if contract_digest(spec, schema) != decoded.digest:
+        raise ConfigError(
+            f"{where}: {spec.tool} v{spec.version}.{spec.minor} does not match the digest it was "
+            f"published with ({decoded.digest})"
+        )
+    return Entry(
+        spec=spec,
+        schema=schema,
+        fixtures=decoded.fixtures,
+        digest=decoded.digest,
+        statuses=statuses,
+        sequence=decoded.sequence,
+    )
+
+
+class _Meta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    minor: int
+    contract: dict[str, Any]
+    fixtures: str
+    digest: str
+    dialect: str | None
+    statuses: dict[str, str]
+    sequence: int = 0
+
+
+def contract_file(entry: Entry, status: str) -> bytes:
+    """``contract.yaml`` of an entry, with the status the registry's newest registration gives it."""
+    spec = msgspec.structs.replace(entry.spec, status=status)
+    return msgspec.yaml.encode(spec)
+
+
+def check_statuses(statuses: dict[int, str], where: str) -> None:
+    """Every status is one a contract may have."""
+    for minor, status in statuses.items():
+        if status not in ("active", "shadow", "retired", "draft"):
+            raise ConfigError(f"{where}: {KEYWORD}.statuses[{minor}]: unknown status {status!r}")
