@@ -500,7 +500,13 @@ async def main() -> int:
         topics=Topics.under(f"tg-bench-{tag}"),
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-    env.update(TOOLGATE_BOOTSTRAP=config.bootstrap, PYTHONPATH=str(ROOT / "worker"), **config.topics.env())
+    # The worker group too: the proxy answers GATE_TIMEOUT at once while its group has no member.
+    env.update(
+        TOOLGATE_BOOTSTRAP=config.bootstrap,
+        TOOLGATE_GROUP_ID=config.group_id,
+        PYTHONPATH=str(ROOT / "worker"),
+        **config.topics.env(),
+    )
     await ensure_topics(config)
     with tempfile.TemporaryDirectory() as folder:
         contracts = Path(folder)
