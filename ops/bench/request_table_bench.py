@@ -29,12 +29,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "worker"))
-sys.path.insert(0, str(ROOT / "ops" / "bench"))
 
-from state_bench import filled_traced, request_value  # noqa: E402
 from toolgate.gate._records import RequestRecord, decode_request  # noqa: E402
 from toolgate.service._store import RequestTable  # noqa: E402
+
+from ops.bench.state_bench import filled_traced, request_value  # noqa: E402
 
 
 class DecodedTable:

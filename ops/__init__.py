@@ -1,0 +1,1 @@
+"""Operations material: the broker scripts, benchmarks, chaos runs and deployment files."""

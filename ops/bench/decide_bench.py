@@ -1,0 +1,228 @@
+"""The worker's ``decide`` phase taken apart, outside the worker: why it costs more than the
+gate bench's ``decide_batch``.
+
+Usage::
+
+    .venv/bin/python ops/bench/decide_bench.py [--results 3000] [--repeat 5] [--no-contend]
+
+Steps, each CPU time (``process_time``) per result, median of ``--repeat`` loops over
+``--results`` results in batches of 333 (the worker bench's results per transaction):
+
+1. ``decide_batch`` on the gate bench's workload (``review_status``, 159 bytes, a dict as the
+   request lookup): the gate bench's case;
+2. the same on the worker bench's workload (``bench_listing``, about 1.2 KB, every tenth
+   rejected), then its accepted and its rejected results alone;
+3. plus what the worker's decide phase adds around ``decide_batch``: a ``Message`` built per
+   intake record, the request lookup from the packed request table (a record rebuilt per
+   lookup), and the misrouted check (the default partitioner's murmur2 of every key, in
+   Python);
+4. the last step again while another process keeps the other core busy (as the broker and
+   the load generator do during the worker bench): CPU time per operation rises when the
+   cores are shared (caches, memory bandwidth, the hypervisor).
+
+Prints figures; it is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "worker"))
+
+import msgspec  # noqa: E402
+from toolgate._config import Topics  # noqa: E402
+from toolgate.gate._batch import AcceptedView, decide_batch  # noqa: E402
+from toolgate.gate._contracts import ContractSet  # noqa: E402
+from toolgate.gate._gate import Gate  # noqa: E402
+from toolgate.gate._records import Message, Origin, RequestRecord  # noqa: E402
+from toolgate.service._kafka import partition_of  # noqa: E402
+from toolgate.service._store import RequestTable  # noqa: E402
+
+from ops.bench import gate_bench  # noqa: E402
+from ops.bench.backlog import PARTITIONS, results, write_contract  # noqa: E402
+
+BATCH = 333  # results per transaction in the worker bench's backlog runs
+TOPICS = Topics(requests="r", intake="i", agent="a", quarantine="q", audit="au")
+
+
+def per_result(loops: list[tuple[str, Callable[[], int]]], repeat: int) -> list[tuple[str, float]]:
+    """Median CPU microseconds per result of each loop (each returns how many it decided),
+    the loops interleaved: round 1 of every loop, then round 2, ... (a shared machine's
+    noise spreads alike over all of them)."""
+    for _, loop in loops:
+        loop()  # warm: caches, compiled patterns
+    spent: dict[str, list[float]] = {label: [] for label, _ in loops}
+    for _ in range(repeat):
+        for label, loop in loops:
+            started = time.process_time()
+            count = loop()
+            spent[label].append((time.process_time() - started) / count * 1e6)
+    return [(label, statistics.median(values)) for label, values in spent.items()]
+
+
+def batches(
+    gate: Gate,
+    raw: list[tuple[bytes, bytes, list[tuple[str, bytes]]]],
+    lookup: Callable[[list[bytes]], Callable[[str], Any]],
+    now: datetime,
+) -> Callable[[], int]:
+    """A loop deciding ``raw`` (key, value, headers) in batches as the worker's decide does:
+    the messages built per batch, ``lookup(keys)`` the batch's request lookup."""
+
+    def loop() -> int:
+        for start in range(0, len(raw), BATCH):
+            chunk = raw[start : start + BATCH]
+            messages = [
+                Message(key=k, value=v, headers=h, origin=Origin("i", 0, start + i))
+                for i, (k, v, h) in enumerate(chunk)
+            ]
+            decide_batch(
+                gate,
+                messages,
+                lookup([k for k, _, _ in chunk]),
+                AcceptedView(lambda _r, _a: False),
+                now,
+                topics=TOPICS,
+                max_record_bytes=1 << 20,
+            )
+        return len(raw)
+
+    return loop
+
+
+def spin(busy: Any) -> None:
+    """Keep one core busy while ``busy`` (an Event) is set: the other process of the
+    contended step; it runs until terminated."""
+    while True:
+        if not busy.wait(0.5):
+            continue
+        for _ in range(100_000):
+            pass
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--results", type=int, default=3000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-contend", action="store_true", help="skip the step with the other core busy")
+    args = parser.parse_args()
+    if args.results < BATCH or args.repeat < 1:
+        parser.error(f"--results must be at least {BATCH} and --repeat at least 1")
+    now = datetime.now(UTC)
+    loops: list[tuple[str, Callable[[], int]]] = []
+
+    small_contracts, _ = gate_bench.load_contracts()
+    small = gate_bench.small_workload(small_contracts)
+    pool = (small.accepted * (args.results // len(small.accepted) + 1))[: args.results]
+    small_raw = [(m.key or b"", m.value or b"", list(m.headers)) for m, _ in pool]
+    small_requests = {r.request_id: r for _, r in pool}
+    loops.append(
+        (
+            "gate bench's workload: review_status 159 B, dict lookup",
+            batches(Gate(small_contracts), small_raw, lambda _k: small_requests.get, now),
+        )
+    )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        gate = Gate(ContractSet.load(write_contract(Path(tmp) / "contracts")))
+    backlog = list(results("decidebench", args.results, now))
+    raw = [(r.key, r.value, r.headers) for r in backlog]
+    requests = {r.key.decode(): msgspec.json.decode(r.request, type=RequestRecord) for r in backlog}
+    size = len(backlog[0].value)
+
+    def plain(_keys: list[bytes]) -> Callable[[str], Any]:
+        return requests.get
+
+    loops.append(
+        (
+            f"worker bench's workload: bench_listing {size} B, dict lookup",
+            batches(gate, raw, plain, now),
+        )
+    )
+    accepted = [x for x, r in zip(raw, backlog, strict=True) if not r.rejected]
+    rejected = [x for x, r in zip(raw, backlog, strict=True) if r.rejected]
+    loops.append(("  its accepted results alone", batches(gate, accepted, plain, now)))
+    loops.append(
+        (
+            "  its rejected results alone (every tenth)",
+            batches(gate, rejected, plain, now),
+        )
+    )
+
+    table = RequestTable()
+    for result in backlog:
+        table.apply(result.key, result.request)
+
+    def packed(_keys: list[bytes]) -> Callable[[str], Any]:
+        return table.get
+
+    loops.append(
+        (
+            "  + the request table's lookup (record rebuilt per get)",
+            batches(gate, raw, packed, now),
+        )
+    )
+
+    def misrouted(keys: list[bytes]) -> Callable[[str], Any]:
+        # As Worker._lookup_without_misrouted: the default partitioner's partition of every key.
+        wrong = {key.decode() for key in keys if key and partition_of(key, PARTITIONS) != 0}
+        get = table.get
+        return lambda request_id: None if request_id in wrong else get(request_id)
+
+    whole = batches(gate, raw, misrouted, now)
+    loops.append(("  + the misrouted check (murmur2 per key): the worker's decide", whole))
+    keys = [k for k, _, _ in raw]
+    started = time.process_time()
+    for key in keys:
+        partition_of(key, PARTITIONS)
+    murmur = (time.process_time() - started) / len(keys) * 1e6
+    ids = [key.decode() for key in keys]
+    started = time.process_time()
+    for request_id in ids:
+        table.get(request_id)
+    unpack = (time.process_time() - started) / len(ids) * 1e6
+
+    busy = multiprocessing.Event()
+    other = multiprocessing.Process(target=spin, args=(busy,), daemon=True)
+    if not args.no_contend:
+
+        def contended() -> int:
+            busy.set()
+            time.sleep(0.05)  # the other process spinning before the loop starts
+            try:
+                return whole()
+            finally:
+                busy.clear()
+
+        loops.append(("  the same, another process busy on the other core", contended))
+        other.start()
+    try:
+        rows = per_result(loops, args.repeat)
+    finally:
+        if other.is_alive():
+            other.terminate()
+            other.join()
+
+    print(f"decide per result, CPU us (median of {args.repeat} loops of {args.results}, batches of {BATCH})")
+    for label, us in rows:
+        print(f"{label:<66}{us:>8.1f}")
+    print(f"{'partition_of (murmur2 in Python) alone, per key':<66}{murmur:>8.1f}")
+    print(f"{'the request table: get (a record rebuilt) alone, per lookup':<66}{unpack:>8.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

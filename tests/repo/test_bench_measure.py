@@ -1,0 +1,197 @@
+"""The benches' shared measurement (ops/bench/measure.py) and the worker bench's targets."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ops.bench.backlog import BASELINE, FLOOR
+from ops.bench.measure import both, interleaved, lanes, percentiles, ratio
+from ops.bench.summary import round_ratios, targets
+
+
+class TestPercentiles:
+    """Nearest rank over the sorted values, with the maximum; nothing for no values."""
+
+    def test_nearest_rank(self) -> None:
+        values = [float(v) for v in range(100, 0, -1)]
+        assert percentiles(values) == {"p50": 51.0, "p90": 91.0, "p99": 100.0, "max": 100.0}
+
+    def test_no_values_no_figures(self) -> None:
+        assert percentiles([]) == {}
+
+    def test_a_ratio_to_an_unknown_or_zero_floor_is_unknown(self) -> None:
+        assert ratio(30.0, 10.0) == 3.0
+        assert ratio(30.0, None) is None
+        assert ratio(None, 10.0) is None
+        assert ratio(30.0, 0.0) is None
+
+
+class TestLanes:
+    """The closed loop: ``concurrency`` lanes, each starting its next call when the last ended."""
+
+    async def test_lanes_bound_the_calls_in_flight(self) -> None:
+        in_flight, most = 0, 0
+
+        async def call() -> None:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            await asyncio.sleep(0)  # a yield to the other lanes, not a wait for time
+            in_flight -= 1
+
+        one = await lanes(call, 12, 1)
+        assert (len(one), most) == (12, 1)
+        most = 0
+        three = await lanes(call, 12, 3)
+        assert (len(three), most) == (12, 3)
+        assert all(ms >= 0 for ms in three)
+
+    async def test_a_call_that_gives_up_ends_its_lane_uncounted(self) -> None:
+        answers = iter([True, True, False, True])
+
+        async def call() -> bool:
+            return next(answers)
+
+        assert len(await lanes(call, 4, 1)) == 2
+
+    async def test_interleaved_halves_alternate_the_paths(self) -> None:
+        order: list[str] = []
+
+        async def first() -> None:
+            order.append("a")
+
+        async def second() -> None:
+            order.append("b")
+
+        a, b = await interleaved(first, second, 4, 1)
+        assert order == ["a", "a", "b", "b", "a", "a", "b", "b"]
+        assert (len(a), len(b)) == (4, 4)
+
+
+def _latency(one: tuple[float, float], total: tuple[float, float], others: float = 0.0) -> dict[str, Any]:
+    return {
+        "one_at_a_time": {"p50": one[0], "p90": one[1], "p99": one[1], "max": one[1]},
+        "total": {"p50": total[0], "p90": total[1], "p99": total[1], "max": total[1]},
+        "rate": 1000.0,
+        "achieved_rate": 1000.0,
+        "other_cpus": others,
+    }
+
+
+def _row(variant: str, rate: float, cpu: float) -> dict[str, Any]:
+    return {
+        "variant": variant,
+        "results_per_s": rate,
+        "min": rate,
+        "max": rate,
+        "cpu_us_per_result": cpu,
+        "other_cpus": 0.0,
+        "results_per_txn": 300.0,
+        "broker_us_per_result": None,
+        "intake_partitions": 3,
+    }
+
+
+def _verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
+    return {row["target"]: row["met"] for row in targets(result)}
+
+
+class TestTargets:
+    """The latency targets are judged against the floor of the same run, the rate against
+    the baseline checkout's; a figure the run did not measure is not run, never met."""
+
+    def test_one_at_a_time_against_the_floor(self) -> None:
+        floor = _latency((10.0, 20.0), (10.0, 20.0))
+        met = _verdicts(
+            {"rows": [], "ratios": {}, "latency": _latency((15.0, 40.0), (10, 20)), "latency_floor": floor}
+        )
+        assert met["one result at a time: p50 / the floor's"] is True
+        assert met["one result at a time: p99 / the floor's"] is True
+        over = _verdicts(
+            {"rows": [], "ratios": {}, "latency": _latency((15.1, 41.0), (10, 20)), "latency_floor": floor}
+        )
+        assert over["one result at a time: p50 / the floor's"] is False
+        assert over["one result at a time: p99 / the floor's"] is False
+
+    def test_half_rate_needs_both_the_absolute_and_the_floor_bound(self) -> None:
+        result = {
+            "rows": [],
+            "ratios": {},
+            "latency": _latency((1, 1), (20.0, 45.0)),
+            "latency_floor": _latency((1, 1), (5.0, 10.0)),
+        }
+        met = _verdicts(result)
+        assert met["half the sustained rate: p99, ms"] is True
+        assert met["half the sustained rate: p99 / the floor's p99 at that rate"] is False
+
+    def test_without_a_floor_nothing_floor_relative_is_met(self) -> None:
+        met = _verdicts(
+            {"rows": [], "ratios": {}, "latency": _latency((1, 1), (1, 1)), "latency_floor": None}
+        )
+        assert met["one result at a time: p50 / the floor's"] is None
+        assert met["half the sustained rate: p99 / the floor's p99 at that rate"] is None
+        assert met["half the sustained rate: p99, ms"] is True
+
+    def test_the_rate_and_cpu_against_main_and_the_peer(self) -> None:
+        rows = [_row("peer", 5000.0, 200.0), _row("worker", 900.0, 90.0), _row(BASELINE, 1000.0, 95.0)]
+        ratios = {
+            "worker/peer, per CPU-second": 200.0 / 90.0,
+            "worker/baseline, throughput": 0.9,
+            "worker/baseline, CPU per result": 90.0 / 95.0,
+        }
+        met = _verdicts({"rows": rows, "ratios": ratios, "latency": None, "latency_floor": None})
+        assert met["worker/peer, results per CPU-second"] is True
+        assert met["sustained rate / the baseline checkout's (side by side)"] is False
+        assert met["worker CPU per result / the baseline checkout's"] is True
+
+    def test_both_parts_or_not_run(self) -> None:
+        assert both(True, True) is True
+        assert both(True, False) is False
+        assert both(True, None) is None
+
+    def test_several_rounds_take_the_median_of_each_rounds_ratio_to_its_own_floor(self) -> None:
+        runs = []
+        # Round 2's machine was twice as slow for both: its ratio is the same as round 1's.
+        for repeat, slow, worker_p99 in ((1, 1.0, 25.0), (2, 2.0, 50.0), (3, 1.0, 40.0)):
+            runs.append({"variant": FLOOR, "repeat": repeat, **_latency((10 * slow, 10 * slow), (1, 1))})
+            runs.append({"variant": "worker", "repeat": repeat, **_latency((12 * slow, worker_p99), (1, 1))})
+        assert round_ratios(runs)["one p99"] == [2.5, 2.5, 4.0]
+        result = {
+            "rows": [],
+            "ratios": {},
+            "latency": runs[5],  # the run the report shows: any one round
+            "latency_floor": runs[4],
+            "latency_runs": runs,
+        }
+        by_name = {row["target"]: row for row in targets(result)}
+        assert by_name["one result at a time: p99 / the floor's"]["measured"] == 2.5
+        assert by_name["one result at a time: p99 / the floor's"]["met"] is False
+        assert by_name["one result at a time: p50 / the floor's"]["measured"] == 1.2
+
+
+class TestProxyBreakdown:
+    """Each proxied call's steps: the request record's acknowledgement beside the upstream call,
+    the wait for it after the upstream answered, and the call's time outside its steps."""
+
+    def test_overlap_wait_and_rest(self) -> None:
+        from ops.bench.mcp_proxy_bench import Breakdown, CallSteps
+
+        call = CallSteps(
+            {
+                "request record ack": (0.000, 0.012),  # acknowledged 2 ms after the upstream answered
+                "upstream call": (0.000, 0.010),
+                "result ack": (0.012, 0.015),
+                "answer read": (0.015, 0.030),
+                "proxied call": (0.000, 0.034),  # 4 ms outside the steps
+            }
+        )
+        breakdown = Breakdown.__new__(Breakdown)
+        breakdown.calls = [call]
+        steps = breakdown.take()
+        assert steps["ack after upstream"]["p50"] == pytest.approx(2.0)
+        assert steps["rest"]["p50"] == pytest.approx(4.0)
+        assert steps["answer read"]["p50"] == pytest.approx(15.0)
+        assert breakdown.calls == []
