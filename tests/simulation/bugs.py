@@ -22,7 +22,7 @@ class _LedgerBeforeCommit(SimPartition):
     """The batch's acceptances join the ledger before its transaction commits."""
 
     async def _commit(self, producer: Producer, batch: Batch, txn: Any) -> None:
-        self.worker.ledger.commit(txn.updates)
+        self.uses.ledger.commit(txn.updates)
         await super()._commit(producer, batch, txn)
 
 
@@ -32,9 +32,7 @@ class _NoFenceOnTakeOver(SimPartition):
 
     @property
     def transactional_id(self) -> str:
-        worker = self.worker
-        assert isinstance(worker, SimWorker)
-        return f"{super().transactional_id}.node{worker.node.index}"
+        return f"{super().transactional_id}.node{self.node.index}"
 
 
 class _DecideWhileRestoring(SimWorker):
@@ -63,8 +61,7 @@ class _AmbiguousCommitAsAborted(SimPartition):
             return
         self.open = None
         self.tombstones |= txn.tombstones
-        consumer = self.worker._consumer
-        assert consumer is not None
+        consumer = self.uses.consumer()
         first = txn.next_offset - txn.size
         consumer.seek(self.tp, first)
         self.next_offset = first
@@ -75,9 +72,8 @@ class _AnswerWithoutLedger(SimPartition):
     that has its answer gets an envelope too."""
 
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
-        worker = self.worker
-        assert isinstance(worker, SimWorker)
-        worker.world.before_decision(worker.node, self)
+        self.node.worker.world.before_decision(self.node, self)
+        uses = self.uses
         tp = self.tp
         messages = [
             Message(
@@ -89,13 +85,13 @@ class _AnswerWithoutLedger(SimPartition):
             for r in records
         ]
         return decide_batch(
-            worker.gate,
+            uses.gate(),
             messages,
-            worker._lookup_without_misrouted(tp, records, keys),
+            uses.lookup(tp, records, keys),
             AcceptedView(lambda request_id, attempt: False),
-            worker.clock(),
-            topics=worker.config.topics,
-            max_record_bytes=worker.options.max_record_bytes,
+            uses.clock(),
+            topics=uses.settings.topics,
+            max_record_bytes=uses.settings.max_record_bytes,
             keys=keys,
         )
 

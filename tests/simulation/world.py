@@ -158,6 +158,12 @@ class SimWorker(Worker):
             self.node.required[partition] = self.world.visible_state(partition)
         await super()._restore(partitions)
 
+    def _own(self, tp: TopicPartition) -> OwnedPartition:
+        owned = super()._own(tp)
+        assert isinstance(owned, SimPartition)
+        owned.node = self.node
+        return owned
+
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         await super()._revoke(partitions)
         for tp in partitions:
@@ -170,10 +176,10 @@ class SimWorker(Worker):
 class SimPartition(OwnedPartition):
     """An owned partition that checks, before each decision, what it decides on."""
 
+    node: Node  # the node whose worker owns it (set as it is made)
+
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
-        worker = self.worker
-        assert isinstance(worker, SimWorker)
-        worker.world.before_decision(worker.node, self)
+        self.node.worker.world.before_decision(self.node, self)
         return super()._decide(records, keys)
 
 

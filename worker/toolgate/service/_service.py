@@ -52,7 +52,7 @@ from toolgate.service._kafka import (
 )
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._otel_spans import DecisionTracer, tracer_from_env
-from toolgate.service._partition import OwnedPartition
+from toolgate.service._partition import Collaborators, OwnedPartition, PartitionSettings
 from toolgate.service._phases import LOOP, NO_PHASES, POLL, Phases
 from toolgate.service._startup import (
     ContractWatch,
@@ -195,6 +195,46 @@ class Worker:
         self._watch = ContractWatch.of(config)
         self._last_sweep = 0.0
         self._export_contracts(gate)
+        self._uses = self._collaborators()
+
+    def _collaborators(self) -> Collaborators:
+        """What each owned partition uses of this worker (toolgate.service._partition)."""
+        options = self.options
+
+        def consumer() -> Consumer:
+            assert self._consumer is not None
+            return self._consumer
+
+        return Collaborators(
+            settings=PartitionSettings(
+                group_id=self.config.group_id,
+                topics=self.config.topics,
+                transactional_prefix=options.transactional_prefix,
+                max_record_bytes=options.max_record_bytes,
+                producer_batch_bytes=options.producer_batch_bytes,
+                request_wait_seconds=options.request_wait_seconds,
+            ),
+            clients=self._clients,
+            consumer=consumer,
+            held=self.requests.__contains__,
+            lookup=self._lookup_without_misrouted,
+            catch_up=self._catch_up,
+            gate=lambda: self.gate,
+            ledger=self.ledger,
+            clock=lambda: self.clock(),
+            expires_of=self._expires_of,
+            outputs=self._outputs,
+            prepare=self._prepare,
+            committed=self._committed,
+            aborted=self._aborted,
+            fenced=self._fenced,
+            owns=lambda owned: self._partitions.get(owned.tp) is owned,
+            sleep=lambda seconds: self._sleep(seconds),
+            metrics=self.metrics,
+            phases=self._phases,
+            sampler=self._sampler,
+            tracer=self._tracer,
+        )
 
     def _export_contracts(self, gate: Gate) -> None:
         self.metrics.contract_info.clear()  # a reload may have retired or removed versions
@@ -721,8 +761,42 @@ class Worker:
         )
 
     def _own(self, tp: TopicPartition) -> OwnedPartition:
-        owned = self._partitions[tp] = self.partition_class(self, tp)
+        owned = self._partitions[tp] = self.partition_class(tp, self._uses)
         return owned
+
+    async def _catch_up(self, partition: int, wait_seconds: float) -> bool:
+        """The request reader has read what was written before now (or ``wait_seconds`` passed)."""
+        assert self._request_reader is not None
+        return await self._request_reader.catch_up(wait_seconds)
+
+    async def _prepare(self, producer: Producer) -> None:
+        """At a take-over: learn which output topics are co-partitioned with intake, once."""
+        if not self._copartitioned:
+            self._copartitioned = await self._copartitioned_topics(producer)
+
+    async def _outputs(
+        self,
+        producer: Producer,
+        tp: TopicPartition,
+        records: Sequence[OutRecord],
+        updates: list[StateUpdate],
+        tombstones: set[str],
+    ) -> list[Outgoing]:
+        """A transaction's records: the decisions' and the state changelog's."""
+        out = await self._outgoing(producer, tp, records) if records else []
+        return out + self._state_records(tp.partition, updates, tombstones)
+
+    def _aborted(self, tp: TopicPartition, exc: Exception) -> float:
+        """A transaction of ``tp`` failed: counted; the backoff to wait before retrying."""
+        self._count_abort(tp, exc)
+        return self._backoff
+
+    def _fenced(self, owned: OwnedPartition) -> None:
+        """``owned`` was fenced by another owner: counted, and no longer this worker's."""
+        self.stats.aborted += 1
+        self.metrics.transactions.labels("aborted").inc()
+        if self._partitions.get(owned.tp) is owned:
+            del self._partitions[owned.tp]
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         async with self._lock:
