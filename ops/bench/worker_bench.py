@@ -93,9 +93,9 @@ agent waiting on each call; its latency is send to read, on this process's clock
 
 The worker processes are this script (``--child``): a subclass of ``Worker`` that
 reports partition assignments and the first and last batch of the run around the
-Worker's own ``_assign``, ``_revoke`` and ``_process``, with a ``PhaseClock`` given
-as ``WorkerOptions.phase_clock``. ``--profile DIR`` runs each variant once more
-under cProfile (or py-spy with ``--py-spy BIN``).
+Worker's own ``_assign`` and ``_revoke`` and each owned partition's
+``decide_and_commit``, with a ``PhaseClock`` given as ``WorkerOptions.phase_clock``.
+``--profile DIR`` runs each variant once more under cProfile (or py-spy with ``--py-spy BIN``).
 
 Targets. The report ends with every target, the measured figure and met / not
 met: worker CPU per result against the baseline checkout's (<= 0.4), worker/relay
@@ -132,7 +132,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -449,7 +449,20 @@ def _child_main(spec: dict[str, Any]) -> int:
         last: tuple[float, float] = (0.0, 0.0)
         reported = False
 
-        async def _process(self, tp: TopicPartition, records: list[Any]) -> None:
+        def _own(self, tp: TopicPartition) -> Any:
+            owned = super()._own(tp)
+            worker = self
+            inner = owned.decide_and_commit
+
+            async def timed(records: list[Any]) -> None:
+                await worker._timed_batch(tp, records, inner)
+
+            owned.decide_and_commit = timed  # type: ignore[method-assign]
+            return owned
+
+        async def _timed_batch(
+            self, tp: TopicPartition, records: list[Any], process: Callable[[list[Any]], Awaitable[None]]
+        ) -> None:
             if self.first is None:
                 self.first = (time.time(), time.process_time())
                 self.spent_before = dict(spent)
@@ -464,7 +477,7 @@ def _child_main(spec: dict[str, Any]) -> int:
             ended = partition_ended.get(tp)
             if ended is not None:
                 waits["between"].append((begun - ended) * 1000)
-            await super()._process(tp, records)
+            await process(records)
             self.last = (time.time(), time.process_time())
             partition_ended[tp] = self.last[0]
             waits["batch"].append((self.last[0] - begun) * 1000)

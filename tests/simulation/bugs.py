@@ -8,6 +8,7 @@ read once per assigned partition).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
@@ -96,6 +97,45 @@ class _AnswerWithoutLedger(SimPartition):
         )
 
 
+class _TwoTransactionsAtOnce(SimPartition):
+    """Records that arrive while a transaction is in flight start a second task of the
+    partition: its next transaction begins before the previous one ended."""
+
+    def kick(self) -> None:
+        if self.task is not None and self.queue and not self.closing:
+            self.task = asyncio.get_running_loop().create_task(self._drive())
+            return
+        super().kick()
+
+
+class _QueueKeptAcrossTakeOver(SimPartition):
+    """A take-over (after a failed transaction) keeps the records queued behind the failed
+    batch: the consumer reads again from the committed offset, the records before the
+    queued ones are taken for already queued, and the next commit passes over them."""
+
+    def _drop_queue(self) -> None:
+        if self.paused:
+            self._pause(False)
+
+
+class _ReleasedWithoutWaiting(SimPartition):
+    """A revoked partition is given up at once: its task goes on deciding and committing
+    what it had queued, after the revoke returned."""
+
+    async def release(self) -> None:
+        self.next_offset = None
+
+
+class _RefetchedQueuedAgain(SimPartition):
+    """Records a fetch returns again (after a rewind) join the queue a second time."""
+
+    def offer(self, records: list[Any]) -> None:
+        if self.closing or not records:
+            return
+        self.queue.extend(records)
+        self.kick()
+
+
 def _worker(partition: type[SimPartition]) -> type[SimWorker]:
     return type(f"Worker{partition.__name__}", (SimWorker,), {"partition_class": partition})
 
@@ -108,4 +148,9 @@ BUGS: dict[str, type[SimWorker]] = {
     "stale-records-decided": _worker(_StaleRecordsDecided),
     "ambiguous-commit-as-aborted": _worker(_AmbiguousCommitAsAborted),
     "answer-without-ledger": _worker(_AnswerWithoutLedger),
+    # the pipelined loop's own
+    "two-transactions-at-once": _worker(_TwoTransactionsAtOnce),
+    "queue-kept-across-take-over": _worker(_QueueKeptAcrossTakeOver),
+    "released-without-waiting": _worker(_ReleasedWithoutWaiting),
+    "refetched-queued-again": _worker(_RefetchedQueuedAgain),
 }

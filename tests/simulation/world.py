@@ -35,9 +35,9 @@ from toolgate._config import Config
 from toolgate.gate._batch import Batch
 from toolgate.gate._gate import Gate
 from toolgate.service import _service
-from toolgate.service._kafka import partition_of
+from toolgate.service._kafka import Producer, partition_of
 from toolgate.service._metrics import Metrics
-from toolgate.service._partition import OwnedPartition
+from toolgate.service._partition import OpenTransaction, OwnedPartition
 from toolgate.service._service import Worker, WorkerOptions
 from toolgate.service._store import reading
 
@@ -165,7 +165,12 @@ class SimWorker(Worker):
         return owned
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        given_up = [p for p in (self._partitions.get(tp) for tp in partitions) if isinstance(p, SimPartition)]
+        if any(owned.task is not None for owned in given_up):
+            self.world.faults["revoke_in_flight"] += 1  # a state the pipelined loop must handle
         await super()._revoke(partitions)
+        for owned in given_up:
+            owned.released = True  # from now on it decides and commits nothing
         for tp in partitions:
             self.node.applied.pop((T.requests, tp.partition), None)
             self.node.applied.pop((T.state, tp.partition), None)
@@ -177,10 +182,46 @@ class SimPartition(OwnedPartition):
     """An owned partition that checks, before each decision, what it decides on."""
 
     node: Node  # the node whose worker owns it (set as it is made)
+    released = False  # revoked: its release returned
+    in_flight = 0  # its transactions begun and not ended
 
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
         self.node.worker.world.before_decision(self.node, self)
         return super()._decide(records, keys)
+
+    async def _start_producer(self) -> Producer:
+        producer = await super()._start_producer()
+        assert isinstance(producer, FakeProducer)
+        self.node.worker.world.txn_owner[(self.transactional_id, producer.epoch)] = self
+        return producer
+
+    async def _commit(self, producer: Producer, batch: Batch, txn: OpenTransaction) -> None:
+        self._begin_transaction()
+        try:
+            await super()._commit(producer, batch, txn)
+        finally:
+            self.in_flight -= 1
+
+    async def write_tombstones(self) -> None:
+        self._begin_transaction()
+        try:
+            await super().write_tombstones()
+        finally:
+            self.in_flight -= 1
+
+    def _pause(self, paused: bool) -> None:
+        if paused:
+            self.node.worker.world.faults["queue_full"] += 1  # paused in the consumer
+        super()._pause(paused)
+
+    def _begin_transaction(self) -> None:
+        self.in_flight += 1
+        if self.in_flight > 1 and not self.node.stale:
+            self.node.worker.world.fail(
+                "one transaction at a time per partition",
+                f"node {self.node.index} partition {self.tp.partition}: a transaction begins while "
+                "the previous one is in flight",
+            )
 
 
 SimWorker.partition_class = SimPartition
@@ -300,6 +341,8 @@ class World:
         self.acceptances: dict[str, set[int]] = collections.defaultdict(set)
         self.offsets: dict[TopicPartition, int] = {}
         self.violation: Violation | None = None
+        # (transactional id, producer epoch) -> the owned partition that started the producer
+        self.txn_owner: dict[tuple[str, int], SimPartition] = {}
 
     def halt(self) -> None:
         """The schedule is over: every node is killed, so its tasks end at their next call."""
@@ -334,7 +377,9 @@ class World:
             handle_signals=False,
             metrics_port=0,
             linger_ms=50,
-            batch_size=3,
+            # 1 to 3 records: the queue bound (twice the batch) is reached, and the partition
+            # paused and resumed, in most schedules.
+            batch_size=1 + self.choices.draw(3, 0.6, "batch size"),
             request_wait_seconds=0.5,
             restore_wait_seconds=2.0,
             connect_check_s=None,
@@ -552,6 +597,11 @@ class World:
     def before_decision(self, node: Node, owned: OwnedPartition) -> None:
         """No decision before the partition's restore reached the end offsets at its
         assignment; the ledger it decides with equals what is committed."""
+        if isinstance(owned, SimPartition) and owned.released:
+            self.fail(
+                "nothing decided or committed by a released partition",
+                f"node {node.index} decides partition {owned.tp.partition} after its revoke returned",
+            )
         if node.stale or node.state != "live":
             return
         partition = owned.tp.partition
@@ -595,6 +645,12 @@ class World:
         """No record committed by a fenced producer; committed offsets never move back."""
         if self.broker.fenced(txn.id):
             self.fail("no commit by a fenced producer", f"transaction {txn.id} of {txn.transactional_id}")
+        owner = self.txn_owner.get((txn.transactional_id, txn.epoch))
+        if owner is not None and owner.released:
+            self.fail(
+                "nothing decided or committed by a released partition",
+                f"node {owner.node.index} commits partition {owner.tp.partition} after its revoke returned",
+            )
         for tp, offset in txn.offsets.items():
             before = self.broker.group_offsets.get((GROUP, tp))
             if before is not None and offset < before:
@@ -602,7 +658,23 @@ class World:
 
     def after_commit(self, txn_id: int) -> None:
         """At most one decision per intake record, one answer per attempt and nothing after
-        it, a rejection quarantined once."""
+        it, a rejection quarantined once; a committed offset passes no undecided record."""
+        self._count_decisions(txn_id)
+        txn = self.broker.txns[txn_id]
+        for tp, offset in txn.offsets.items():
+            undecided = [
+                r.offset
+                for r in self.broker.logs[tp.topic][tp.partition][:offset]
+                if not r.control and self.decisions[f"{tp.topic}/{tp.partition}/{r.offset}"] == 0
+            ]
+            if undecided:
+                self.fail(
+                    "a committed offset passes no undecided record",
+                    f"partition {tp.partition} committed to {offset} with {undecided[:5]} undecided "
+                    f"(transaction {txn_id} of {txn.transactional_id})",
+                )
+
+    def _count_decisions(self, txn_id: int) -> None:
         for topic in (T.audit, T.quarantine):
             for part in self.broker.logs[topic]:
                 for r in part:

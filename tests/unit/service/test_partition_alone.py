@@ -51,6 +51,7 @@ class Harness:
         self.aborts: list[Exception] = []
         self.fences: list[OwnedPartition] = []
         self.catch_ups: list[int] = []
+        self.crashes: list[BaseException] = []
         self.owner: OwnedPartition | None = None
         self.uses = Collaborators(
             settings=PartitionSettings(group_id=CONFIG.group_id, topics=T, request_wait_seconds=0.01),
@@ -69,6 +70,7 @@ class Harness:
             aborted=self.aborted,
             fenced=self.fences.append,
             owns=lambda owned: owned is self.owner,
+            crashed=self.crashes.append,
             sleep=lambda seconds: asyncio.sleep(0),
             metrics=_METRICS,
             phases=NO_PHASES,

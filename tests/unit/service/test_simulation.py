@@ -35,6 +35,9 @@ class TestSchedules:
         assert failures == []
         kinds = {kind for events in FAULTS.values() for kind, _ in events}
         kinds |= {"crash", "pause", "rebalance", "slow_restore", "failing_restore"}
+        # The pipelined loop's states: a partition paused with its queue full, and one revoked
+        # while its transaction is in flight.
+        kinds |= {"queue_full", "revoke_in_flight"}
         assert {kind for kind in kinds if not faults[kind]} == set()
 
     def test_a_seed_runs_the_same_schedule_every_time(self, gate: Gate) -> None:

@@ -202,8 +202,7 @@ class TestOffsets:
         tp = TopicPartition(T.intake, partition)
         stale = world.result(0)
         worker._partitions[tp].next_offset = stale.offset + 1  # as after a seek past it
-        async with worker._lock:
-            await worker._process(tp, [stale])
+        await worker._partitions[tp].decide_and_commit([stale])
         assert worker.stats.decided == 0
         assert worker.stats.committed == 0
         worker.request_stop()
@@ -367,17 +366,19 @@ class TestStopping:
         assert world.broker.members[CONFIG.group_id] == []
 
     async def test_batch_in_hand_when_stopping_is_left_for_the_next_owner(self, world: World) -> None:
-        """A batch processed after stop was requested is not decided."""
+        """Records handed to a partition after stop was requested are not decided."""
         world.request(1)
         worker = world.worker()
         task = asyncio.create_task(worker.run())
         await until(worker.ready)
         record = world.result(1)
         worker.request_stop()
-        async with worker._lock:
-            await worker._process(TopicPartition(T.intake, record.partition), [record])
+        owned = worker._partitions[TopicPartition(T.intake, record.partition)]
+        owned.offer([record])
+        assert owned.idle
         await task
         assert worker.stats.decided == 0
+        assert world.audit() == []
 
 
 class TestRebalance:
@@ -392,9 +393,11 @@ class TestRebalance:
         for i in range(6):
             world.request(i)
             world.result(i)
-        await until(lambda: len(_lag_samples(first)) == PARTITIONS)
+        # The lag is read at each poll: 0 once the batches committed and the loop polled again.
+        await until(
+            lambda: len(_lag_samples(first)) == PARTITIONS and all(s.value == 0 for s in _lag_samples(first))
+        )
         assert {s.labels["partition"] for s in _lag_samples(first)} == {"0", "1", "2"}
-        assert all(s.value == 0 for s in _lag_samples(first))
         second = world.worker()
         second_task = asyncio.create_task(second.run())
         await until(lambda: second.ready() and first.ready() and world.broker.rebalances >= 2)

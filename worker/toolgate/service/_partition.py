@@ -23,6 +23,7 @@ assignment, the signals and health, and hands each batch to its partition.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -66,6 +67,11 @@ class PartitionSettings:
     max_record_bytes: int = 1024 * 1024
     producer_batch_bytes: int = 512 * 1024
     request_wait_seconds: float = 5.0
+    # A batch is everything queued, up to this many records.
+    batch_size: int = 500
+    # Past this many queued records the partition is paused in the consumer (no more
+    # fetched for it), and resumed once its queue is taken into a batch.
+    queue_bound: int = 1000
 
 
 @dataclass
@@ -97,6 +103,9 @@ class Collaborators:
     # The partition was fenced: the worker forgets it (and counts the abort).
     fenced: Callable[[OwnedPartition], None]
     owns: Callable[[OwnedPartition], bool]  # still the worker's partition
+    # The partition's task ended with an error that is not the cluster's (a bug): the
+    # worker raises it from its loop.
+    crashed: Callable[[BaseException], None]
     sleep: Callable[[float], Awaitable[None]]
     metrics: Metrics
     phases: Phases
@@ -140,11 +149,131 @@ class OwnedPartition:
     # the changelog; written with the next batch, or by the sweep when it is idle.
     tombstones: set[str] = field(default_factory=set)
     open: OpenTransaction | None = None
+    # Records fetched for it, waiting for the transaction in flight to end (bounded: the
+    # partition is paused in the consumer past ``queue_bound``).
+    queue: list[Any] = field(default_factory=list)
+    paused: bool = False  # paused in the consumer (its queue is full)
+    # Released (revoked, fenced or stopping): it starts no further batch.
+    closing: bool = False
+    tombstones_requested: bool = False  # write the tombstones due when idle (the sweep)
+    # The partition's one task, while it has work: it decides and commits its batches one
+    # after the other, so a transaction starts only once the previous one ended.
+    task: asyncio.Task[None] | None = None
 
     @property
     def owned(self) -> bool:
         """Still this worker's: not revoked or fenced since it was assigned."""
         return self.uses.owns(self)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and no transaction in flight."""
+        return self.task is None and not self.queue
+
+    # --- the pipeline ------------------------------------------------------------------
+
+    def offer(self, records: list[Any]) -> None:
+        """Queue records the consumer fetched for this partition and start its task if idle.
+
+        Called by the poll loop, which does not wait: the partition decides and commits
+        them in its own task while the loop polls again and other partitions decide. Only
+        records past the last one queued join (a fetch after a rewind returns some again).
+        """
+        if self.closing or not records:
+            return
+        queue = self.queue
+        if queue:
+            last = queue[-1].offset
+            if records[0].offset <= last:
+                records = [r for r in records if r.offset > last]
+        queue.extend(records)
+        if len(queue) >= self.uses.settings.queue_bound and not self.paused:
+            self._pause(True)
+        self.kick()
+
+    def kick(self) -> None:
+        """Start the partition's task when it has work and none runs (one at a time)."""
+        if self.task is None and not self.closing and self._has_work():
+            self.task = asyncio.get_running_loop().create_task(
+                self._drive(), name=f"partition:{self.tp.partition}"
+            )
+            self.task.add_done_callback(self._ended)
+
+    def request_tombstones(self) -> None:
+        """Write the tombstones due in a transaction of their own once idle (the sweep)."""
+        if self.tombstones:
+            self.tombstones_requested = True
+            self.kick()
+
+    def _has_work(self) -> bool:
+        return (
+            bool(self.queue) or self.producer is None or (self.tombstones_requested and bool(self.tombstones))
+        )
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if self.task is task:
+            self.task = None
+        if not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                self.uses.crashed(error)
+
+    async def _drive(self) -> None:
+        """Decide and commit the queued records batch after batch, each batch everything
+        queued (capped), until nothing is left: at low load a batch is one result, and
+        batches grow with the load while each transaction is in flight."""
+        try:
+            await self._batches()
+        finally:
+            # Here, not in a done callback: a record offered between this return and the
+            # callback would find a task that takes no more records, and wait.
+            if self.task is asyncio.current_task():
+                self.task = None
+
+    async def _batches(self) -> None:
+        settings = self.uses.settings
+        while not self.closing:
+            if self.producer is None:
+                # Taking it over failed earlier: again now (the queue goes: the consumer
+                # reads again from the committed offset).
+                self._drop_queue()
+                try:
+                    await self.take_over()
+                except KafkaError as exc:
+                    await self.abort(exc)
+                if self.producer is None:
+                    return  # the loop kicks it again before its next batch
+                continue
+            queue = self.queue
+            if queue:
+                cap = settings.batch_size
+                if len(queue) <= cap:
+                    batch, self.queue = queue, []
+                else:
+                    batch, self.queue = queue[:cap], queue[cap:]
+                if self.paused and len(self.queue) < settings.queue_bound:
+                    self._pause(False)
+                await self.decide_and_commit(batch)
+            elif self.tombstones_requested:
+                self.tombstones_requested = False
+                await self.write_tombstones()
+            else:
+                return
+
+    def _pause(self, paused: bool) -> None:
+        """Pause or resume fetching this partition (no longer assigned: nothing to do)."""
+        self.paused = paused
+        consumer = self.uses.consumer()
+        with contextlib.suppress(KafkaError):
+            if paused:
+                consumer.pause(self.tp)
+            else:
+                consumer.resume(self.tp)
+
+    def _drop_queue(self) -> None:
+        self.queue = []
+        if self.paused:
+            self._pause(False)
 
     # --- take-over ---------------------------------------------------------------------
 
@@ -167,6 +296,8 @@ class OwnedPartition:
             raise
         self.next_offset = committed
         self.producer = producer
+        # The consumer reads again from the committed offset: what was queued comes again.
+        self._drop_queue()
         self._settle(committed)
 
     def _settle(self, committed: int) -> None:
@@ -223,13 +354,7 @@ class OwnedPartition:
         """Decide one batch and commit it in one transaction (or take over, abort, fence)."""
         producer = self.producer
         if producer is None:
-            # Taking the partition over failed earlier: again now. On success the consumer
-            # reads from the committed offset; the records in hand are dropped either way.
-            try:
-                await self.take_over()
-            except KafkaError as exc:
-                await self.abort(exc)
-            return
+            return  # taken over again first (the partition's task); the records come again
         records = self._fresh(records)
         if not records:
             return
@@ -366,7 +491,7 @@ class OwnedPartition:
         uses = self.uses
         backoff = uses.aborted(self.tp, exc)
         await uses.sleep(backoff)  # back off before retrying a failing cluster
-        if not self.owned:
+        if not self.owned or self.closing:
             return  # no longer ours
         old, self.producer = self.producer, None
         self.next_offset = None
@@ -387,6 +512,8 @@ class OwnedPartition:
         log.warning(
             "producer fenced: partition moved to another worker", extra={"partition": self.tp.partition}
         )
+        self.closing = True
+        self.queue = []
         self.open = None
         self.uses.fenced(self)
         self.next_offset = None
@@ -397,7 +524,20 @@ class OwnedPartition:
                 await fenced.stop()
 
     async def release(self) -> None:
-        """Give the partition up (revoked or stopping): stop its producer."""
+        """Give the partition up (revoked, or the worker stopping): start no further batch,
+        wait for the transaction in flight to end (committed, or aborted: the next owner
+        decides its records again), then stop the producer.
+
+        Waiting, not cancelling: a transaction cancelled mid-commit leaves its outcome
+        unknown to this worker, and its producer stopped under it would wait forever.
+        The wait is bounded by the client's request timeouts and the request wait.
+        """
+        self.closing = True
+        self.queue = []
+        self.tombstones_requested = False
+        task = self.task
+        if task is not None and task is not asyncio.current_task():
+            await asyncio.wait([task])
         self.next_offset = None
         producer, self.producer = self.producer, None
         if producer is not None:

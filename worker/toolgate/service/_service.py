@@ -194,6 +194,7 @@ class Worker:
         self._joined = False  # the group's first assignment (possibly empty) has arrived
         self._watch = ContractWatch.of(config)
         self._last_sweep = 0.0
+        self._failure: BaseException | None = None  # a partition task's error, raised by the loop
         self._export_contracts(gate)
         self._uses = self._collaborators()
 
@@ -213,6 +214,8 @@ class Worker:
                 max_record_bytes=options.max_record_bytes,
                 producer_batch_bytes=options.producer_batch_bytes,
                 request_wait_seconds=options.request_wait_seconds,
+                batch_size=options.batch_size,
+                queue_bound=2 * options.batch_size,
             ),
             clients=self._clients,
             consumer=consumer,
@@ -229,6 +232,7 @@ class Worker:
             aborted=self._aborted,
             fenced=self._fenced,
             owns=lambda owned: self._partitions.get(owned.tp) is owned,
+            crashed=self._crashed,
             sleep=lambda seconds: self._sleep(seconds),
             metrics=self.metrics,
             phases=self._phases,
@@ -313,8 +317,11 @@ class Worker:
         )
 
     def request_stop(self) -> None:
-        """Finish the batch in hand, commit it, leave the group and return from :meth:`run`."""
+        """Finish the transactions in flight, leave the group and return from :meth:`run`;
+        records not yet in a transaction are left for the next owner."""
         self._stop.set()
+        for owned in self._partitions.values():
+            owned.closing = True
 
     def _store_full(self, cap: int) -> None:
         log.warning(
@@ -518,11 +525,20 @@ class Worker:
         )
         idle_polls = 0
         phases = self._phases
+        partitions = self._partitions
+        limit = self.options.max_messages
+        # The loop never waits for a commit: it hands each partition its records and polls
+        # again. Each partition decides and commits in its own task, one transaction after
+        # the other, while the loop polls and the other partitions decide (docs/design.md,
+        # Exactly once).
         while not self._stop.is_set():
+            if self._failure is not None:
+                raise self._failure
             if self._reload_requested or (self._watch is not None and self._watch.changed()):
                 self.reload_contracts()
-            if any(owned.producer is None for owned in self._partitions.values()):
-                await self._retake()
+            for owned in partitions.values():
+                if owned.producer is None:
+                    owned.kick()  # taken over again (its take-over failed)
             phases.enter(POLL)
             batches = await consumer.getmany(
                 timeout_ms=self.options.linger_ms, max_records=self.options.batch_size
@@ -530,35 +546,29 @@ class Worker:
             phases.enter(LOOP)
             if not batches:
                 idle_polls += 1
-                if self.options.burst and self._partitions and idle_polls >= 3 and await self._drained():
+                if self.options.burst and partitions and idle_polls >= 3 and await self._drained():
                     break
-                if self._sweep() and any(owned.tombstones for owned in self._partitions.values()):
-                    await self._write_tombstones()
+                if self._sweep():
+                    for owned in partitions.values():
+                        owned.request_tombstones()
+                self._update_lag()  # the batches in flight when records last came committed since
                 continue
             idle_polls = 0
-            async with self._lock:
-                work = [(tp, records) for tp, records in batches.items() if tp in self._partitions]
-                await asyncio.gather(*(self._process(tp, records) for tp, records in work))
+            for tp, records in batches.items():
+                taker = partitions.get(tp)
+                if taker is not None:
+                    taker.offer(records)
             self._sweep()
             self._update_lag()
-            limit = self.options.max_messages
             if limit is not None and self.stats.decided >= limit:
                 break
+        if self._failure is not None:
+            raise self._failure
 
-    async def _retake(self) -> None:
-        """Take over again the owned partitions whose take-over failed.
-
-        Their records in hand were dropped, so no batch may come to retry them: try now,
-        backing off while the cluster does not answer.
-        """
-        async with self._lock:
-            for owned in [owned for owned in self._partitions.values() if owned.producer is None]:
-                if self._stop.is_set():
-                    return
-                try:
-                    await owned.take_over()
-                except KafkaError as exc:
-                    await owned.abort(exc)
+    def _crashed(self, error: BaseException) -> None:
+        """A partition's task failed with an error that is not the cluster's: the loop raises it."""
+        if self._failure is None:
+            self._failure = error
 
     async def _drained(self) -> bool:
         """This worker owns every intake partition and has read each to its last stable offset.
@@ -567,8 +577,8 @@ class Worker:
         session times out) holds a partition, the intake is not drained for us.
         """
         assert self._consumer is not None
-        if any(owned.producer is None for owned in self._partitions.values()):
-            return False  # a partition still to take over has not been read yet
+        if any(owned.producer is None or not owned.idle for owned in self._partitions.values()):
+            return False  # a partition still to take over, or with records queued or in flight
         every = self._consumer.partitions_for_topic(self.config.topics.intake) or set()
         if {tp.partition for tp in self._consumer.assignment()} != set(every):
             return False
@@ -580,12 +590,6 @@ class Worker:
             if await self._consumer.position(tp) < stable:
                 return False
         return True
-
-    async def _process(self, tp: TopicPartition, records: list[Any]) -> None:
-        """Decide one partition's batch and commit it in one transaction."""
-        if self._stop.is_set() and self.options.max_messages is None and not self.options.burst:
-            return  # stopping: leave undecided records for the next owner
-        await self._partitions[tp].decide_and_commit(records)
 
     def _committed(self, batch: Batch, updates: list[StateUpdate], size: int, seconds: float) -> None:
         """A batch's transaction committed: its acceptances join the ledger; count it."""
@@ -620,13 +624,6 @@ class Worker:
         records: list[Outgoing] = [(topic, partition, u.key, u.value(), []) for u in updates]
         records += [(topic, partition, rid.encode(), None, []) for rid in sorted(ended)]
         return records
-
-    async def _write_tombstones(self) -> None:
-        """Write the state tombstones due in idle partitions, one transaction per partition
-        (a busy partition's go with its next batch)."""
-        async with self._lock:
-            for owned in list(self._partitions.values()):
-                await owned.write_tombstones()
 
     async def _outgoing(
         self, producer: Producer, tp: TopicPartition, records: Sequence[OutRecord]
@@ -765,9 +762,11 @@ class Worker:
         return owned
 
     async def _catch_up(self, partition: int, wait_seconds: float) -> bool:
-        """The request reader has read what was written before now (or ``wait_seconds`` passed)."""
+        """The request reader has read what was written before now to the requests partition
+        of ``partition``'s number (co-partitioned: where the requests of its results are),
+        or ``wait_seconds`` passed."""
         assert self._request_reader is not None
-        return await self._request_reader.catch_up(wait_seconds)
+        return await self._request_reader.catch_up(wait_seconds, {partition})
 
     async def _prepare(self, producer: Producer) -> None:
         """At a take-over: learn which output topics are co-partitioned with intake, once."""
@@ -800,10 +799,11 @@ class Worker:
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         async with self._lock:
+            # No longer this worker's: none starts another batch; each transaction in flight
+            # ends (committed or aborted) before the partition is given up.
+            gone_owned = [owned for owned in (self._partitions.pop(tp, None) for tp in partitions) if owned]
+            await asyncio.gather(*(owned.release() for owned in gone_owned))
             for tp in partitions:
-                owned = self._partitions.pop(tp, None)
-                if owned is not None:
-                    await owned.release()
                 label = str(tp.partition)
                 if label in self._lag_partitions:
                     self._lag_partitions.discard(label)
@@ -828,13 +828,18 @@ class Worker:
         self.metrics.ready.set(1 if self.ready() else 0)
 
     async def _shutdown(self) -> None:
+        # The transactions in flight end first (committed or aborted), then the group is left.
+        owned = list(self._partitions.values())
+        for partition in owned:
+            partition.closing = True
+        await asyncio.gather(*(p.task for p in owned if p.task is not None), return_exceptions=True)
         if self._consumer is not None:
             with contextlib.suppress(KafkaError):
                 await self._consumer.stop()  # leaves the group
             self._consumer = None
-        for owned in list(self._partitions.values()):
+        for partition in owned:
             with contextlib.suppress(KafkaError):
-                await owned.release()
+                await partition.release()
         self._partitions.clear()
         if self._request_reader is not None:
             await self._request_reader.stop()

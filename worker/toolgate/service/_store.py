@@ -609,13 +609,18 @@ class TopicReader:
         """Wait until these partitions are applied up to their end offsets read now; False on timeout."""
         return await self._reach([TopicPartition(self.topic, p) for p in sorted(partitions)], wait_seconds)
 
-    async def catch_up(self, wait_seconds: float) -> bool:
-        """Wait until everything written before now has been applied; False on timeout."""
-        return await self._reach(list(self._positions), wait_seconds)
+    async def catch_up(self, wait_seconds: float, partitions: set[int] | None = None) -> bool:
+        """Wait until everything written before now (to ``partitions`` of those read; None:
+        all) has been applied; False on timeout. Several callers may wait at once: each
+        reads the end offsets when it is called, and all are woken by the reader's progress."""
+        tps = [tp for tp in self._positions if partitions is None or tp.partition in partitions]
+        return await self._reach(tps, wait_seconds)
 
     async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
         """Wait until ``tps`` are applied up to their end offsets read now; False on timeout."""
         assert self._consumer is not None
+        if not tps:
+            return True
         targets = await self._consumer.end_offsets(tps)
 
         def reached() -> bool:
