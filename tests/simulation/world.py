@@ -80,7 +80,7 @@ FAULTS: dict[str, list[tuple[str, float]]] = {
         ("commit_timeout_done", 0.03),
         ("broker_abort", 0.02),
     ],
-    "fetch": [("fetch_error", 0.005), ("redeliver", 0.03)],
+    "fetch": [("fetch_error", 0.005), ("redeliver", 0.03), ("rewind_queued", 0.1)],
     "read": [("read_error", 0.01)],
     "committed": [("offsets_error", 0.02)],
     "end_offsets": [("end_offsets_error", 0.02)],
@@ -502,9 +502,8 @@ class World:
                     self.faults["rebalance"] += 1
                     for member in self.broker.members[GROUP]:
                         member.rebalance_pending = True
-                elif kind not in ("crash", "pause"):
+                elif kind not in ("crash", "pause") and self._inject(kind, client, node):
                     self.faults[kind] += 1
-                    self._inject(kind, client)
         latency = choices.draw(LATENCY_MS + 1, P_LATENCY, "latency")
         if latency:
             await asyncio.sleep(latency / 1000)
@@ -513,8 +512,17 @@ class World:
         if node.state != "live":  # paused or killed while the call was on its way
             await self._hook(operation, clients, client)
 
-    def _inject(self, fault: str, client: Any) -> None:
+    def _inject(self, fault: str, client: Any, node: Node) -> bool:
+        """Inject ``fault`` at ``client``'s call; False when it had nothing to act on."""
         broker = self.broker
+        if fault == "rewind_queued":
+            # A fetch that returns again records the node holds queued, not yet decided (the
+            # pipelined loop's queue): only those past the last one queued may join it.
+            assert isinstance(client, FakeConsumer)
+            queued = [p for p in node.worker._partitions.values() if p.queue and p.tp in client._positions]
+            for owned in queued:
+                client._positions[owned.tp] = owned.queue[0].offset
+            return bool(queued)
         if fault == "commit_timeout_not_done":
             broker.fail("commit", RequestTimedOutError("injected: commit timed out, not committed"))
         elif fault == "commit_timeout_done":
@@ -543,6 +551,7 @@ class World:
                 "end_offsets_error": "end_offsets",
             }[fault]
             broker.fail(operation, KafkaError(f"injected {fault}"))
+        return True
 
     async def _restore_hook(self, partitions: set[int]) -> None:
         if self.healed:

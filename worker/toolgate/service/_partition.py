@@ -192,8 +192,12 @@ class OwnedPartition:
         self.kick()
 
     def kick(self) -> None:
-        """Start the partition's task when it has work and none runs (one at a time)."""
-        if self.task is None and not self.closing and self._has_work():
+        """Start the partition's task when it has work and none runs (one at a time).
+
+        Not while it is being taken over and restored (the assignment's own take-over runs
+        then; the worker kicks it once restored): records queued meanwhile wait.
+        """
+        if self.task is None and not self.closing and not self.restoring and self._has_work():
             self.task = asyncio.get_running_loop().create_task(
                 self._drive(), name=f"partition:{self.tp.partition}"
             )
@@ -326,6 +330,9 @@ class OwnedPartition:
             acks="all",
             max_request_size=settings.max_record_bytes,
             max_batch_size=min(settings.producer_batch_bytes, settings.max_record_bytes),
+            # No wait for more records: a transaction's records are handed over together
+            # (send_records), and a batch of one result leaves at once.
+            linger_ms=0,
             transactional_id=self.transactional_id,
         )
         # start() runs init_transactions: fences the previous owner and settles its

@@ -83,7 +83,9 @@ class WorkerOptions:
     # 500 records x ~1 KB keeps one transaction well under the 1 MiB default request
     # size per partition while amortising the commit round trips.
     batch_size: int = 500
-    # Wait at most this long for a batch to fill: bounds added latency at low rates.
+    # How long an empty poll waits before the loop looks at its timers (sweep, reload, stop,
+    # burst end). No record waits for it: a poll returns as soon as one is fetched, and a
+    # partition's batch is whatever queued while its previous transaction was in flight.
     linger_ms: int = 20
     request_wait_seconds: float = 5.0
     max_requests: int | None = None  # None: from the configuration (TOOLGATE_MAX_REQUESTS)
@@ -498,6 +500,10 @@ class Worker:
     def _set_restoring(self, partitions: list[OwnedPartition], restoring: bool) -> None:
         for owned in partitions:
             owned.restoring = restoring
+            if not restoring and owned.producer is not None:
+                # What was fetched for it while it was taken over and restored (a take-over
+                # that failed is retried by the loop, before its next poll).
+                owned.kick()
         self.metrics.restoring.set(len(self._restoring))
 
     async def _consume(self) -> None:
@@ -508,6 +514,13 @@ class Worker:
             auto_offset_reset="earliest",
             session_timeout_ms=self.config.session_timeout_ms,
             heartbeat_interval_ms=max(100, self.config.session_timeout_ms // 3),
+            # A fetch is answered as soon as one record is readable (fetch_min_bytes 1), so
+            # the long poll adds nothing to a result's wait. Its bound matters where aiokafka
+            # keeps one fetch in flight per broker: a partition resumed (its queue drained)
+            # while a fetch without it is held waits for that fetch's answer. 100 ms bounds
+            # that at ten empty fetches a second when idle (the default, 500 ms, would not).
+            fetch_max_wait_ms=100,
+            fetch_min_bytes=1,
             **static_membership(self.config),
         )
         self._consumer = consumer
