@@ -351,6 +351,8 @@ class FakeConsumer:
         self._positions: dict[TopicPartition, int] = {}
         self._highwater: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()  # fetched no more until resumed
+        # A client stuck after an outage: its polls return nothing, the cluster serving or not.
+        self.wedged = False
         self.node: Any = options.get("node")
         if topics:
             self._assigned = {
@@ -400,6 +402,9 @@ class FakeConsumer:
         if self.group is not None and self.broker.own_listeners:
             await self._follow_group()
         self.broker.check("fetch" if self.group is not None else "read")
+        if self.wedged:
+            await asyncio.sleep(timeout_ms / 1000)  # the poll's own timeout, with nothing fetched
+            return {}
         out: dict[TopicPartition, list[Any]] = {}
         budget = max_records if max_records is not None else 1 << 30
         for tp in sorted(self._assigned):

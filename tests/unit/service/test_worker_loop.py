@@ -768,3 +768,61 @@ class TestAssignment:
         await task
         (group,) = [c for c in world.clients.consumers if c.group is not None]
         assert group.options["session_timeout_ms"] == CONFIG.session_timeout_ms
+
+
+class TestStallRecovery:
+    """A worker that makes no progress while the cluster answers rebuilds its Kafka clients."""
+
+    async def test_a_stuck_consumer_is_rebuilt_and_decisions_resume(
+        self, world: World, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Records pending, no transaction committed for stall_seconds (an injected clock) and
+        a fresh client's lookup answered: the worker says so once in its log and in
+        toolgate_stall_recoveries_total, rejoins with a new consumer and decides the records."""
+        caplog.set_level(logging.WARNING, logger="toolgate.worker")
+        clock = [0.0]
+        world.request(1)
+        worker = world.worker(stall_seconds=60, monotonic=lambda: clock[0])
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        (stuck,) = [c for c in world.clients.consumers if c.group is not None]
+        stuck.wedged = True
+        world.result(1)
+        polls = world.broker.calls["fetch"]
+        clock[0] = 59.0  # not yet
+        await until(lambda: world.broker.calls["fetch"] >= polls + 5)
+        assert worker.metrics.stall_recoveries._value.get() == 0
+        clock[0] = 61.0
+        await until(lambda: worker.stats.decided == 1)
+        assert worker.metrics.stall_recoveries._value.get() == 1
+        assert [c for c in world.clients.consumers if c.group is not None][-1] is not stuck
+        lines = [r.getMessage() for r in caplog.records if "no progress" in r.getMessage()]
+        assert len(lines) == 1
+        worker.request_stop()
+        await task
+        assert world.codes() == ["-"]
+
+    async def test_no_rebuild_while_the_cluster_does_not_answer_or_nothing_is_pending(
+        self, world: World
+    ) -> None:
+        """A lookup that fails (the cluster down) is no stall, and neither is a worker with no
+        record pending, however long since its last commit."""
+        clock = [0.0]
+        worker = world.worker(stall_seconds=60, monotonic=lambda: clock[0])
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        clock[0] = 100.0  # idle: nothing pending
+        probes = world.broker.calls["end_offsets"]
+        await until(lambda: world.broker.calls["end_offsets"] > probes)
+        (stuck,) = [c for c in world.clients.consumers if c.group is not None]
+        stuck.wedged = True
+        world.request(1)
+        world.result(1)
+        world.broker.fail("end_offsets", KafkaError("cluster down"), times=1000)
+        clock[0] = 200.0
+        polls = world.broker.calls["fetch"]
+        await until(lambda: world.broker.calls["fetch"] >= polls + 5)
+        assert worker.metrics.stall_recoveries._value.get() == 0
+        assert worker.stats.decided == 0
+        worker.request_stop()
+        await task

@@ -63,7 +63,14 @@ from toolgate.service._startup import (
     start_health,
     static_membership,
 )
-from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
+from toolgate.service._store import (
+    AcceptedLedger,
+    RequestTable,
+    StateUpdate,
+    TopicReader,
+    restore_partitions,
+    start_reader_consumer,
+)
 from toolgate.service._transport import CONNECT_TIMEOUT_S
 
 log = logging.getLogger("toolgate.worker")
@@ -114,6 +121,12 @@ class WorkerOptions:
     connect_check_s: float | None = CONNECT_TIMEOUT_S
     # Where the loop's CPU time goes (toolgate.service._phases.PhaseClock; the worker bench).
     phase_clock: Phases | None = None
+    # No transaction committed for this long while records are pending in the owned partitions
+    # and a fresh client's offset lookup answers: the worker's clients are stuck (seen after a
+    # broker was killed and restarted under load), so it rebuilds them and rejoins its group.
+    stall_seconds: float = 60.0
+    # The clock of the stall watchdog (tests inject one).
+    monotonic: Callable[[], float] = time.monotonic
 
 
 @dataclass
@@ -126,6 +139,10 @@ class WorkerStats:
     committed: int = 0
     aborted: int = 0
     by_code: dict[str, int] = field(default_factory=dict)
+
+
+class _Stalled(Exception):
+    """The worker made no progress while the cluster answered: rebuild the clients."""
 
 
 class Worker:
@@ -197,6 +214,10 @@ class Worker:
         self._watch = ContractWatch.of(config)
         self._last_sweep = 0.0
         self._failure: BaseException | None = None  # a partition task's error, raised by the loop
+        # The stall watchdog: when a transaction last committed (or nothing was pending), and
+        # when the cluster was last asked.
+        self._progress_at = 0.0
+        self._probed_at = 0.0
         self._export_contracts(gate)
         self._uses = self._collaborators()
 
@@ -355,7 +376,18 @@ class Worker:
             if self.options.connect_check_s is not None:
                 await self._clients.check_connection(self.options.connect_check_s)
             await self._start_readers()
-            await self._consume()
+            while True:
+                try:
+                    await self._consume()
+                    break
+                except _Stalled as stalled:
+                    self.metrics.stall_recoveries.inc()
+                    log.warning(
+                        "no progress while the cluster answers: rebuilding the Kafka clients and "
+                        "rejoining the group",
+                        extra={"stalled_s": self.options.stall_seconds, "pending": str(stalled)},
+                    )
+                    await self._rebuild()
         finally:
             await self._shutdown()
             if self.options.handle_signals:
@@ -540,6 +572,7 @@ class Worker:
         phases = self._phases
         partitions = self._partitions
         limit = self.options.max_messages
+        self._progress_at = self._probed_at = self.options.monotonic()
         # The loop never waits for a commit: it hands each partition its records and polls
         # again. Each partition decides and commits in its own task, one transaction after
         # the other, while the loop polls and the other partitions decide (docs/design.md,
@@ -547,6 +580,7 @@ class Worker:
         while not self._stop.is_set():
             if self._failure is not None:
                 raise self._failure
+            await self._check_progress()
             if self._reload_requested or (self._watch is not None and self._watch.changed()):
                 self.reload_contracts()
             for owned in partitions.values():
@@ -577,6 +611,94 @@ class Worker:
                 break
         if self._failure is not None:
             raise self._failure
+
+    async def _check_progress(self) -> None:
+        """Raise :class:`_Stalled` when no transaction committed for ``stall_seconds`` while
+        records are pending in the owned partitions and the cluster answers (asked at most
+        every quarter of the bound, by a client of its own: the worker's may be the stuck ones)."""
+        bound = self.options.stall_seconds
+        now = self.options.monotonic()
+        if now - self._progress_at < bound or now - self._probed_at < bound / 4:
+            return
+        self._probed_at = now
+        pending = await self._pending()
+        if pending is None:
+            return  # the cluster does not answer: a rebuild would change nothing
+        if not pending:
+            self._progress_at = now  # nothing to do is no stall
+            return
+        raise _Stalled(", ".join(pending))
+
+    async def _pending(self) -> list[str] | None:
+        """The owned partitions with records pending (fetched and undecided, or not fetched
+        though readable, or not taken over); None when the cluster did not answer."""
+        consumer = self._consumer
+        if consumer is None or not self._partitions:
+            return []
+        tps = sorted(self._partitions)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                probe = await start_reader_consumer(self._clients)
+                try:
+                    ends = await probe.end_offsets(tps)
+                finally:
+                    await probe.stop()
+        except (KafkaError, TimeoutError):
+            return None
+        positions: dict[TopicPartition, int] = {}
+        for tp in tps:
+            # The stuck consumer's own position may not answer either: then it is pending.
+            with contextlib.suppress(KafkaError, TimeoutError):
+                async with asyncio.timeout(1.0):
+                    positions[tp] = await consumer.position(tp)
+        pending = []
+        for tp in tps:
+            owned = self._partitions.get(tp)
+            if owned is None:
+                continue
+            position = positions.get(tp)
+            if owned.producer is None or owned.queue or position is None or position < ends[tp]:
+                pending.append(str(tp.partition))
+        return pending
+
+    async def _rebuild(self) -> None:
+        """Give every partition up (their transactions in flight ended or cancelled, each step
+        bounded: the clients may hang), stop the consumer and the request reader, and start the
+        readers again; :meth:`_consume` then joins the group with a new consumer."""
+        bound = CONNECT_TIMEOUT_S
+        owned = list(self._partitions.values())
+        for partition in owned:
+            partition.closing = True
+        tasks = [p.task for p in owned if p.task is not None]
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=bound)
+            for task in stuck:
+                task.cancel()  # the next owner's producer fences what it left open
+            if stuck:
+                await asyncio.wait(stuck, timeout=bound)
+        with contextlib.suppress(KafkaError, TimeoutError):
+            async with asyncio.timeout(bound):
+                await self._revoke(set(self._partitions))
+        self._partitions.clear()
+        for partition in owned:
+            producer, partition.producer = partition.producer, None
+            if producer is not None:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(bound):
+                        await producer.stop()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(bound):
+                    await consumer.stop()
+        reader, self._request_reader = self._request_reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(bound):
+                    await reader.stop()
+        self.requests.drop_partitions({tp.partition for tp in (p.tp for p in owned)}, self._intake_count)
+        self.ledger.drop_partitions({p.tp.partition for p in owned}, self._intake_count)
+        await self._start_readers()
 
     def _crashed(self, error: BaseException) -> None:
         """A partition's task failed with an error that is not the cluster's: the loop raises it."""
@@ -610,6 +732,7 @@ class Worker:
         self.metrics.transactions.labels("committed").inc()
         self.metrics.batch_size.observe(size)
         self.stats.committed += 1
+        self._progress_at = self.options.monotonic()
         self._backoff = 0.0
         if self._txn_failing:
             self._txn_failing = False
