@@ -192,6 +192,41 @@ def replay(path: Path, gate: Any) -> int:
     return 1 if v else 0
 
 
+def first_failures(
+    pool: Any, bugs: Sequence[str], seeds: list[int], jobs: int
+) -> dict[str, tuple[int, str, str] | None]:
+    """Per planted bug, its first failing schedule among ``seeds`` (seed, invariant, detail)."""
+    found: dict[str, tuple[int, str, str] | None] = {}
+    for bug in bugs:
+        hit: tuple[int, str, str] | None = None
+        for rows in pool.imap(_run_seeds, [(chunk, bug, True) for chunk in _chunks(seeds, jobs)]):
+            row = next((row for row in rows if row[1] is not None), None)
+            if row is not None and (hit is None or row[0] < hit[0]):
+                hit = (row[0], str(row[1]), row[2])
+        found[bug] = hit
+    return found
+
+
+def bug_table(first: int, schedules: int, jobs: int) -> int:
+    """Print, per planted bug, the schedules to its first failure from ``first``."""
+    from tests.simulation.bugs import BUGS
+
+    seeds = list(range(first, first + schedules))
+    started = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(jobs, initializer=_init) as pool:
+        found = first_failures(pool, list(BUGS), seeds, jobs)
+    print(f"planted bugs, schedules from SEED={first} to the first failure (at most {schedules}):")
+    print(f"{'bug':<30} {'schedules':>9}  first failing seed: invariant")
+    for bug, hit in found.items():
+        if hit is None:
+            print(f"{bug:<30} {'>' + str(schedules):>9}  NOT FOUND")
+        else:
+            print(f"{bug:<30} {hit[0] - first + 1:>9}  SEED={hit[0]}: {hit[1]}")
+    missed = sum(hit is None for hit in found.values())
+    print(f"{len(found) - missed} of {len(found)} found in {time.perf_counter() - started:.1f} s")
+    return 1 if missed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.simulation",
@@ -214,6 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--bug",
         help="run the schedules with one planted bug (tests/simulation/bugs.py) to see a failure reported",
     )
+    parser.add_argument(
+        "--bug-table",
+        action="store_true",
+        help="only hunt the planted bugs: per bug, the schedules from --seed to its first failure "
+        "(at most --schedules)",
+    )
     parser.add_argument("--shrink-seconds", type=float, default=30.0, help="time to shrink each failure")
     args = parser.parse_args(argv)
     if args.schedules < 1 or args.jobs < 1:
@@ -227,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--bug: no planted bug {args.bug!r} (one of: {', '.join(BUGS)})")
         args.bugs = False
     _init()
+    if args.bug_table:
+        return bug_table(args.seed, args.schedules, args.jobs)
     seeds = list(range(args.seed, args.seed + args.schedules))
     started = time.perf_counter()
     faults: collections.Counter[str] = collections.Counter()
@@ -255,14 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.bugs:
             from tests.simulation.bugs import BUGS
 
-            for bug in BUGS:
-                found = None
-                for rows in pool.imap(
-                    _run_seeds, [(chunk, bug, True) for chunk in _chunks(seeds[:BUG_BOUND], args.jobs)]
-                ):
-                    hit = next((row for row in rows if row[1] is not None), None)
-                    if hit is not None and (found is None or hit[0] < found[0]):
-                        found = hit
+            hits = first_failures(pool, list(BUGS), seeds[:BUG_BOUND], args.jobs)
+            for bug, found in hits.items():
                 if found is None:
                     missed += 1
                     print(

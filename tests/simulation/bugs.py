@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, RequestTimedOutError
 from toolgate.gate._batch import AcceptedView, Batch, decide_batch
 from toolgate.gate._records import Message, Origin
-from toolgate.service._kafka import Producer
+from toolgate.service._kafka import Producer, TopicPartition
+from toolgate.service._store import AcceptedLedger, TopicReader
 
 from tests.simulation.world import SimPartition, SimWorker
 
@@ -73,7 +74,7 @@ class _AnswerWithoutLedger(SimPartition):
     that has its answer gets an envelope too."""
 
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
-        self.node.worker.world.before_decision(self.node, self)
+        self.node.worker.world.before_decision(self.node, self, records, keys)
         uses = self.uses
         tp = self.tp
         messages = [
@@ -136,6 +137,94 @@ class _RefetchedQueuedAgain(SimPartition):
         self.kick()
 
 
+class _AttemptBlindLedger(AcceptedLedger):
+    """The accepted ledger answers "this attempt has an answer" for any attempt of a
+    request that has an accepted one: the attempt number is ignored."""
+
+    def __call__(self, request_id: str, attempt: int) -> bool:
+        return request_id in self._live
+
+
+class _LedgerIgnoresAttempt(SimWorker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ledger.__class__ = _AttemptBlindLedger
+
+
+class _CaughtUpOneEarly(TopicReader):
+    """The request reader's "caught up" test is off by one: a partition counts as read up
+    to its end offset when its position is one short of it."""
+
+    async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
+        assert self._offsets is not None
+        if not tps:
+            return True
+        targets = await self._offsets.end_offsets(tps)
+
+        def reached() -> bool:
+            return all(self._positions.get(tp, 0) >= end - 1 for tp, end in targets.items())
+
+        async with self._progress:
+            try:
+                await asyncio.wait_for(self._progress.wait_for(reached), wait_seconds)
+            except TimeoutError:
+                return False
+        return True
+
+
+class _CatchUpOffByOne(SimWorker):
+    reader_class = _CaughtUpOneEarly
+
+
+class _OffsetBeforeFence(SimPartition):
+    """The take-over reads the committed offset before its producer's start fences the
+    previous owner: a commit of that owner landing in between is not seen, and its batch
+    is decided again."""
+
+    async def take_over(self) -> None:
+        self.producer = None
+        self.next_offset = None
+        consumer = self.uses.consumer()
+        committed = await consumer.committed(self.tp)
+        if committed is None:
+            committed = (await consumer.beginning_offsets([self.tp]))[self.tp]
+        producer = await self._start_producer()
+        await self.uses.prepare(producer)
+        consumer.seek(self.tp, committed)
+        self.next_offset = committed
+        self.producer = producer
+        self._drop_queue()
+        self._settle(committed)
+
+
+class _SettleOffByOne(SimPartition):
+    """A commit whose answer was lost counts as committed only when the committed offset
+    is past its batch's next offset: one that just reached it is settled as aborted, and
+    its acceptances never join the ledger."""
+
+    def _settle(self, committed: int) -> None:
+        super()._settle(committed - 1)
+
+
+class _GivesUpAfterOutage(SimPartition):
+    """After failing to take partitions over for 15 s on end (a long outage), the worker
+    stops trying: its clients are taken for dead and never rebuilt."""
+
+    async def take_over(self) -> None:
+        worker = self.node.worker
+        world = worker.world
+        failing_since = getattr(worker, "failing_since", None)
+        if failing_since is not None and world.loop.time() - failing_since > 15.0:
+            raise KafkaConnectionError("gave up: the cluster was unreachable for too long")
+        try:
+            await super().take_over()
+        except KafkaError:
+            if failing_since is None:
+                worker.failing_since = world.loop.time()  # type: ignore[attr-defined]
+            raise
+        worker.failing_since = None  # type: ignore[attr-defined]
+
+
 def _worker(partition: type[SimPartition]) -> type[SimWorker]:
     return type(f"Worker{partition.__name__}", (SimWorker,), {"partition_class": partition})
 
@@ -153,4 +242,9 @@ BUGS: dict[str, type[SimWorker]] = {
     "queue-kept-across-take-over": _worker(_QueueKeptAcrossTakeOver),
     "released-without-waiting": _worker(_ReleasedWithoutWaiting),
     "refetched-queued-again": _worker(_RefetchedQueuedAgain),
+    "ledger-ignores-attempt": _LedgerIgnoresAttempt,
+    "catch-up-off-by-one": _CatchUpOffByOne,
+    "offset-before-fence": _worker(_OffsetBeforeFence),
+    "settle-off-by-one": _worker(_SettleOffByOne),
+    "gives-up-after-outage": _worker(_GivesUpAfterOutage),
 }

@@ -30,7 +30,7 @@ from unittest import mock
 
 import msgspec
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, RequestTimedOutError
 from toolgate._config import Config
 from toolgate.gate._batch import Batch
 from toolgate.gate._gate import Gate
@@ -39,10 +39,11 @@ from toolgate.service._kafka import Producer, partition_of
 from toolgate.service._metrics import Metrics
 from toolgate.service._partition import OpenTransaction, OwnedPartition
 from toolgate.service._service import Worker, WorkerOptions
-from toolgate.service._store import reading
+from toolgate.service._store import TopicReader, reading
 
 from tests.fakes.kafka import FakeBroker, FakeClients, FakeConsumer, FakeProducer
 from tests.simulation.loop import Choices, SimLoop, Stuck
+from tests.simulation.oracle import Oracle, catching_up
 from tests.unit.builders import NOW, message, review_request, review_value
 
 CONFIG = Config()
@@ -96,13 +97,87 @@ FAULT_PHASE_S = 4.0  # faults are drawn during this much virtual time; then the 
 SETTLE_S = 120.0  # after healing, every record must be decided within this much virtual time
 
 
-_NODE = [("crash", P_CRASH), ("pause", P_PAUSE), ("rebalance", P_REBALANCE)]
-# operation -> (event names, their probabilities) drawn at each call of it (before its effect)
-_EVENTS = {
-    op: (tuple(k for k, _ in _NODE + faults), tuple(p for _, p in _NODE + faults))
-    for op, faults in FAULTS.items()
-}
-_NODE_EVENTS = (tuple(k for k, _ in _NODE), tuple(p for _, p in _NODE))
+P_OUTAGE = 0.0002  # the broker refuses every call for minutes, then serves (once at most)
+OUTAGE_S = (20.0, 180.0)  # how long an outage lasts, virtual seconds
+REQUEST_TIMEOUT_S = 5.0  # a call the refusing broker fails takes this long to fail
+TRANSACTION_TIMEOUT_S = 60.0  # an outage longer than this aborts the open transactions
+RESUME_S = 30.0  # after healing, while records are undecided, some decision comes this often
+# Calls that raise when the broker refuses them; the others (fetches, positions, seeks,
+# metadata) wait until it serves again, as the client library's do.
+REFUSED = {"init", "begin", "send", "send_offsets", "commit", "abort", "committed", "end_offsets", "read"}
+CLOSING = {"producer_stop", "consumer_stop"}  # closing a client needs no broker: goes through
+
+_NODE = [("crash", P_CRASH), ("pause", P_PAUSE), ("rebalance", P_REBALANCE), ("outage", P_OUTAGE)]
+
+Events = tuple[tuple[str, ...], tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a schedule aims at. Most schedules draw every fault at a low rate anywhere
+    (``mixed``); the others reach rare states on purpose, raising the faults at one
+    boundary of the exactly-once scheme (targeted fault injection):
+
+    - ``take-over``: rebalances, pauses and crashes at the commit, at the offsets sent to
+      the transaction and at the producer's start (a take-over racing a commit), commits
+      timing out done or not;
+    - ``restore``: slow and failing restores, failing reads and end offsets, rebalances
+      at any call (a partition moving while its state is read);
+    - ``requests-race``: each result written just after its request record, most
+      requests retried (a second attempt written just before its result): the request
+      reader's catch-up and the accepted ledger's attempts at their boundary;
+    - ``outage``: the broker refuses every call for 20 s to 3 min, then serves.
+    """
+
+    name: str
+    boost: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> fault -> probability
+    traffic: str = "mixed"
+    outage: bool = False
+    slow_restore: float = 0.15
+    failing_restore: float = 0.1
+
+    def events(self) -> dict[str, Events]:
+        """operation -> (event names, their probabilities) drawn at each call of it."""
+        out: dict[str, Events] = {}
+        for op in set(FAULTS) | set(self.boost) | {""}:
+            drawn = dict(_NODE + FAULTS.get(op, []))
+            drawn.update(self.boost.get("*", {}))
+            drawn.update(self.boost.get(op, {}))
+            out[op] = (tuple(drawn), tuple(drawn.values()))
+        return out
+
+
+_AT_BOUNDARY = {"rebalance": 0.08, "pause": 0.04, "crash": 0.03}
+PROFILES: tuple[Profile, ...] = (
+    Profile("mixed"),
+    Profile(
+        "take-over",
+        boost={
+            "commit": {**_AT_BOUNDARY, "commit_timeout_done": 0.08, "broker_abort": 0.04},
+            "send_offsets": _AT_BOUNDARY,
+            "init": {**_AT_BOUNDARY, "init_error": 0.08},
+            "committed": {"rebalance": 0.05, "pause": 0.03},
+        },
+    ),
+    Profile("mixed"),
+    Profile(
+        "restore",
+        boost={
+            "*": {"rebalance": 0.02},
+            "read": {"read_error": 0.05},
+            "end_offsets": {"end_offsets_error": 0.05},
+        },
+        slow_restore=0.4,
+        failing_restore=0.3,
+    ),
+    Profile("requests-race", traffic="races"),
+    Profile("outage", boost={"commit": {"outage": 0.3}, "send": {"outage": 0.1}}, outage=True),
+)
+
+
+def profile_of(seed: int) -> Profile:
+    """The seed's profile: consecutive seeds go round :data:`PROFILES`."""
+    return PROFILES[seed % len(PROFILES)]
 
 
 @dataclass
@@ -119,6 +194,9 @@ class Node:
     applied: dict[tuple[str, int], set[int]] = field(default_factory=lambda: collections.defaultdict(set))
     # (topic, partition) -> committed offsets visible at its assignment's restore
     required: dict[int, dict[str, set[int]]] = field(default_factory=dict)
+    # intake partition -> requests offsets below this it must have applied (its restore's
+    # end offsets, its last catch-up that said it caught up): the oracle's floor
+    must: dict[int, int] = field(default_factory=dict)
 
     def group_consumer(self) -> FakeConsumer | None:
         for consumer in self.clients.consumers:
@@ -153,6 +231,21 @@ class SimWorker(Worker):
             self.node.applied[(where[0], where[1])].add(where[2])
         super()._apply_state(key, value)
 
+    # A planted bug's request reader (tests/simulation/bugs.py); None: the worker's own.
+    reader_class: type[TopicReader] | None = None
+
+    async def _start_readers(self) -> None:
+        await super()._start_readers()
+        reader = self._request_reader
+        assert reader is not None
+        if self.reader_class is not None:
+            reader.__class__ = self.reader_class
+        catching_up(reader, self.world.oracle.request_ends, self._caught_up)
+
+    def _caught_up(self, ends: dict[int, int]) -> None:
+        for partition, end in ends.items():
+            self.node.must[partition] = max(self.node.must.get(partition, 0), end)
+
     async def _restore(self, partitions: set[int]) -> None:
         for partition in partitions:
             self.node.required[partition] = self.world.visible_state(partition)
@@ -175,6 +268,7 @@ class SimWorker(Worker):
             self.node.applied.pop((T.requests, tp.partition), None)
             self.node.applied.pop((T.state, tp.partition), None)
             self.node.required.pop(tp.partition, None)
+            self.node.must.pop(tp.partition, None)
         self.node.stale = False
 
 
@@ -186,7 +280,7 @@ class SimPartition(OwnedPartition):
     in_flight = 0  # its transactions begun and not ended
 
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
-        self.node.worker.world.before_decision(self.node, self)
+        self.node.worker.world.before_decision(self.node, self, records, keys)
         return super()._decide(records, keys)
 
     async def _start_producer(self) -> Producer:
@@ -265,10 +359,24 @@ class Traffic:
     events: list[tuple[float, str, int, int]]  # (virtual time, kind, request index, attempt)
 
 
-def traffic(seed: int, requests: int = 6) -> Traffic:
-    """Requests and their results with late, duplicated, tombstoned and reordered records."""
+def traffic(seed: int, requests: int = 6, kind: str = "mixed") -> Traffic:
+    """Requests and their results with late, duplicated, tombstoned and reordered records;
+    ``races``: each result just after its request record, most requests retried."""
     rnd = random.Random(seed ^ 0x5EED)
     events: list[tuple[float, str, int, int]] = []
+    if kind == "races":
+        for i in range(requests):
+            t = rnd.uniform(0.0, 2.0)
+            events.append((t, "request", i, 1))
+            events.append((t, "result", i, 1))  # written just after its request (same instant)
+            if rnd.random() < 0.3:
+                events.append((t + rnd.uniform(0.0, 0.3), "result", i, 1))
+            if rnd.random() < 0.7:
+                second = t + rnd.uniform(0.0, 1.0)
+                events.append((second, "request", i, 2))
+                events.append((second, "result", i, 2))
+        events.sort(key=lambda e: e[0])
+        return Traffic(events)
     for i in range(requests):
         t = rnd.uniform(0.0, 2.0)
         late = rnd.random() < 0.15  # the request record after its result
@@ -328,7 +436,13 @@ class World:
         broker.hook = self._hook
         broker.own_listeners = True
         self.nodes: list[Node] = []
+        self.profile = profile_of(seed)
+        self.events = self.profile.events()
         self.faults: collections.Counter[str] = collections.Counter()
+        self.outage_until = 0.0  # the broker refuses every call until then (virtual time)
+        self.outages = 0
+        self.served: asyncio.Future[None] | None = None  # set when an outage ends
+        self.healed_at = 0.0
         self.healed = False
         self.crashes = 0
         self.pauses = 0
@@ -343,6 +457,14 @@ class World:
         self.violation: Violation | None = None
         # (transactional id, producer epoch) -> the owned partition that started the producer
         self.txn_owner: dict[tuple[str, int], SimPartition] = {}
+        self.oracle = Oracle(broker, gate, T, WorkerOptions().max_record_bytes)
+        self.txn_node: dict[int, int] = {}  # transaction -> the node whose producer committed it
+        self.successes: collections.Counter[tuple[str, int]] = collections.Counter()
+        self.outcome_of: dict[str, str] = {}  # intake origin -> its committed decision's outcome
+        self.excused = 0  # fresh attempts left unanswered by a bounded wait (check_progress)
+        # intake origin -> (kind, request index, write sequence); requests records' sequences
+        self.written: dict[str, tuple[str, int, int]] = {}
+        self.requests_written: dict[tuple[int, int], int] = {}  # (partition, offset) -> sequence
 
     def halt(self) -> None:
         """The schedule is over: every node is killed, so its tasks end at their next call."""
@@ -478,14 +600,20 @@ class World:
 
     async def _hook(self, operation: str, clients: Any, client: Any) -> None:
         node = self.nodes[clients.node_index]
+        if operation == "commit" and isinstance(client, FakeProducer) and client.txn is not None:
+            self.txn_node[client.txn] = node.index
         while node.state == "paused":
             assert node.resume is not None
             await asyncio.shield(node.resume)
         if node.state == "crashed":
             raise Crashed()
+        if self.served is not None and not self.served.done() and operation not in CLOSING:
+            await self._refused(operation)
+            await self._hook(operation, clients, client)
+            return
         choices = self.choices
         if not self.healed:
-            events = _EVENTS.get(operation, _NODE_EVENTS)
+            events = self.events.get(operation) or self.events[""]
             event = choices.pick(
                 events[1], lambda i: f"{events[0][i - 1]} at {operation} of node {node.index}"
             )
@@ -498,11 +626,14 @@ class World:
                     self._pause(node)
                     await self._hook(operation, clients, client)
                     return
-                if kind == "rebalance":
+                if kind == "outage":
+                    if not self.outages:
+                        self._outage()
+                elif kind == "rebalance":
                     self.faults["rebalance"] += 1
                     for member in self.broker.members[GROUP]:
                         member.rebalance_pending = True
-                elif kind not in ("crash", "pause") and self._inject(kind, client, node):
+                elif kind not in ("crash", "pause", "outage") and self._inject(kind, client, node):
                     self.faults[kind] += 1
         latency = choices.draw(LATENCY_MS + 1, P_LATENCY, "latency")
         if latency:
@@ -511,6 +642,42 @@ class World:
             await asyncio.sleep(0)
         if node.state != "live":  # paused or killed while the call was on its way
             await self._hook(operation, clients, client)
+
+    def _outage(self) -> None:
+        """The broker refuses every call for 20 s to 3 min, then serves again: its group
+        coordinator comes back with every member to rejoin, and an outage longer than the
+        transaction timeout aborts the transactions left open."""
+        self.outages += 1
+        self.faults["outage"] += 1
+        low, high = OUTAGE_S
+        seconds = low + (high - low) * self.choices.draw(101, 1.0, "outage for") / 100
+        self.outage_until = self.loop.time() + seconds
+        served = self.served = self.loop.create_future()
+
+        def serve() -> None:
+            served.set_result(None)
+            if seconds > TRANSACTION_TIMEOUT_S:
+                for transactional_id in list(self.broker.open_txn):
+                    self.broker.expire(transactional_id)
+            for member in self.broker.members[GROUP]:
+                member.rebalance_pending = True
+            self.broker.changed()
+
+        self.loop.call_later(seconds, serve)
+
+    async def _refused(self, operation: str) -> None:
+        """A call while the broker refuses: one that fails on a refused connection fails
+        after the request timeout; any other waits until the broker serves again."""
+        served = self.served
+        assert served is not None
+        if operation in CLOSING:
+            return
+        if operation in REFUSED:
+            await asyncio.wait([served], timeout=REQUEST_TIMEOUT_S)
+            if not served.done():
+                raise KafkaConnectionError("injected: the broker refuses connections")
+            return
+        await asyncio.shield(served)
 
     def _inject(self, fault: str, client: Any, node: Node) -> bool:
         """Inject ``fault`` at ``client``'s call; False when it had nothing to act on."""
@@ -556,11 +723,11 @@ class World:
     async def _restore_hook(self, partitions: set[int]) -> None:
         if self.healed:
             return
-        slow = self.choices.draw(30, 0.15, "slow restore")
+        slow = self.choices.draw(30, self.profile.slow_restore, "slow restore")
         if slow:
             self.faults["slow_restore"] += 1
             await asyncio.sleep(slow * 0.1)
-        if self.choices.chance(0.1, "failing restore"):
+        if self.choices.chance(self.profile.failing_restore, "failing restore"):
             self.faults["failing_restore"] += 1
             raise KafkaError("injected: restore failed")
 
@@ -573,19 +740,23 @@ class World:
             if delay > 0:
                 await asyncio.sleep(delay)
             key = rid(i).encode()
+            sequence = len(self.written) + len(self.requests_written)
             if kind == "request":
                 attempt_of[i] = max(attempt_of.get(i, 1), attempt)
                 record = review_request(request_id=rid(i), attempt=attempt, max_attempts=3)
-                self.broker.append(T.requests, msgspec.json.encode(record), key=key)
+                written = self.broker.append(T.requests, msgspec.json.encode(record), key=key)
+                self.requests_written[(written.partition, written.offset)] = sequence
             elif kind == "tombstone":
-                self.broker.append(T.requests, None, key=key)
+                written = self.broker.append(T.requests, None, key=key)
+                self.requests_written[(written.partition, written.offset)] = sequence
             else:
                 data = {"decision": "rejected"} if kind == "bad" else {}
                 value = dict(review_value(**data), request_id=rid(i))
                 if kind == "bad":
                     value["data"]["reviewed_by"] = 7  # the schema refuses it
                 msg = message(value, key=key, tg_request_id=rid(i))
-                self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+                written = self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+                self.written[f"{T.intake}/{written.partition}/{written.offset}"] = (kind, i, sequence)
 
     # --- invariants ------------------------------------------------------------------
 
@@ -603,17 +774,27 @@ class World:
             (r.key or b"").decode() for part in self.broker.logs[T.requests] for r in part if r.value is None
         }
 
-    def before_decision(self, node: Node, owned: OwnedPartition) -> None:
+    def before_decision(self, node: Node, owned: OwnedPartition, records: list[Any], keys: list[str]) -> None:
         """No decision before the partition's restore reached the end offsets at its
-        assignment; the ledger it decides with equals what is committed."""
+        assignment; the ledger it decides with equals what is committed. The oracle
+        notes the requests the node must decide ``records`` with."""
         if isinstance(owned, SimPartition) and owned.released:
             self.fail(
                 "nothing decided or committed by a released partition",
                 f"node {node.index} decides partition {owned.tp.partition} after its revoke returned",
             )
+        partition = owned.tp.partition
+        owed = node.required.get(partition, {}).get(T.requests, set())
+        self.oracle.capture(
+            node.index,
+            owned.tp,
+            records,
+            keys,
+            node.applied.get((T.requests, partition), set()) | owed,
+            node.must.get(partition, 0),
+        )
         if node.stale or node.state != "live":
             return
-        partition = owned.tp.partition
         if owned.restoring:
             self.fail(
                 "restore before decisions", f"node {node.index} decides partition {partition} while restoring"
@@ -667,7 +848,22 @@ class World:
 
     def after_commit(self, txn_id: int) -> None:
         """At most one decision per intake record, one answer per attempt and nothing after
-        it, a rejection quarantined once; a committed offset passes no undecided record."""
+        it, a rejection quarantined once; a committed offset passes no undecided record;
+        every decision the gate's verdict (the oracle)."""
+        decisions = [
+            json.loads(r.value or b"{}")
+            for part in self.broker.logs[T.audit]
+            for r in part
+            if r.txn == txn_id and not r.control
+        ]
+        decisions = [e for e in decisions if e.get("kind") == "decision"]
+        acceptances = self.acceptances
+        self.oracle.verdicts(
+            self.txn_node.get(txn_id),
+            decisions,
+            lambda request_id, attempt: attempt in acceptances.get(request_id, ()),
+            self.fail,
+        )
         self._count_decisions(txn_id)
         txn = self.broker.txns[txn_id]
         for tp, offset in txn.offsets.items():
@@ -699,6 +895,7 @@ class World:
                     if event.get("kind") != "decision":
                         continue
                     origin = event["origin"]
+                    self.outcome_of[origin] = event["outcome"]
                     self.decisions[origin] += 1
                     if self.decisions[origin] > 1:
                         self.fail("every intake record has exactly one decision", f"{origin} decided twice")
@@ -715,6 +912,7 @@ class World:
                             "after its answer",
                         )
                     if event["outcome"] != "rejected":
+                        self.successes[answer] += 1
                         self.answered.add(answer)
                         self.acceptances[rid_].add(attempt)
 
@@ -755,22 +953,85 @@ class World:
                     f"{request_id}: changelog {latest.get(request_id)} but accepted attempts "
                     f"{sorted(attempts)}",
                 )
+        self.check_progress()
+
+    def check_progress(self) -> None:
+        """At the end of a healed schedule: every attempt with a valid, fresh result (a
+        result written after its request's last record, which is that attempt's and no
+        tombstone) is answered exactly once with a success; every result the schema
+        refuses has its rejection; every success answers a valid result.
+
+        An attempt is excused only when the oracle sanctioned each fresh result's
+        rejection by what the deciding node could see: its wait for the request timed
+        out (unknown request), or its reader had not yet applied the request's last
+        record while it held an earlier one (the reader is read ahead of, not waited
+        for, when the request is known).
+        """
+        for origin, (kind, _, _) in self.written.items():
+            outcome = self.outcome_of.get(origin)
+            if kind == "bad" and outcome != "rejected":
+                self.fail("every invalid result has its rejection", f"{origin}: {outcome}")
+            if kind != "result" and outcome not in (None, "rejected"):
+                self.fail("a success answers a valid result", f"{origin} ({kind}): {outcome}")
+        for p, log in enumerate(self.broker.logs[T.requests]):
+            last: dict[bytes, Any] = {}
+            for record in log:
+                if record.key is not None:
+                    last[record.key] = record
+            for key, record in last.items():
+                if record.value is None:
+                    continue  # the request ended
+                request_id = key.decode()
+                attempt = int(json.loads(record.value)["attempt"])
+                since = self.requests_written[(p, record.offset)]
+                fresh = [
+                    origin
+                    for origin, (kind, i, sequence) in self.written.items()
+                    if kind == "result" and rid(i) == request_id and sequence > since
+                ]
+                if not fresh or self.successes[(request_id, attempt)] == 1:
+                    continue
+                if self.successes[(request_id, attempt)] == 0 and all(
+                    self.oracle.sanctioned(origin, attempt) for origin in fresh
+                ):
+                    self.excused += 1
+                    continue
+                self.fail(
+                    "every valid, fresh result's attempt is answered once",
+                    f"{request_id} attempt {attempt}: {self.successes[(request_id, attempt)]} successes; "
+                    f"its fresh results {', '.join(f'{o} {self.outcome_of.get(o)}' for o in fresh[:4])}",
+                )
 
     # --- one schedule ------------------------------------------------------------------
 
     async def main(self) -> None:
         for _ in range(NODES):
             self.start_node()
-        writer = asyncio.ensure_future(self.write_traffic(traffic(self.seed)))
+        writer = asyncio.ensure_future(self.write_traffic(traffic(self.seed, kind=self.profile.traffic)))
+        if self.profile.outage:  # at a commit or a send (drawn there), else at the end of the faults
+            self.loop.call_later(FAULT_PHASE_S - 0.1, lambda: None if self.outages else self._outage())
         await self._wait(FAULT_PHASE_S)
         await writer
+        while self.served is not None and not self.served.done():
+            await self._wait(1.0)
         self.healed = True
+        self.healed_at = self.loop.time()
         for node in self.nodes:
             if node.state == "paused":
                 self._resume(node)
         deadline = self.loop.time() + SETTLE_S
+        decided, last = sum(self.decisions.values()), self.loop.time()
         while self.undecided() and self.loop.time() < deadline:
             await self._wait(0.05)
+            if sum(self.decisions.values()) != decided:
+                decided, last = sum(self.decisions.values()), self.loop.time()
+            elif self.loop.time() - last >= RESUME_S:
+                self.fail(
+                    "decisions go on after healing",
+                    f"{len(self.undecided())} records undecided and no decision for {RESUME_S:g} s "
+                    f"(the last {last - self.healed_at:.1f} s after healing)"
+                    + (" after a broker outage" if self.outages else ""),
+                )
         for task in self.restarts:
             await task
         for node in self.nodes:
@@ -814,6 +1075,8 @@ class Outcome:
     choices: Choices
     faults: collections.Counter[str]
     virtual_seconds: float
+    checked: int = 0  # committed decisions the oracle compared with the gate's verdict
+    excused: int = 0  # fresh attempts left unanswered by a bounded wait (World.check_progress)
 
 
 @contextlib.contextmanager
@@ -861,4 +1124,4 @@ def run_schedule(
     if violation is None and loop.errors:
         error = loop.errors[0]
         violation = Violation("no task fails unseen", repr(error)[:300])
-    return Outcome(seed, violation, choices, world.faults, loop.now)
+    return Outcome(seed, violation, choices, world.faults, loop.now, world.oracle.checked, world.excused)
