@@ -812,6 +812,16 @@ class World:
                     f"node {node.index} decides partition {partition} before applying {topic} offsets "
                     f"{sorted(missing)[:5]} (below the end offsets at its assignment)",
                 )
+        producer = owned.producer
+        if (
+            isinstance(producer, FakeProducer)
+            and producer.transactional_id is not None
+            and self.broker.epochs.get(producer.transactional_id) != producer.epoch
+        ):
+            # Fenced since its take-over (a resumed zombie's late take-over fenced it): it
+            # cannot commit what it decides, and what it holds may be behind the commits of
+            # the producer that fenced it.
+            return
         ended = self._ended()
         count = PARTITIONS
         held = {
