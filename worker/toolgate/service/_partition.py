@@ -14,11 +14,18 @@ the transaction in flight. Its operations are the four the exactly-once scheme h
   partition over again (the committed offset says what the failed commit did);
 - :meth:`fence`: another owner's producer took the transactional id: stop deciding.
 
+The poll loop does not wait for them: it hands the partition the records fetched for it
+(:meth:`OwnedPartition.offer`), and the partition's one task (while it has work) takes
+everything queued as a batch, decides and commits it, and takes the next, so its
+transactions run one after the other while the loop polls and other partitions decide.
+Past ``queue_bound`` records the partition is paused in the consumer; :meth:`release`
+(revoked, stopping) starts no further batch and waits for the transaction in flight.
+
 It sees the worker only through :class:`Collaborators`: a request lookup and the
 request reader's catch-up, the decision's inputs (gate, accepted ledger, clock), an
 output builder, and listeners for a commit, an abort and a fence. It imports nothing
 of the worker (``toolgate.service._service``), which keeps the poll loop, the
-assignment, the signals and health, and hands each batch to its partition.
+assignment, the signals and health.
 """
 
 from __future__ import annotations
