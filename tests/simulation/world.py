@@ -199,7 +199,8 @@ class Node:
     must: dict[int, int] = field(default_factory=dict)
 
     def group_consumer(self) -> FakeConsumer | None:
-        for consumer in self.clients.consumers:
+        """Its group consumer: the latest (a worker that rebuilt its clients has a new one)."""
+        for consumer in reversed(self.clients.consumers):
             if isinstance(consumer, FakeConsumer) and consumer.group is not None:
                 return consumer
         return None
@@ -250,6 +251,10 @@ class SimWorker(Worker):
         for partition in partitions:
             self.node.required[partition] = self.world.visible_state(partition)
         await super()._restore(partitions)
+
+    async def _rebuild(self) -> None:
+        self.world.faults["stall_recovery"] += 1  # the stall watchdog rebuilt the clients
+        await super()._rebuild()
 
     def _own(self, tp: TopicPartition) -> OwnedPartition:
         owned = super()._own(tp)
@@ -506,6 +511,8 @@ class World:
             restore_wait_seconds=2.0,
             connect_check_s=None,
             restore_hook=self._restore_hook,
+            # The sweep's and the stall watchdog's clock: virtual time, as every other wait.
+            monotonic=self.loop.time,
         )
         loop = self.loop
         worker = self.worker_class(

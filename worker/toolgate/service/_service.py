@@ -125,7 +125,7 @@ class WorkerOptions:
     # and a fresh client's offset lookup answers: the worker's clients are stuck (seen after a
     # broker was killed and restarted under load), so it rebuilds them and rejoins its group.
     stall_seconds: float = 60.0
-    # The clock of the stall watchdog (tests inject one).
+    # The clock of the sweep and the stall watchdog (tests inject one).
     monotonic: Callable[[], float] = time.monotonic
 
 
@@ -821,7 +821,7 @@ class Worker:
     def _sweep(self) -> bool:
         """Evict expired requests and end their accepted attempts (tombstones due); True
         when it ran (every ``sweep_seconds``)."""
-        mono = time.monotonic()
+        mono = self.options.monotonic()
         if mono - self._last_sweep < self.options.sweep_seconds:
             self.metrics.outstanding.set(len(self.requests))
             return False
@@ -937,7 +937,7 @@ class Worker:
         async with self._lock:
             # No longer this worker's: none starts another batch; each transaction in flight
             # ends (committed or aborted) before the partition is given up.
-            gone_owned = [owned for owned in (self._partitions.pop(tp, None) for tp in partitions) if owned]
+            gone_owned = [o for o in (self._partitions.pop(tp, None) for tp in sorted(partitions)) if o]
             await asyncio.gather(*(owned.release() for owned in gone_owned))
             for tp in partitions:
                 label = str(tp.partition)
