@@ -3,7 +3,8 @@
 Runs as ``worker_bench.py --child SPEC`` (a JSON object: the configuration, the variant,
 the contracts folder, an optional cProfile path). A subclass of ``Worker`` reports
 partition assignments and the first and last batch of the run around the Worker's own
-``_assign``, ``_revoke`` and ``_process``, with a ``PhaseClock`` given as
+``_assign`` and ``_revoke`` and each owned partition's ``decide_and_commit``, with a
+``PhaseClock`` given as
 ``WorkerOptions.phase_clock`` (the loop thread's CPU time by phase) and the garbage
 collector's pauses; it talks JSON lines on stdout and takes ``go N`` / ``stop`` on stdin.
 
@@ -24,6 +25,7 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -115,7 +117,20 @@ def child_main(spec: dict[str, Any]) -> int:
         last: tuple[float, float] = (0.0, 0.0)
         reported = False
 
-        async def _process(self, tp: TopicPartition, records: list[Any]) -> None:
+        def _own(self, tp: TopicPartition) -> Any:
+            owned = super()._own(tp)
+            worker = self
+            inner = owned.decide_and_commit
+
+            async def timed(records: list[Any]) -> None:
+                await worker._timed_batch(tp, records, inner)
+
+            owned.decide_and_commit = timed  # type: ignore[method-assign]
+            return owned
+
+        async def _timed_batch(
+            self, tp: TopicPartition, records: list[Any], process: Callable[[list[Any]], Awaitable[None]]
+        ) -> None:
             if self.first is None:
                 self.first = (time.time(), time.process_time())
                 self.spent_before = dict(spent)
@@ -131,7 +146,7 @@ def child_main(spec: dict[str, Any]) -> int:
             ended = partition_ended.get(tp)
             if ended is not None:
                 waits["between"].append((begun - ended) * 1000)
-            await super()._process(tp, records)
+            await process(records)
             self.last = (time.time(), time.process_time())
             partition_ended[tp] = self.last[0]
             waits["batch"].append((self.last[0] - begun) * 1000)

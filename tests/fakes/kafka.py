@@ -304,6 +304,7 @@ class FakeBroker:
             plan[i % max(len(members), 1)].add(tp)
         for i, member in enumerate(members):
             member._assigned = plan.get(i, set())
+            member.paused.clear()
             for tp in member._assigned:
                 member._positions.pop(tp, None)
             if member.listener is not None:
@@ -349,6 +350,9 @@ class FakeConsumer:
         self._assigned: set[TopicPartition] = set()
         self._positions: dict[TopicPartition, int] = {}
         self._highwater: dict[TopicPartition, int] = {}
+        self.paused: set[TopicPartition] = set()  # fetched no more until resumed
+        # A client stuck after an outage: its polls return nothing, the cluster serving or not.
+        self.wedged = False
         self.node: Any = options.get("node")
         if topics:
             self._assigned = {
@@ -398,10 +402,13 @@ class FakeConsumer:
         if self.group is not None and self.broker.own_listeners:
             await self._follow_group()
         self.broker.check("fetch" if self.group is not None else "read")
+        if self.wedged:
+            await asyncio.sleep(timeout_ms / 1000)  # the poll's own timeout, with nothing fetched
+            return {}
         out: dict[TopicPartition, list[Any]] = {}
         budget = max_records if max_records is not None else 1 << 30
         for tp in sorted(self._assigned):
-            if tp.topic in self.broker.stalled or budget <= 0:
+            if tp.topic in self.broker.stalled or budget <= 0 or tp in self.paused:
                 continue
             entries = self.broker.logs[tp.topic][tp.partition]
             end = self.broker.stable_end(tp) if self.isolation == "read_committed" else len(entries)
@@ -432,6 +439,7 @@ class FakeConsumer:
             self.broker.sync_group(self.group, self.subscribed)
         if self.next_assignment is not None:
             self._assigned, self.next_assignment = self.next_assignment, None
+            self.paused.clear()
             for tp in self._assigned:
                 self._positions.pop(tp, None)
             if self.listener is not None:
@@ -490,6 +498,19 @@ class FakeConsumer:
         if partition not in self._assigned:
             raise IllegalStateError(f"{partition} is not assigned")
         self._positions[partition] = offset
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            if tp not in self._assigned:
+                raise IllegalStateError(f"{tp} is not assigned")
+            self.paused.add(tp)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            if tp not in self._assigned:
+                raise IllegalStateError(f"{tp} is not assigned")
+            self.paused.discard(tp)
+        self.broker.changed()  # a poll waiting for records returns what was held back
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         await self.broker.io("seek", self.node, self)

@@ -173,3 +173,92 @@ class TestRooms:
         assert tests, f"tests/unit/{room} has no tests"
         for path in tests:
             assert f"toolgate.{room}" in path.read_text(encoding="utf-8"), path.name
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the modules of ``sources`` it imports (``sources``: module -> (source, is
+    package)); every import statement counts, in functions and ``if TYPE_CHECKING`` too."""
+    known = set(sources)
+    return {
+        module: {name for name in imported_modules(source, module, is_package=is_package) if name in known}
+        - {module}
+        for module, (source, is_package) in sources.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def package_sources() -> dict[str, tuple[str, bool]]:
+    return {
+        _module_name(path): (path.read_text(encoding="utf-8"), path.name == "__init__.py")
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+
+
+class TestNoImportCycle:
+    """No module of worker/toolgate imports, even lazily or for type checking only, a module
+    that imports it back: each can be read and tested from the bottom up."""
+
+    def test_the_package_has_no_import_cycle(self) -> None:
+        """The module-level import graph of worker/toolgate has no cycle."""
+        assert cycles(import_graph(package_sources())) == []
+
+    def test_a_cycle_through_type_checking_and_a_function_is_found(self) -> None:
+        """A made-up cycle, one edge under ``if TYPE_CHECKING`` and one inside a function,
+        is reported; without the edge back it is not."""
+        sources = {
+            "toolgate.service._a": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._b import B\n",
+                False,
+            ),
+            "toolgate.service._b": ("def f():\n    from toolgate.service import _c\n", False),
+            "toolgate.service._c": ("import toolgate.service._a\n", False),
+        }
+        assert cycles(import_graph(sources)) == [
+            ["toolgate.service._a", "toolgate.service._b", "toolgate.service._c"]
+        ]
+        sources["toolgate.service._c"] = ("import json\n", False)
+        assert cycles(import_graph(sources)) == []
+
+    def test_the_partition_and_the_worker_are_not_a_cycle(self) -> None:
+        """Put back, the partition's import of the worker under TYPE_CHECKING makes a cycle."""
+        sources = package_sources()
+        source, is_package = sources["toolgate.service._partition"]
+        sources["toolgate.service._partition"] = (
+            source + "\nif TYPE_CHECKING:\n    from toolgate.service._service import Worker\n",
+            is_package,
+        )
+        assert ["toolgate.service._partition", "toolgate.service._service"] in cycles(import_graph(sources))

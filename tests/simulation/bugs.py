@@ -24,7 +24,7 @@ class _LedgerBeforeCommit(SimPartition):
     """The batch's acceptances join the ledger before its transaction commits."""
 
     async def _commit(self, producer: Producer, batch: Batch, txn: Any) -> None:
-        self.worker.ledger.commit(txn.updates)
+        self.uses.ledger.commit(txn.updates)
         await super()._commit(producer, batch, txn)
 
 
@@ -34,9 +34,7 @@ class _NoFenceOnTakeOver(SimPartition):
 
     @property
     def transactional_id(self) -> str:
-        worker = self.worker
-        assert isinstance(worker, SimWorker)
-        return f"{super().transactional_id}.node{worker.node.index}"
+        return f"{super().transactional_id}.node{self.node.index}"
 
 
 class _DecideWhileRestoring(SimWorker):
@@ -65,8 +63,7 @@ class _AmbiguousCommitAsAborted(SimPartition):
             return
         self.open = None
         self.tombstones |= txn.tombstones
-        consumer = self.worker._consumer
-        assert consumer is not None
+        consumer = self.uses.consumer()
         first = txn.next_offset - txn.size
         consumer.seek(self.tp, first)
         self.next_offset = first
@@ -77,9 +74,8 @@ class _AnswerWithoutLedger(SimPartition):
     that has its answer gets an envelope too."""
 
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
-        worker = self.worker
-        assert isinstance(worker, SimWorker)
-        worker.world.before_decision(worker.node, self, records, keys)
+        self.node.worker.world.before_decision(self.node, self, records, keys)
+        uses = self.uses
         tp = self.tp
         messages = [
             Message(
@@ -91,15 +87,54 @@ class _AnswerWithoutLedger(SimPartition):
             for r in records
         ]
         return decide_batch(
-            worker.gate,
+            uses.gate(),
             messages,
-            worker._lookup_without_misrouted(tp, records, keys),
+            uses.lookup(tp, records, keys),
             AcceptedView(lambda request_id, attempt: False),
-            worker.clock(),
-            topics=worker.config.topics,
-            max_record_bytes=worker.options.max_record_bytes,
+            uses.clock(),
+            topics=uses.settings.topics,
+            max_record_bytes=uses.settings.max_record_bytes,
             keys=keys,
         )
+
+
+class _TwoTransactionsAtOnce(SimPartition):
+    """Records that arrive while a transaction is in flight start a second task of the
+    partition: its next transaction begins before the previous one ended."""
+
+    def kick(self) -> None:
+        if self.task is not None and self.queue and not self.closing:
+            self.task = asyncio.get_running_loop().create_task(self._drive())
+            return
+        super().kick()
+
+
+class _QueueKeptAcrossTakeOver(SimPartition):
+    """A take-over (after a failed transaction) keeps the records queued behind the failed
+    batch: the consumer reads again from the committed offset, the records before the
+    queued ones are taken for already queued, and the next commit passes over them."""
+
+    def _drop_queue(self) -> None:
+        if self.paused:
+            self._pause(False)
+
+
+class _ReleasedWithoutWaiting(SimPartition):
+    """A revoked partition is given up at once: its task goes on deciding and committing
+    what it had queued, after the revoke returned."""
+
+    async def release(self) -> None:
+        self.next_offset = None
+
+
+class _RefetchedQueuedAgain(SimPartition):
+    """Records a fetch returns again (after a rewind) join the queue a second time."""
+
+    def offer(self, records: list[Any]) -> None:
+        if self.closing or not records:
+            return
+        self.queue.extend(records)
+        self.kick()
 
 
 class _AttemptBlindLedger(AcceptedLedger):
@@ -121,8 +156,10 @@ class _CaughtUpOneEarly(TopicReader):
     to its end offset when its position is one short of it."""
 
     async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
-        assert self._consumer is not None
-        targets = await self._consumer.end_offsets(tps)
+        assert self._offsets is not None
+        if not tps:
+            return True
+        targets = await self._offsets.end_offsets(tps)
 
         def reached() -> bool:
             return all(self._positions.get(tp, 0) >= end - 1 for tp, end in targets.items())
@@ -147,18 +184,16 @@ class _OffsetBeforeFence(SimPartition):
     async def take_over(self) -> None:
         self.producer = None
         self.next_offset = None
-        worker = self.worker
-        consumer = worker._consumer
-        assert consumer is not None
+        consumer = self.uses.consumer()
         committed = await consumer.committed(self.tp)
         if committed is None:
             committed = (await consumer.beginning_offsets([self.tp]))[self.tp]
         producer = await self._start_producer()
-        if not worker._copartitioned:
-            worker._copartitioned = await worker._copartitioned_topics(producer)
+        await self.uses.prepare(producer)
         consumer.seek(self.tp, committed)
         self.next_offset = committed
         self.producer = producer
+        self._drop_queue()
         self._settle(committed)
 
 
@@ -176,8 +211,7 @@ class _GivesUpAfterOutage(SimPartition):
     stops trying: its clients are taken for dead and never rebuilt."""
 
     async def take_over(self) -> None:
-        worker = self.worker
-        assert isinstance(worker, SimWorker)
+        worker = self.node.worker
         world = worker.world
         failing_since = getattr(worker, "failing_since", None)
         if failing_since is not None and world.loop.time() - failing_since > 15.0:
@@ -203,6 +237,11 @@ BUGS: dict[str, type[SimWorker]] = {
     "stale-records-decided": _worker(_StaleRecordsDecided),
     "ambiguous-commit-as-aborted": _worker(_AmbiguousCommitAsAborted),
     "answer-without-ledger": _worker(_AnswerWithoutLedger),
+    # the pipelined loop's own
+    "two-transactions-at-once": _worker(_TwoTransactionsAtOnce),
+    "queue-kept-across-take-over": _worker(_QueueKeptAcrossTakeOver),
+    "released-without-waiting": _worker(_ReleasedWithoutWaiting),
+    "refetched-queued-again": _worker(_RefetchedQueuedAgain),
     "ledger-ignores-attempt": _LedgerIgnoresAttempt,
     "catch-up-off-by-one": _CatchUpOffByOne,
     "offset-before-fence": _worker(_OffsetBeforeFence),

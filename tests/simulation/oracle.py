@@ -178,10 +178,11 @@ def catching_up(
     end offsets at its call is owed (``reached``); when it times out, the task notes it."""
     original = reader.catch_up
 
-    async def catch_up(wait_seconds: float) -> bool:
-        before = ends()
+    async def catch_up(wait_seconds: float, partitions: set[int] | None = None) -> bool:
+        # A catch-up of some partitions (a batch waits for its own) owes only theirs.
+        before = {p: end for p, end in ends().items() if partitions is None or p in partitions}
         try:
-            done: bool = await original(wait_seconds)
+            done: bool = await original(wait_seconds, partitions)
         except KafkaError:
             raise
         if done:

@@ -35,9 +35,9 @@ from toolgate._config import Config
 from toolgate.gate._batch import Batch
 from toolgate.gate._gate import Gate
 from toolgate.service import _service
-from toolgate.service._kafka import partition_of
+from toolgate.service._kafka import Producer, partition_of
 from toolgate.service._metrics import Metrics
-from toolgate.service._partition import OwnedPartition
+from toolgate.service._partition import OpenTransaction, OwnedPartition
 from toolgate.service._service import Worker, WorkerOptions
 from toolgate.service._store import TopicReader, reading
 
@@ -81,7 +81,7 @@ FAULTS: dict[str, list[tuple[str, float]]] = {
         ("commit_timeout_done", 0.03),
         ("broker_abort", 0.02),
     ],
-    "fetch": [("fetch_error", 0.005), ("redeliver", 0.03)],
+    "fetch": [("fetch_error", 0.005), ("redeliver", 0.03), ("rewind_queued", 0.1)],
     "read": [("read_error", 0.01)],
     "committed": [("offsets_error", 0.02)],
     "end_offsets": [("end_offsets_error", 0.02)],
@@ -219,7 +219,8 @@ class Node:
     must: dict[int, int] = field(default_factory=dict)
 
     def group_consumer(self) -> FakeConsumer | None:
-        for consumer in self.clients.consumers:
+        """Its group consumer: the latest (a worker that rebuilt its clients has a new one)."""
+        for consumer in reversed(self.clients.consumers):
             if isinstance(consumer, FakeConsumer) and consumer.group is not None:
                 return consumer
         return None
@@ -271,8 +272,23 @@ class SimWorker(Worker):
             self.node.required[partition] = self.world.visible_state(partition)
         await super()._restore(partitions)
 
+    async def _rebuild(self) -> None:
+        self.world.faults["stall_recovery"] += 1  # the stall watchdog rebuilt the clients
+        await super()._rebuild()
+
+    def _own(self, tp: TopicPartition) -> OwnedPartition:
+        owned = super()._own(tp)
+        assert isinstance(owned, SimPartition)
+        owned.node = self.node
+        return owned
+
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        given_up = [p for p in (self._partitions.get(tp) for tp in partitions) if isinstance(p, SimPartition)]
+        if any(owned.task is not None for owned in given_up):
+            self.world.faults["revoke_in_flight"] += 1  # a state the pipelined loop must handle
         await super()._revoke(partitions)
+        for owned in given_up:
+            owned.released = True  # from now on it decides and commits nothing
         for tp in partitions:
             self.node.applied.pop((T.requests, tp.partition), None)
             self.node.applied.pop((T.state, tp.partition), None)
@@ -284,11 +300,47 @@ class SimWorker(Worker):
 class SimPartition(OwnedPartition):
     """An owned partition that checks, before each decision, what it decides on."""
 
+    node: Node  # the node whose worker owns it (set as it is made)
+    released = False  # revoked: its release returned
+    in_flight = 0  # its transactions begun and not ended
+
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
-        worker = self.worker
-        assert isinstance(worker, SimWorker)
-        worker.world.before_decision(worker.node, self, records, keys)
+        self.node.worker.world.before_decision(self.node, self, records, keys)
         return super()._decide(records, keys)
+
+    async def _start_producer(self) -> Producer:
+        producer = await super()._start_producer()
+        assert isinstance(producer, FakeProducer)
+        self.node.worker.world.txn_owner[(self.transactional_id, producer.epoch)] = self
+        return producer
+
+    async def _commit(self, producer: Producer, batch: Batch, txn: OpenTransaction) -> None:
+        self._begin_transaction()
+        try:
+            await super()._commit(producer, batch, txn)
+        finally:
+            self.in_flight -= 1
+
+    async def write_tombstones(self) -> None:
+        self._begin_transaction()
+        try:
+            await super().write_tombstones()
+        finally:
+            self.in_flight -= 1
+
+    def _pause(self, paused: bool) -> None:
+        if paused:
+            self.node.worker.world.faults["queue_full"] += 1  # paused in the consumer
+        super()._pause(paused)
+
+    def _begin_transaction(self) -> None:
+        self.in_flight += 1
+        if self.in_flight > 1 and not self.node.stale:
+            self.node.worker.world.fail(
+                "one transaction at a time per partition",
+                f"node {self.node.index} partition {self.tp.partition}: a transaction begins while "
+                "the previous one is in flight",
+            )
 
 
 SimWorker.partition_class = SimPartition
@@ -428,6 +480,8 @@ class World:
         self.acceptances: dict[str, set[int]] = collections.defaultdict(set)
         self.offsets: dict[TopicPartition, int] = {}
         self.violation: Violation | None = None
+        # (transactional id, producer epoch) -> the owned partition that started the producer
+        self.txn_owner: dict[tuple[str, int], SimPartition] = {}
         self.oracle = Oracle(broker, gate, T, WorkerOptions().max_record_bytes)
         self.txn_node: dict[int, int] = {}  # transaction -> the node whose producer committed it
         self.successes: collections.Counter[tuple[str, int]] = collections.Counter()
@@ -470,11 +524,15 @@ class World:
             handle_signals=False,
             metrics_port=0,
             linger_ms=50,
-            batch_size=3,
+            # 1 to 3 records: the queue bound (twice the batch) is reached, and the partition
+            # paused and resumed, in most schedules.
+            batch_size=1 + self.choices.draw(3, 0.6, "batch size"),
             request_wait_seconds=0.5,
             restore_wait_seconds=2.0,
             connect_check_s=None,
             restore_hook=self._restore_hook,
+            # The sweep's and the stall watchdog's clock: virtual time, as every other wait.
+            monotonic=self.loop.time,
         )
         loop = self.loop
         worker = self.worker_class(
@@ -617,9 +675,8 @@ class World:
                     self.faults["rebalance"] += 1
                     for member in self.broker.members[GROUP]:
                         member.rebalance_pending = True
-                elif kind not in ("crash", "pause", "outage"):
+                elif kind not in ("crash", "pause", "outage") and self._inject(kind, client, node):
                     self.faults[kind] += 1
-                    self._inject(kind, client)
         p_latency, top = self.profile.latency.get(operation, (P_LATENCY, LATENCY_MS))
         latency = choices.draw(top + 1, p_latency, "latency")
         if latency:
@@ -686,8 +743,17 @@ class World:
             return
         await asyncio.shield(served)
 
-    def _inject(self, fault: str, client: Any) -> None:
+    def _inject(self, fault: str, client: Any, node: Node) -> bool:
+        """Inject ``fault`` at ``client``'s call; False when it had nothing to act on."""
         broker = self.broker
+        if fault == "rewind_queued":
+            # A fetch that returns again records the node holds queued, not yet decided (the
+            # pipelined loop's queue): only those past the last one queued may join it.
+            assert isinstance(client, FakeConsumer)
+            queued = [p for p in node.worker._partitions.values() if p.queue and p.tp in client._positions]
+            for owned in queued:
+                client._positions[owned.tp] = owned.queue[0].offset
+            return bool(queued)
         if fault == "commit_timeout_not_done":
             broker.fail("commit", RequestTimedOutError("injected: commit timed out, not committed"))
         elif fault == "commit_timeout_done":
@@ -716,6 +782,7 @@ class World:
                 "end_offsets_error": "end_offsets",
             }[fault]
             broker.fail(operation, KafkaError(f"injected {fault}"))
+        return True
 
     async def _restore_hook(self, partitions: set[int]) -> None:
         if self.healed:
@@ -775,6 +842,11 @@ class World:
         """No decision before the partition's restore reached the end offsets at its
         assignment; the ledger it decides with equals what is committed. The oracle
         notes the requests the node must decide ``records`` with."""
+        if isinstance(owned, SimPartition) and owned.released:
+            self.fail(
+                "nothing decided or committed by a released partition",
+                f"node {node.index} decides partition {owned.tp.partition} after its revoke returned",
+            )
         partition = owned.tp.partition
         owed = node.required.get(partition, {}).get(T.requests, set())
         self.oracle.capture(
@@ -804,6 +876,16 @@ class World:
                     f"node {node.index} decides partition {partition} before applying {topic} offsets "
                     f"{sorted(missing)[:5]} (below the end offsets at its assignment)",
                 )
+        producer = owned.producer
+        if (
+            isinstance(producer, FakeProducer)
+            and producer.transactional_id is not None
+            and self.broker.epochs.get(producer.transactional_id) != producer.epoch
+        ):
+            # Fenced since its take-over (a resumed zombie's late take-over fenced it): it
+            # cannot commit what it decides, and what it holds may be behind the commits of
+            # the producer that fenced it.
+            return
         ended = self._ended()
         count = PARTITIONS
         held = {
@@ -835,6 +917,12 @@ class World:
         """No record committed by a fenced producer; committed offsets never move back."""
         if self.broker.fenced(txn.id):
             self.fail("no commit by a fenced producer", f"transaction {txn.id} of {txn.transactional_id}")
+        owner = self.txn_owner.get((txn.transactional_id, txn.epoch))
+        if owner is not None and owner.released:
+            self.fail(
+                "nothing decided or committed by a released partition",
+                f"node {owner.node.index} commits partition {owner.tp.partition} after its revoke returned",
+            )
         for tp, offset in txn.offsets.items():
             before = self.broker.group_offsets.get((GROUP, tp))
             if before is not None and offset < before:
@@ -842,7 +930,8 @@ class World:
 
     def after_commit(self, txn_id: int) -> None:
         """At most one decision per intake record, one answer per attempt and nothing after
-        it, a rejection quarantined once; every decision the gate's verdict (the oracle)."""
+        it, a rejection quarantined once; a committed offset passes no undecided record;
+        every decision the gate's verdict (the oracle)."""
         decisions = [
             json.loads(r.value or b"{}")
             for part in self.broker.logs[T.audit]
@@ -857,6 +946,22 @@ class World:
             lambda request_id, attempt: attempt in acceptances.get(request_id, ()),
             self.fail,
         )
+        self._count_decisions(txn_id)
+        txn = self.broker.txns[txn_id]
+        for tp, offset in txn.offsets.items():
+            undecided = [
+                r.offset
+                for r in self.broker.logs[tp.topic][tp.partition][:offset]
+                if not r.control and self.decisions[f"{tp.topic}/{tp.partition}/{r.offset}"] == 0
+            ]
+            if undecided:
+                self.fail(
+                    "a committed offset passes no undecided record",
+                    f"partition {tp.partition} committed to {offset} with {undecided[:5]} undecided "
+                    f"(transaction {txn_id} of {txn.transactional_id})",
+                )
+
+    def _count_decisions(self, txn_id: int) -> None:
         for topic in (T.audit, T.quarantine):
             for part in self.broker.logs[topic]:
                 for r in part:

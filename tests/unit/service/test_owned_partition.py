@@ -144,3 +144,27 @@ class TestRequestReader:
             assert broker.calls["read"] >= 3
         finally:
             await reader.stop()
+
+    async def test_a_catch_up_waits_only_for_the_partitions_it_names(self) -> None:
+        """Several partitions may wait on the reader at once, each for its own requests
+        partition: a record behind in partition 1 holds a catch-up of partition 1 (until it
+        is read), not one of partition 0; the end offsets are looked up on a consumer of
+        their own, not the reader's."""
+        broker = FakeBroker()
+        broker.create_topic("requests", 2)
+        clients = FakeClients(broker)
+        reader = TopicReader("requests", lambda _k, v: None, clients, owned=True)
+        await reader.start()
+        await reader.own({0, 1})
+        try:
+            broker.stall("requests")  # the reader reads nothing for now
+            broker.append("requests", b"{}", key=b"req.x", partition=1)
+            assert await reader.catch_up(0.05, {0})
+            assert not await reader.catch_up(0.05, {1})
+            assert not await reader.catch_up(0.05)
+            both = asyncio.gather(reader.catch_up(5, {1}), reader.catch_up(5, {0, 1}))
+            broker.unstall("requests")
+            assert list(await both) == [True, True]
+            assert len(clients.consumers) == 2  # the reader's and the end offsets'
+        finally:
+            await reader.stop()

@@ -75,6 +75,9 @@ class TestSchedules:
         )
         kinds = {kind for events in FAULTS.values() for kind, _ in events}
         kinds |= {"crash", "pause", "rebalance", "slow_restore", "failing_restore", "outage"}
+        # The pipelined loop's states: a partition paused with its queue full, and one revoked
+        # while its transaction is in flight.
+        kinds |= {"queue_full", "revoke_in_flight"}
         assert {kind for kind in kinds if not faults.get(kind)} == set(), out[-4000:]
         seeds = range(FIRST_SEED, FIRST_SEED + SCHEDULES)
         assert {profile_of(seed).name for seed in seeds} == {p.name for p in PROFILES}

@@ -202,8 +202,7 @@ class TestOffsets:
         tp = TopicPartition(T.intake, partition)
         stale = world.result(0)
         worker._partitions[tp].next_offset = stale.offset + 1  # as after a seek past it
-        async with worker._lock:
-            await worker._process(tp, [stale])
+        await worker._partitions[tp].decide_and_commit([stale])
         assert worker.stats.decided == 0
         assert worker.stats.committed == 0
         worker.request_stop()
@@ -367,17 +366,19 @@ class TestStopping:
         assert world.broker.members[CONFIG.group_id] == []
 
     async def test_batch_in_hand_when_stopping_is_left_for_the_next_owner(self, world: World) -> None:
-        """A batch processed after stop was requested is not decided."""
+        """Records handed to a partition after stop was requested are not decided."""
         world.request(1)
         worker = world.worker()
         task = asyncio.create_task(worker.run())
         await until(worker.ready)
         record = world.result(1)
         worker.request_stop()
-        async with worker._lock:
-            await worker._process(TopicPartition(T.intake, record.partition), [record])
+        owned = worker._partitions[TopicPartition(T.intake, record.partition)]
+        owned.offer([record])
+        assert owned.idle
         await task
         assert worker.stats.decided == 0
+        assert world.audit() == []
 
 
 class TestRebalance:
@@ -392,9 +393,11 @@ class TestRebalance:
         for i in range(6):
             world.request(i)
             world.result(i)
-        await until(lambda: len(_lag_samples(first)) == PARTITIONS)
+        # The lag is read at each poll: 0 once the batches committed and the loop polled again.
+        await until(
+            lambda: len(_lag_samples(first)) == PARTITIONS and all(s.value == 0 for s in _lag_samples(first))
+        )
         assert {s.labels["partition"] for s in _lag_samples(first)} == {"0", "1", "2"}
-        assert all(s.value == 0 for s in _lag_samples(first))
         second = world.worker()
         second_task = asyncio.create_task(second.run())
         await until(lambda: second.ready() and first.ready() and world.broker.rebalances >= 2)
@@ -765,3 +768,61 @@ class TestAssignment:
         await task
         (group,) = [c for c in world.clients.consumers if c.group is not None]
         assert group.options["session_timeout_ms"] == CONFIG.session_timeout_ms
+
+
+class TestStallRecovery:
+    """A worker that makes no progress while the cluster answers rebuilds its Kafka clients."""
+
+    async def test_a_stuck_consumer_is_rebuilt_and_decisions_resume(
+        self, world: World, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Records pending, no transaction committed for stall_seconds (an injected clock) and
+        a fresh client's lookup answered: the worker says so once in its log and in
+        toolgate_stall_recoveries_total, rejoins with a new consumer and decides the records."""
+        caplog.set_level(logging.WARNING, logger="toolgate.worker")
+        clock = [0.0]
+        world.request(1)
+        worker = world.worker(stall_seconds=60, monotonic=lambda: clock[0])
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        (stuck,) = [c for c in world.clients.consumers if c.group is not None]
+        stuck.wedged = True
+        world.result(1)
+        polls = world.broker.calls["fetch"]
+        clock[0] = 59.0  # not yet
+        await until(lambda: world.broker.calls["fetch"] >= polls + 5)
+        assert worker.metrics.stall_recoveries._value.get() == 0
+        clock[0] = 61.0
+        await until(lambda: worker.stats.decided == 1)
+        assert worker.metrics.stall_recoveries._value.get() == 1
+        assert [c for c in world.clients.consumers if c.group is not None][-1] is not stuck
+        lines = [r.getMessage() for r in caplog.records if "no progress" in r.getMessage()]
+        assert len(lines) == 1
+        worker.request_stop()
+        await task
+        assert world.codes() == ["-"]
+
+    async def test_no_rebuild_while_the_cluster_does_not_answer_or_nothing_is_pending(
+        self, world: World
+    ) -> None:
+        """A lookup that fails (the cluster down) is no stall, and neither is a worker with no
+        record pending, however long since its last commit."""
+        clock = [0.0]
+        worker = world.worker(stall_seconds=60, monotonic=lambda: clock[0])
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        clock[0] = 100.0  # idle: nothing pending
+        probes = world.broker.calls["end_offsets"]
+        await until(lambda: world.broker.calls["end_offsets"] > probes)
+        (stuck,) = [c for c in world.clients.consumers if c.group is not None]
+        stuck.wedged = True
+        world.request(1)
+        world.result(1)
+        world.broker.fail("end_offsets", KafkaError("cluster down"), times=1000)
+        clock[0] = 200.0
+        polls = world.broker.calls["fetch"]
+        await until(lambda: world.broker.calls["fetch"] >= polls + 5)
+        assert worker.metrics.stall_recoveries._value.get() == 0
+        assert worker.stats.decided == 0
+        worker.request_stop()
+        await task

@@ -43,7 +43,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
         type=non_negative_int,
         default=20,
         metavar="MS",
-        help="longest wait for a batch to fill (default 20)",
+        help="how long an empty poll waits before the loop's timers run; no record waits for it (default 20)",
     )
     p.add_argument(
         "--metrics-host",

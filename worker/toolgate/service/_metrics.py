@@ -190,6 +190,12 @@ class Metrics:
             "(murmur2) partitioner puts their key: the adapter's client partitions differently.",
             registry=r,
         )
+        self.stall_recoveries = Counter(
+            "toolgate_stall_recoveries",
+            "Times the worker rebuilt its Kafka clients and rejoined its group because it made no "
+            "progress (records pending, no transaction committed) while the cluster answered.",
+            registry=r,
+        )
         self.ready = Gauge(
             "toolgate_ready",
             "1 when the worker has joined its group, its partitions are taken over and restored and "

@@ -14,30 +14,110 @@ the transaction in flight. Its operations are the four the exactly-once scheme h
   partition over again (the committed offset says what the failed commit did);
 - :meth:`fence`: another owner's producer took the transactional id: stop deciding.
 
-The :class:`~toolgate.service._service.Worker` keeps the poll loop, the assignment, the
-signals and health, and hands each batch to its partition.
+The poll loop does not wait for them: it hands the partition the records fetched for it
+(:meth:`OwnedPartition.offer`), and the partition's one task (while it has work) takes
+everything queued as a batch, decides and commits it, and takes the next, so its
+transactions run one after the other while the loop polls and other partitions decide.
+Past ``queue_bound`` records the partition is paused in the consumer; :meth:`release`
+(revoked, stopping) starts no further batch and waits for the transaction in flight.
+
+It sees the worker only through :class:`Collaborators`: a request lookup and the
+request reader's catch-up, the decision's inputs (gate, accepted ledger, clock), an
+output builder, and listeners for a commit, an abort and a fence. It imports nothing
+of the worker (``toolgate.service._service``), which keeps the poll loop, the
+assignment, the signals and health.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any
 
 from aiokafka.errors import KafkaError, ProducerFenced
 
-from toolgate.gate._batch import Batch, decide_batch
+from toolgate._config import Topics
+from toolgate.gate._batch import Batch, ShadowSampler, decide_batch
+from toolgate.gate._gate import Gate
+from toolgate.gate._outputs import OutRecord
 from toolgate.gate._records import Message, Origin, request_key
-from toolgate.service._kafka import Producer, TopicPartition, send_records
-from toolgate.service._phases import COMMIT, DECIDE, METRICS, SEND
-from toolgate.service._store import StateUpdate
-
-if TYPE_CHECKING:
-    from toolgate.service._service import Worker
+from toolgate.service._kafka import Consumer, KafkaClients, Outgoing, Producer, TopicPartition, send_records
+from toolgate.service._metrics import Metrics
+from toolgate.service._otel_spans import DecisionTracer
+from toolgate.service._phases import COMMIT, DECIDE, METRICS, SEND, Phases
+from toolgate.service._store import AcceptedLedger, StateUpdate
 
 log = logging.getLogger("toolgate.worker")
+
+# (partition, its batch's records, their request keys) -> the request lookup for the batch
+RequestLookup = Callable[[TopicPartition, list[Any], list[str]], Callable[[str], Any]]
+# (producer, partition, the decisions' records, state updates, tombstones) -> what to send
+OutputBuilder = Callable[
+    [Producer, TopicPartition, Sequence[OutRecord], list[StateUpdate], set[str]], Awaitable[list[Outgoing]]
+]
+# (batch, its state updates, records decided, seconds) after the batch's transaction committed
+CommitListener = Callable[[Batch, list[StateUpdate], int, float], None]
+
+
+@dataclass(frozen=True)
+class PartitionSettings:
+    """The numbers and names an owned partition works with."""
+
+    group_id: str
+    topics: Topics
+    transactional_prefix: str = "toolgate"
+    max_record_bytes: int = 1024 * 1024
+    producer_batch_bytes: int = 512 * 1024
+    request_wait_seconds: float = 5.0
+    # A batch is everything queued, up to this many records.
+    batch_size: int = 500
+    # Past this many queued records the partition is paused in the consumer (no more
+    # fetched for it), and resumed once its queue is taken into a batch.
+    queue_bound: int = 1000
+
+
+@dataclass
+class Collaborators:
+    """What an owned partition uses of the worker around it, each a narrow callable.
+
+    The worker builds one for all its partitions; a unit test builds one over the
+    in-memory broker.
+    """
+
+    settings: PartitionSettings
+    clients: KafkaClients  # builds the partition's transactional producer
+    consumer: Callable[[], Consumer]  # the group consumer (seek, committed offsets)
+    held: Callable[[str], bool]  # whether a request id's request record has been read
+    lookup: RequestLookup
+    # Wait, bounded, until the requests of this intake partition number written before now
+    # have been read; False on timeout (raises KafkaError when the cluster does not answer).
+    catch_up: Callable[[int, float], Awaitable[bool]]
+    gate: Callable[[], Gate]  # the gate now (a contract reload swaps it between batches)
+    ledger: AcceptedLedger
+    clock: Callable[[], datetime]
+    expires_of: Callable[[str], datetime | None]
+    outputs: OutputBuilder
+    # Called with a new producer before the committed offset is read at a take-over.
+    prepare: Callable[[Producer], Awaitable[None]]
+    committed: CommitListener
+    # A transaction of the partition failed: count it; returns the backoff to wait.
+    aborted: Callable[[TopicPartition, Exception], float]
+    # The partition was fenced: the worker forgets it (and counts the abort).
+    fenced: Callable[[OwnedPartition], None]
+    owns: Callable[[OwnedPartition], bool]  # still the worker's partition
+    # The partition's task ended with an error that is not the cluster's (a bug): the
+    # worker raises it from its loop.
+    crashed: Callable[[BaseException], None]
+    sleep: Callable[[float], Awaitable[None]]
+    metrics: Metrics
+    phases: Phases
+    sampler: ShadowSampler | None = None
+    tracer: DecisionTracer | None = None
 
 
 @dataclass
@@ -63,8 +143,8 @@ class OpenTransaction:
 class OwnedPartition:
     """An intake partition this worker owns (see the module docstring)."""
 
-    worker: Worker
     tp: TopicPartition
+    uses: Collaborators
     # None: owned, but taking it over failed (the cluster did not answer) and is retried
     # before its next batch; a stopped producer is never used again.
     producer: Producer | None = None
@@ -76,11 +156,135 @@ class OwnedPartition:
     # the changelog; written with the next batch, or by the sweep when it is idle.
     tombstones: set[str] = field(default_factory=set)
     open: OpenTransaction | None = None
+    # Records fetched for it, waiting for the transaction in flight to end (bounded: the
+    # partition is paused in the consumer past ``queue_bound``).
+    queue: list[Any] = field(default_factory=list)
+    paused: bool = False  # paused in the consumer (its queue is full)
+    # Released (revoked, fenced or stopping): it starts no further batch.
+    closing: bool = False
+    tombstones_requested: bool = False  # write the tombstones due when idle (the sweep)
+    # The partition's one task, while it has work: it decides and commits its batches one
+    # after the other, so a transaction starts only once the previous one ended.
+    task: asyncio.Task[None] | None = None
 
     @property
     def owned(self) -> bool:
         """Still this worker's: not revoked or fenced since it was assigned."""
-        return self.worker._partitions.get(self.tp) is self
+        return self.uses.owns(self)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and no transaction in flight."""
+        return self.task is None and not self.queue
+
+    # --- the pipeline ------------------------------------------------------------------
+
+    def offer(self, records: list[Any]) -> None:
+        """Queue records the consumer fetched for this partition and start its task if idle.
+
+        Called by the poll loop, which does not wait: the partition decides and commits
+        them in its own task while the loop polls again and other partitions decide. Only
+        records past the last one queued join (a fetch after a rewind returns some again).
+        """
+        if self.closing or not records:
+            return
+        queue = self.queue
+        if queue:
+            last = queue[-1].offset
+            if records[0].offset <= last:
+                records = [r for r in records if r.offset > last]
+        queue.extend(records)
+        if len(queue) >= self.uses.settings.queue_bound and not self.paused:
+            self._pause(True)
+        self.kick()
+
+    def kick(self) -> None:
+        """Start the partition's task when it has work and none runs (one at a time).
+
+        Not while it is being taken over and restored (the assignment's own take-over runs
+        then; the worker kicks it once restored): records queued meanwhile wait.
+        """
+        if self.task is None and not self.closing and not self.restoring and self._has_work():
+            self.task = asyncio.get_running_loop().create_task(
+                self._drive(), name=f"partition:{self.tp.partition}"
+            )
+            self.task.add_done_callback(self._ended)
+
+    def request_tombstones(self) -> None:
+        """Write the tombstones due in a transaction of their own once idle (the sweep)."""
+        if self.tombstones:
+            self.tombstones_requested = True
+            self.kick()
+
+    def _has_work(self) -> bool:
+        return (
+            bool(self.queue) or self.producer is None or (self.tombstones_requested and bool(self.tombstones))
+        )
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if self.task is task:
+            self.task = None
+        if not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                self.uses.crashed(error)
+
+    async def _drive(self) -> None:
+        """Decide and commit the queued records batch after batch, each batch everything
+        queued (capped), until nothing is left: at low load a batch is one result, and
+        batches grow with the load while each transaction is in flight."""
+        try:
+            await self._batches()
+        finally:
+            # Here, not in a done callback: a record offered between this return and the
+            # callback would find a task that takes no more records, and wait.
+            if self.task is asyncio.current_task():
+                self.task = None
+
+    async def _batches(self) -> None:
+        settings = self.uses.settings
+        while not self.closing:
+            if self.producer is None:
+                # Taking it over failed earlier: again now (the queue goes: the consumer
+                # reads again from the committed offset).
+                self._drop_queue()
+                try:
+                    await self.take_over()
+                except KafkaError as exc:
+                    await self.abort(exc)
+                if self.producer is None:
+                    return  # the loop kicks it again before its next batch
+                continue
+            queue = self.queue
+            if queue:
+                cap = settings.batch_size
+                if len(queue) <= cap:
+                    batch, self.queue = queue, []
+                else:
+                    batch, self.queue = queue[:cap], queue[cap:]
+                if self.paused and len(self.queue) < settings.queue_bound:
+                    self._pause(False)
+                await self.decide_and_commit(batch)
+            elif self.tombstones_requested:
+                self.tombstones_requested = False
+                await self.write_tombstones()
+            else:
+                return
+
+    def _pause(self, paused: bool) -> None:
+        """Pause or resume fetching this partition (no longer assigned: nothing to do)."""
+        self.paused = paused
+        consumer = self.uses.consumer()
+        with contextlib.suppress(KafkaError):
+            if paused:
+                consumer.pause(self.tp)
+            else:
+                consumer.resume(self.tp)
+
+    def _drop_queue(self) -> None:
+        self.queue = []
+        if self.paused:
+            self._pause(False)
 
     # --- take-over ---------------------------------------------------------------------
 
@@ -103,6 +307,8 @@ class OwnedPartition:
             raise
         self.next_offset = committed
         self.producer = producer
+        # The consumer reads again from the committed offset: what was queued comes again.
+        self._drop_queue()
         self._settle(committed)
 
     def _settle(self, committed: int) -> None:
@@ -114,7 +320,7 @@ class OwnedPartition:
         if txn.batch is not None and committed >= txn.next_offset:
             # The commit went through and only its answer was lost (a timeout): its
             # acceptances are the ledger's, or a duplicate result would be accepted again.
-            self.worker._committed(txn.batch, txn.updates, txn.size, txn.seconds)
+            self.uses.committed(txn.batch, txn.updates, txn.size, txn.seconds)
         else:
             self.tombstones |= txn.tombstones  # written with the next transaction
 
@@ -122,15 +328,18 @@ class OwnedPartition:
     def transactional_id(self) -> str:
         """``<prefix>.<topic>.<partition>``: the same for every owner of the partition, so each
         new owner's producer fences the previous one."""
-        return f"{self.worker.options.transactional_prefix}.{self.tp.topic}.{self.tp.partition}"
+        return f"{self.uses.settings.transactional_prefix}.{self.tp.topic}.{self.tp.partition}"
 
     async def _start_producer(self) -> Producer:
-        worker = self.worker
-        producer = worker._clients.producer(
+        settings = self.uses.settings
+        producer = self.uses.clients.producer(
             enable_idempotence=True,
             acks="all",
-            max_request_size=worker.options.max_record_bytes,
-            max_batch_size=min(worker.options.producer_batch_bytes, worker.options.max_record_bytes),
+            max_request_size=settings.max_record_bytes,
+            max_batch_size=min(settings.producer_batch_bytes, settings.max_record_bytes),
+            # No wait for more records: a transaction's records are handed over together
+            # (send_records), and a batch of one result leaves at once.
+            linger_ms=0,
             transactional_id=self.transactional_id,
         )
         # start() runs init_transactions: fences the previous owner and settles its
@@ -145,11 +354,8 @@ class OwnedPartition:
 
     async def _committed_offset(self, producer: Producer) -> int:
         """Read the committed offset (final once the previous producer is fenced) and seek to it."""
-        worker = self.worker
-        consumer = worker._consumer
-        assert consumer is not None
-        if not worker._copartitioned:
-            worker._copartitioned = await worker._copartitioned_topics(producer)
+        await self.uses.prepare(producer)
+        consumer = self.uses.consumer()
         committed = await consumer.committed(self.tp)
         if committed is None:
             committed = (await consumer.beginning_offsets([self.tp]))[self.tp]
@@ -162,37 +368,30 @@ class OwnedPartition:
         """Decide one batch and commit it in one transaction (or take over, abort, fence)."""
         producer = self.producer
         if producer is None:
-            # Taking the partition over failed earlier: again now. On success the consumer
-            # reads from the committed offset; the records in hand are dropped either way.
-            try:
-                await self.take_over()
-            except KafkaError as exc:
-                await self.abort(exc)
-            return
+            return  # taken over again first (the partition's task); the records come again
         records = self._fresh(records)
         if not records:
             return
-        worker = self.worker
-        held = worker.requests
+        uses = self.uses
+        held = uses.held
         # Read once per record: the wait below, the misrouted filter and the gate use them.
         keys = [request_key(r.key) for r in records]
-        if any(key not in held for key in keys):  # membership: nothing rebuilt
-            assert worker._request_reader is not None
+        if not all(map(held, keys)):  # membership: nothing rebuilt
             try:
-                caught_up = await worker._request_reader.catch_up(worker.options.request_wait_seconds)
+                caught_up = await uses.catch_up(self.tp.partition, uses.settings.request_wait_seconds)
             except KafkaError as exc:
                 # The cluster did not answer within the request timeout (an outage): decide
                 # nothing now rather than call every missing request unknown.
                 await self.abort(exc)
                 return
-            worker.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
-        phases = worker._phases
+            uses.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
+        phases = uses.phases
         phases.enter(DECIDE)
         batch = self._decide(records, keys)
         phases.enter(SEND)
         # The changelog records of what the batch accepted, and the tombstones due in this
         # partition, go in the same transaction as the decisions.
-        updates = worker.ledger.updates(batch.view, worker._expires_of)
+        updates = uses.ledger.updates(batch.view, uses.expires_of)
         next_offset = records[-1].offset + 1
         txn = self.open = OpenTransaction(batch, updates, self.tombstones, next_offset, len(records))
         self.tombstones = set()
@@ -213,7 +412,7 @@ class OwnedPartition:
         phases.enter(METRICS)
         self.open = None
         self.next_offset = txn.next_offset
-        worker._committed(batch, updates, len(records), time.perf_counter() - started)
+        uses.committed(batch, updates, len(records), time.perf_counter() - started)
 
     def _fresh(self, records: list[Any]) -> list[Any]:
         """The records at or after the offset to continue from (a gap is logged)."""
@@ -232,7 +431,7 @@ class OwnedPartition:
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
         """The gate's decisions on ``records`` (``keys``: the request key of each) and the
         records they produce."""
-        worker = self.worker
+        uses = self.uses
         tp = self.tp
         messages = [
             Message(
@@ -244,51 +443,49 @@ class OwnedPartition:
             for r in records
         ]
         return decide_batch(
-            worker.gate,
+            uses.gate(),
             messages,
-            worker._lookup_without_misrouted(tp, records, keys),
-            worker.ledger.batch(),
-            worker.clock(),
-            topics=worker.config.topics,
-            max_record_bytes=worker.options.max_record_bytes,
-            sampler=worker._sampler,
-            tracer=worker._tracer,
+            uses.lookup(tp, records, keys),
+            uses.ledger.batch(),
+            uses.clock(),
+            topics=uses.settings.topics,
+            max_record_bytes=uses.settings.max_record_bytes,
+            sampler=uses.sampler,
+            tracer=uses.tracer,
             keys=keys,
         )
 
     async def _commit(self, producer: Producer, batch: Batch, txn: OpenTransaction) -> None:
         """One transaction: the decisions' records, the state records, then the offset."""
-        worker = self.worker
-        tp = self.tp
-        outgoing = await worker._outgoing(producer, tp, batch.records)
+        uses = self.uses
+        outgoing = await uses.outputs(producer, self.tp, batch.records, txn.updates, txn.tombstones)
         async with producer.transaction():
-            await send_records(
-                producer, outgoing + worker._state_records(tp.partition, txn.updates, txn.tombstones)
-            )
+            await send_records(producer, outgoing)
             # After the records' acknowledgement, not beside it: sent while they were in
             # flight, the offsets' requests made the live worker's transactions longer
             # (ops/bench/worker_bench.py latency, measured both ways).
-            worker._phases.enter(COMMIT)
-            await producer.send_offsets_to_transaction({tp: txn.next_offset}, worker.config.group_id)
+            uses.phases.enter(COMMIT)
+            await producer.send_offsets_to_transaction({self.tp: txn.next_offset}, uses.settings.group_id)
 
     async def write_tombstones(self) -> None:
         """Write the state tombstones due, in a transaction of their own (an idle partition)."""
         producer = self.producer
         if not self.tombstones or producer is None or self.restoring:
             return
-        worker = self.worker
+        uses = self.uses
         txn = self.open = OpenTransaction(None, [], self.tombstones, -1)
         self.tombstones = set()
         try:
+            outgoing = await uses.outputs(producer, self.tp, (), [], txn.tombstones)
             async with producer.transaction():
-                await send_records(producer, worker._state_records(self.tp.partition, [], txn.tombstones))
+                await send_records(producer, outgoing)
         except ProducerFenced:
             self.open = None
             await self.fence()
         except (KafkaError, AssertionError) as exc:
             await self.abort(exc)
         else:
-            worker.metrics.state_tombstones.inc(len(txn.tombstones))
+            uses.metrics.state_tombstones.inc(len(txn.tombstones))
             self.open = None
 
     # --- abort and fence -----------------------------------------------------------------
@@ -305,10 +502,10 @@ class OwnedPartition:
         again before its next batch: a stopped producer is never used again (a
         transaction on it waits forever).
         """
-        worker = self.worker
-        worker._count_abort(self.tp, exc)
-        await worker._sleep(worker._backoff)  # back off before retrying a failing cluster
-        if not self.owned:
+        uses = self.uses
+        backoff = uses.aborted(self.tp, exc)
+        await uses.sleep(backoff)  # back off before retrying a failing cluster
+        if not self.owned or self.closing:
             return  # no longer ours
         old, self.producer = self.producer, None
         self.next_offset = None
@@ -329,12 +526,10 @@ class OwnedPartition:
         log.warning(
             "producer fenced: partition moved to another worker", extra={"partition": self.tp.partition}
         )
-        worker = self.worker
-        worker.stats.aborted += 1
-        worker.metrics.transactions.labels("aborted").inc()
+        self.closing = True
+        self.queue = []
         self.open = None
-        if self.owned:
-            del worker._partitions[self.tp]
+        self.uses.fenced(self)
         self.next_offset = None
         self.tombstones = set()
         fenced, self.producer = self.producer, None
@@ -343,7 +538,20 @@ class OwnedPartition:
                 await fenced.stop()
 
     async def release(self) -> None:
-        """Give the partition up (revoked or stopping): stop its producer."""
+        """Give the partition up (revoked, or the worker stopping): start no further batch,
+        wait for the transaction in flight to end (committed, or aborted: the next owner
+        decides its records again), then stop the producer.
+
+        Waiting, not cancelling: a transaction cancelled mid-commit leaves its outcome
+        unknown to this worker, and its producer stopped under it would wait forever.
+        The wait is bounded by the client's request timeouts and the request wait.
+        """
+        self.closing = True
+        self.queue = []
+        self.tombstones_requested = False
+        task = self.task
+        if task is not None and task is not asyncio.current_task():
+            await asyncio.wait([task])
         self.next_offset = None
         producer, self.producer = self.producer, None
         if producer is not None:

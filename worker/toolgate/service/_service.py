@@ -53,7 +53,7 @@ from toolgate.service._kafka import (
 )
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._otel_spans import DecisionTracer, tracer_from_env
-from toolgate.service._partition import OwnedPartition
+from toolgate.service._partition import Collaborators, OwnedPartition, PartitionSettings
 from toolgate.service._phases import LOOP, NO_PHASES, POLL, Phases
 from toolgate.service._startup import (
     ContractWatch,
@@ -64,7 +64,14 @@ from toolgate.service._startup import (
     start_health,
     static_membership,
 )
-from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, TopicReader, restore_partitions
+from toolgate.service._store import (
+    AcceptedLedger,
+    RequestTable,
+    StateUpdate,
+    TopicReader,
+    restore_partitions,
+    start_reader_consumer,
+)
 from toolgate.service._transport import CONNECT_TIMEOUT_S
 
 log = logging.getLogger("toolgate.worker")
@@ -84,7 +91,9 @@ class WorkerOptions:
     # 500 records x ~1 KB keeps one transaction well under the 1 MiB default request
     # size per partition while amortising the commit round trips.
     batch_size: int = 500
-    # Wait at most this long for a batch to fill: bounds added latency at low rates.
+    # How long an empty poll waits before the loop looks at its timers (sweep, reload, stop,
+    # burst end). No record waits for it: a poll returns as soon as one is fetched, and a
+    # partition's batch is whatever queued while its previous transaction was in flight.
     linger_ms: int = 20
     request_wait_seconds: float = 5.0
     max_requests: int | None = None  # None: from the configuration (TOOLGATE_MAX_REQUESTS)
@@ -115,6 +124,12 @@ class WorkerOptions:
     phase_clock: Phases | None = None
     # Monotonic seconds of the contracts watch (TOOLGATE_CONTRACTS_WATCH_SECONDS); tests inject one.
     watch_clock: Callable[[], float] | None = None
+    # No transaction committed for this long while records are pending in the owned partitions
+    # and a fresh client's offset lookup answers: the worker's clients are stuck (seen after a
+    # broker was killed and restarted under load), so it rebuilds them and rejoins its group.
+    stall_seconds: float = 60.0
+    # The clock of the sweep and the stall watchdog (tests inject one).
+    monotonic: Callable[[], float] = time.monotonic
 
 
 @dataclass
@@ -127,6 +142,10 @@ class WorkerStats:
     committed: int = 0
     aborted: int = 0
     by_code: dict[str, int] = field(default_factory=dict)
+
+
+class _Stalled(Exception):
+    """The worker made no progress while the cluster answered: rebuild the clients."""
 
 
 class Worker:
@@ -197,7 +216,55 @@ class Worker:
         self._joined = False  # the group's first assignment (possibly empty) has arrived
         self._watch = ContractWatch.of(config, clock=self.options.watch_clock)
         self._last_sweep = 0.0
+        self._failure: BaseException | None = None  # a partition task's error, raised by the loop
+        # The stall watchdog: when a transaction last committed (or nothing was pending), and
+        # when the cluster was last asked.
+        self._progress_at = 0.0
+        self._probed_at = 0.0
         self._export_contracts(gate)
+        self._uses = self._collaborators()
+
+    def _collaborators(self) -> Collaborators:
+        """What each owned partition uses of this worker (toolgate.service._partition)."""
+        options = self.options
+
+        def consumer() -> Consumer:
+            assert self._consumer is not None
+            return self._consumer
+
+        return Collaborators(
+            settings=PartitionSettings(
+                group_id=self.config.group_id,
+                topics=self.config.topics,
+                transactional_prefix=options.transactional_prefix,
+                max_record_bytes=options.max_record_bytes,
+                producer_batch_bytes=options.producer_batch_bytes,
+                request_wait_seconds=options.request_wait_seconds,
+                batch_size=options.batch_size,
+                queue_bound=2 * options.batch_size,
+            ),
+            clients=self._clients,
+            consumer=consumer,
+            held=self.requests.__contains__,
+            lookup=self._lookup_without_misrouted,
+            catch_up=self._catch_up,
+            gate=lambda: self.gate,
+            ledger=self.ledger,
+            clock=lambda: self.clock(),
+            expires_of=self._expires_of,
+            outputs=self._outputs,
+            prepare=self._prepare,
+            committed=self._committed,
+            aborted=self._aborted,
+            fenced=self._fenced,
+            owns=lambda owned: self._partitions.get(owned.tp) is owned,
+            crashed=self._crashed,
+            sleep=lambda seconds: self._sleep(seconds),
+            metrics=self.metrics,
+            phases=self._phases,
+            sampler=self._sampler,
+            tracer=self._tracer,
+        )
 
     def _export_contracts(self, gate: Gate) -> None:
         self.metrics.contract_info.clear()  # a reload may have retired or removed versions
@@ -277,8 +344,11 @@ class Worker:
         )
 
     def request_stop(self) -> None:
-        """Finish the batch in hand, commit it, leave the group and return from :meth:`run`."""
+        """Finish the transactions in flight, leave the group and return from :meth:`run`;
+        records not yet in a transaction are left for the next owner."""
         self._stop.set()
+        for owned in self._partitions.values():
+            owned.closing = True
 
     def _store_full(self, cap: int) -> None:
         log.warning(
@@ -310,7 +380,18 @@ class Worker:
             if self.options.connect_check_s is not None:
                 await self._clients.check_connection(self.options.connect_check_s)
             await self._start_readers()
-            await self._consume()
+            while True:
+                try:
+                    await self._consume()
+                    break
+                except _Stalled as stalled:
+                    self.metrics.stall_recoveries.inc()
+                    log.warning(
+                        "no progress while the cluster answers: rebuilding the Kafka clients and "
+                        "rejoining the group",
+                        extra={"stalled_s": self.options.stall_seconds, "pending": str(stalled)},
+                    )
+                    await self._rebuild()
         finally:
             await self._shutdown()
             if self.options.handle_signals:
@@ -455,6 +536,10 @@ class Worker:
     def _set_restoring(self, partitions: list[OwnedPartition], restoring: bool) -> None:
         for owned in partitions:
             owned.restoring = restoring
+            if not restoring and owned.producer is not None:
+                # What was fetched for it while it was taken over and restored (a take-over
+                # that failed is retried by the loop, before its next poll).
+                owned.kick()
         self.metrics.restoring.set(len(self._restoring))
 
     async def _consume(self) -> None:
@@ -465,6 +550,13 @@ class Worker:
             auto_offset_reset="earliest",
             session_timeout_ms=self.config.session_timeout_ms,
             heartbeat_interval_ms=max(100, self.config.session_timeout_ms // 3),
+            # A fetch is answered as soon as one record is readable (fetch_min_bytes 1), so
+            # the long poll adds nothing to a result's wait. Its bound matters where aiokafka
+            # keeps one fetch in flight per broker: a partition resumed (its queue drained)
+            # while a fetch without it is held waits for that fetch's answer. 100 ms bounds
+            # that at ten empty fetches a second when idle (the default, 500 ms, would not).
+            fetch_max_wait_ms=100,
+            fetch_min_bytes=1,
             **static_membership(self.config),
         )
         self._consumer = consumer
@@ -482,11 +574,22 @@ class Worker:
         )
         idle_polls = 0
         phases = self._phases
+        partitions = self._partitions
+        limit = self.options.max_messages
+        self._progress_at = self._probed_at = self.options.monotonic()
+        # The loop never waits for a commit: it hands each partition its records and polls
+        # again. Each partition decides and commits in its own task, one transaction after
+        # the other, while the loop polls and the other partitions decide (docs/design.md,
+        # Exactly once).
         while not self._stop.is_set():
+            if self._failure is not None:
+                raise self._failure
+            await self._check_progress()
             if self._reload_requested or (self._watch is not None and self._watch.changed()):
                 self.reload_contracts()
-            if any(owned.producer is None for owned in self._partitions.values()):
-                await self._retake()
+            for owned in partitions.values():
+                if owned.producer is None:
+                    owned.kick()  # taken over again (its take-over failed)
             phases.enter(POLL)
             batches = await consumer.getmany(
                 timeout_ms=self.options.linger_ms, max_records=self.options.batch_size
@@ -494,35 +597,117 @@ class Worker:
             phases.enter(LOOP)
             if not batches:
                 idle_polls += 1
-                if self.options.burst and self._partitions and idle_polls >= 3 and await self._drained():
+                if self.options.burst and partitions and idle_polls >= 3 and await self._drained():
                     break
-                if self._sweep() and any(owned.tombstones for owned in self._partitions.values()):
-                    await self._write_tombstones()
+                if self._sweep():
+                    for owned in partitions.values():
+                        owned.request_tombstones()
+                self._update_lag()  # the batches in flight when records last came committed since
                 continue
             idle_polls = 0
-            async with self._lock:
-                work = [(tp, records) for tp, records in batches.items() if tp in self._partitions]
-                await asyncio.gather(*(self._process(tp, records) for tp, records in work))
+            for tp, records in batches.items():
+                taker = partitions.get(tp)
+                if taker is not None:
+                    taker.offer(records)
             self._sweep()
             self._update_lag()
-            limit = self.options.max_messages
             if limit is not None and self.stats.decided >= limit:
                 break
+        if self._failure is not None:
+            raise self._failure
 
-    async def _retake(self) -> None:
-        """Take over again the owned partitions whose take-over failed.
+    async def _check_progress(self) -> None:
+        """Raise :class:`_Stalled` when no transaction committed for ``stall_seconds`` while
+        records are pending in the owned partitions and the cluster answers (asked at most
+        every quarter of the bound, by a client of its own: the worker's may be the stuck ones)."""
+        bound = self.options.stall_seconds
+        now = self.options.monotonic()
+        if now - self._progress_at < bound or now - self._probed_at < bound / 4:
+            return
+        self._probed_at = now
+        pending = await self._pending()
+        if pending is None:
+            return  # the cluster does not answer: a rebuild would change nothing
+        if not pending:
+            self._progress_at = now  # nothing to do is no stall
+            return
+        raise _Stalled(", ".join(pending))
 
-        Their records in hand were dropped, so no batch may come to retry them: try now,
-        backing off while the cluster does not answer.
-        """
-        async with self._lock:
-            for owned in [owned for owned in self._partitions.values() if owned.producer is None]:
-                if self._stop.is_set():
-                    return
+    async def _pending(self) -> list[str] | None:
+        """The owned partitions with records pending (fetched and undecided, or not fetched
+        though readable, or not taken over); None when the cluster did not answer."""
+        consumer = self._consumer
+        if consumer is None or not self._partitions:
+            return []
+        tps = sorted(self._partitions)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                probe = await start_reader_consumer(self._clients)
                 try:
-                    await owned.take_over()
-                except KafkaError as exc:
-                    await owned.abort(exc)
+                    ends = await probe.end_offsets(tps)
+                finally:
+                    await probe.stop()
+        except (KafkaError, TimeoutError):
+            return None
+        positions: dict[TopicPartition, int] = {}
+        for tp in tps:
+            # The stuck consumer's own position may not answer either: then it is pending.
+            with contextlib.suppress(KafkaError, TimeoutError):
+                async with asyncio.timeout(1.0):
+                    positions[tp] = await consumer.position(tp)
+        pending = []
+        for tp in tps:
+            owned = self._partitions.get(tp)
+            if owned is None:
+                continue
+            position = positions.get(tp)
+            if owned.producer is None or owned.queue or position is None or position < ends[tp]:
+                pending.append(str(tp.partition))
+        return pending
+
+    async def _rebuild(self) -> None:
+        """Give every partition up (their transactions in flight ended or cancelled, each step
+        bounded: the clients may hang), stop the consumer and the request reader, and start the
+        readers again; :meth:`_consume` then joins the group with a new consumer."""
+        bound = CONNECT_TIMEOUT_S
+        owned = list(self._partitions.values())
+        for partition in owned:
+            partition.closing = True
+        tasks = [p.task for p in owned if p.task is not None]
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=bound)
+            for task in stuck:
+                task.cancel()  # the next owner's producer fences what it left open
+            if stuck:
+                await asyncio.wait(stuck, timeout=bound)
+        with contextlib.suppress(KafkaError, TimeoutError):
+            async with asyncio.timeout(bound):
+                await self._revoke(set(self._partitions))
+        self._partitions.clear()
+        for partition in owned:
+            producer, partition.producer = partition.producer, None
+            if producer is not None:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(bound):
+                        await producer.stop()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(bound):
+                    await consumer.stop()
+        reader, self._request_reader = self._request_reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(bound):
+                    await reader.stop()
+        self.requests.drop_partitions({tp.partition for tp in (p.tp for p in owned)}, self._intake_count)
+        self.ledger.drop_partitions({p.tp.partition for p in owned}, self._intake_count)
+        await self._start_readers()
+
+    def _crashed(self, error: BaseException) -> None:
+        """A partition's task failed with an error that is not the cluster's: the loop raises it."""
+        if self._failure is None:
+            self._failure = error
 
     async def _drained(self) -> bool:
         """This worker owns every intake partition and has read each to its last stable offset.
@@ -531,8 +716,8 @@ class Worker:
         session times out) holds a partition, the intake is not drained for us.
         """
         assert self._consumer is not None
-        if any(owned.producer is None for owned in self._partitions.values()):
-            return False  # a partition still to take over has not been read yet
+        if any(owned.producer is None or not owned.idle for owned in self._partitions.values()):
+            return False  # a partition still to take over, or with records queued or in flight
         every = self._consumer.partitions_for_topic(self.config.topics.intake) or set()
         if {tp.partition for tp in self._consumer.assignment()} != set(every):
             return False
@@ -545,18 +730,13 @@ class Worker:
                 return False
         return True
 
-    async def _process(self, tp: TopicPartition, records: list[Any]) -> None:
-        """Decide one partition's batch and commit it in one transaction."""
-        if self._stop.is_set() and self.options.max_messages is None and not self.options.burst:
-            return  # stopping: leave undecided records for the next owner
-        await self._partitions[tp].decide_and_commit(records)
-
     def _committed(self, batch: Batch, updates: list[StateUpdate], size: int, seconds: float) -> None:
         """A batch's transaction committed: its acceptances join the ledger; count it."""
         self.metrics.transaction_seconds.observe(seconds)
         self.metrics.transactions.labels("committed").inc()
         self.metrics.batch_size.observe(size)
         self.stats.committed += 1
+        self._progress_at = self.options.monotonic()
         self._backoff = 0.0
         if self._txn_failing:
             self._txn_failing = False
@@ -584,13 +764,6 @@ class Worker:
         records: list[Outgoing] = [(topic, partition, u.key, u.value(), []) for u in updates]
         records += [(topic, partition, rid.encode(), None, []) for rid in sorted(ended)]
         return records
-
-    async def _write_tombstones(self) -> None:
-        """Write the state tombstones due in idle partitions, one transaction per partition
-        (a busy partition's go with its next batch)."""
-        async with self._lock:
-            for owned in list(self._partitions.values()):
-                await owned.write_tombstones()
 
     async def _outgoing(
         self, producer: Producer, tp: TopicPartition, records: Sequence[OutRecord]
@@ -652,7 +825,7 @@ class Worker:
     def _sweep(self) -> bool:
         """Evict expired requests and end their accepted attempts (tombstones due); True
         when it ran (every ``sweep_seconds``)."""
-        mono = time.monotonic()
+        mono = self.options.monotonic()
         if mono - self._last_sweep < self.options.sweep_seconds:
             self.metrics.outstanding.set(len(self.requests))
             return False
@@ -725,15 +898,52 @@ class Worker:
         )
 
     def _own(self, tp: TopicPartition) -> OwnedPartition:
-        owned = self._partitions[tp] = self.partition_class(self, tp)
+        owned = self._partitions[tp] = self.partition_class(tp, self._uses)
         return owned
+
+    async def _catch_up(self, partition: int, wait_seconds: float) -> bool:
+        """The request reader has read what was written before now to the requests partition
+        of ``partition``'s number (co-partitioned: where the requests of its results are),
+        or ``wait_seconds`` passed."""
+        assert self._request_reader is not None
+        return await self._request_reader.catch_up(wait_seconds, {partition})
+
+    async def _prepare(self, producer: Producer) -> None:
+        """At a take-over: learn which output topics are co-partitioned with intake, once."""
+        if not self._copartitioned:
+            self._copartitioned = await self._copartitioned_topics(producer)
+
+    async def _outputs(
+        self,
+        producer: Producer,
+        tp: TopicPartition,
+        records: Sequence[OutRecord],
+        updates: list[StateUpdate],
+        tombstones: set[str],
+    ) -> list[Outgoing]:
+        """A transaction's records: the decisions' and the state changelog's."""
+        out = await self._outgoing(producer, tp, records) if records else []
+        return out + self._state_records(tp.partition, updates, tombstones)
+
+    def _aborted(self, tp: TopicPartition, exc: Exception) -> float:
+        """A transaction of ``tp`` failed: counted; the backoff to wait before retrying."""
+        self._count_abort(tp, exc)
+        return self._backoff
+
+    def _fenced(self, owned: OwnedPartition) -> None:
+        """``owned`` was fenced by another owner: counted, and no longer this worker's."""
+        self.stats.aborted += 1
+        self.metrics.transactions.labels("aborted").inc()
+        if self._partitions.get(owned.tp) is owned:
+            del self._partitions[owned.tp]
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         async with self._lock:
+            # No longer this worker's: none starts another batch; each transaction in flight
+            # ends (committed or aborted) before the partition is given up.
+            gone_owned = [o for o in (self._partitions.pop(tp, None) for tp in sorted(partitions)) if o]
+            await asyncio.gather(*(owned.release() for owned in gone_owned))
             for tp in partitions:
-                owned = self._partitions.pop(tp, None)
-                if owned is not None:
-                    await owned.release()
                 label = str(tp.partition)
                 if label in self._lag_partitions:
                     self._lag_partitions.discard(label)
@@ -758,13 +968,18 @@ class Worker:
         self.metrics.ready.set(1 if self.ready() else 0)
 
     async def _shutdown(self) -> None:
+        # The transactions in flight end first (committed or aborted), then the group is left.
+        owned = list(self._partitions.values())
+        for partition in owned:
+            partition.closing = True
+        await asyncio.gather(*(p.task for p in owned if p.task is not None), return_exceptions=True)
         if self._consumer is not None:
             with contextlib.suppress(KafkaError):
                 await self._consumer.stop()  # leaves the group
             self._consumer = None
-        for owned in list(self._partitions.values()):
+        for partition in owned:
             with contextlib.suppress(KafkaError):
-                await owned.release()
+                await partition.release()
         self._partitions.clear()
         if self._request_reader is not None:
             await self._request_reader.stop()

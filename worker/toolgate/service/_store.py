@@ -461,16 +461,22 @@ Apply = Callable[[bytes | None, bytes | None], object]
 reading: contextvars.ContextVar[tuple[str, int, int] | None] = contextvars.ContextVar("reading", default=None)
 
 
-async def start_reader_consumer(clients: KafkaClients) -> Consumer:
-    """A started group-less ``read_committed`` consumer for reading state topics."""
-    # A short fetch wait: catch_up()'s offset lookup queues behind the reader's own long
-    # poll on the same connection, and a batch waiting for a request waits for both.
+async def start_reader_consumer(clients: KafkaClients, *, fetch_max_wait_ms: int = 50) -> Consumer:
+    """A started group-less ``read_committed`` consumer for reading state topics.
+
+    ``fetch_max_wait_ms``: how long the broker holds a fetch with nothing to return. It
+    does not delay a record written meanwhile (the broker answers the fetch as soon as one
+    is readable, a committed transaction's too: ``fetch_min_bytes`` 1), but a broker answers
+    one request per connection at a time, so an offset lookup on the same consumer waits
+    behind it: 50 ms where the reader's own lookups (restore) follow its fetches.
+    """
     consumer = clients.consumer(
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
-        fetch_max_wait_ms=50,
+        fetch_max_wait_ms=fetch_max_wait_ms,
+        fetch_min_bytes=1,
     )
     try:
         await consumer.start()
@@ -509,6 +515,10 @@ class TopicReader:
         # Bounded fetches: max_records per poll keeps one poll's memory and pause short.
         self._max_records = max_records
         self._consumer: Consumer | None = None
+        # catch_up()'s end-offset lookups, on connections of their own: on the reader's they
+        # would wait behind its long poll (a broker answers one request per connection at a
+        # time), and a result waiting for its request would wait for both.
+        self._offsets: Consumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._positions: dict[TopicPartition, int] = {}
         self._progress = asyncio.Condition()
@@ -516,6 +526,8 @@ class TopicReader:
 
     async def start(self) -> None:
         """Assign every partition, seek to the start point and begin reading."""
+        # 50 ms long polls: a record written is answered at once; own()'s offset reset (a
+        # take-over's restore) waits behind at most one.
         consumer = await start_reader_consumer(self._clients)
         self._consumer = consumer
         # A group-less consumer has no metadata yet: ask for this topic's partitions.
@@ -524,6 +536,12 @@ class TopicReader:
             await consumer.stop()
             self._consumer = None
             raise ConfigError(f"topic {self.topic!r} does not exist (run: toolgate topics ensure)")
+        try:
+            self._offsets = await start_reader_consumer(self._clients)
+        except BaseException:
+            await consumer.stop()
+            self._consumer = None
+            raise
         if self._owned:
             self._task = asyncio.create_task(self._run(), name=f"reader:{self.topic}")
             return
@@ -609,14 +627,19 @@ class TopicReader:
         """Wait until these partitions are applied up to their end offsets read now; False on timeout."""
         return await self._reach([TopicPartition(self.topic, p) for p in sorted(partitions)], wait_seconds)
 
-    async def catch_up(self, wait_seconds: float) -> bool:
-        """Wait until everything written before now has been applied; False on timeout."""
-        return await self._reach(list(self._positions), wait_seconds)
+    async def catch_up(self, wait_seconds: float, partitions: set[int] | None = None) -> bool:
+        """Wait until everything written before now (to ``partitions`` of those read; None:
+        all) has been applied; False on timeout. Several callers may wait at once: each
+        reads the end offsets when it is called, and all are woken by the reader's progress."""
+        tps = [tp for tp in self._positions if partitions is None or tp.partition in partitions]
+        return await self._reach(tps, wait_seconds)
 
     async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
         """Wait until ``tps`` are applied up to their end offsets read now; False on timeout."""
-        assert self._consumer is not None
-        targets = await self._consumer.end_offsets(tps)
+        assert self._offsets is not None
+        if not tps:
+            return True
+        targets = await self._offsets.end_offsets(tps)
 
         def reached() -> bool:
             return all(self._positions.get(tp, 0) >= end for tp, end in targets.items())
@@ -646,6 +669,9 @@ class TopicReader:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._offsets is not None:
+            await self._offsets.stop()
+            self._offsets = None
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
