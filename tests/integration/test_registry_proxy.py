@@ -29,10 +29,12 @@ from tests.integration.test_mcp_proxy import TOOL, running_worker
 
 @pytest.fixture(scope="module")
 def reviewed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The imported deploy_status contract, active and bound to the asked environment."""
+    """The imported deploy_status contract, pinned to its definition (``input.schema.json``
+    beside it), active and bound to the asked environment."""
     root = tmp_path_factory.mktemp("registry-proxy-contracts")
     tools = anyio.run(fetch_listing, mcp_kit.server())
     import_listing(root, mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
+    mcp_kit.pin(root, tools)  # the proxy serves only a tool pinned to its reviewed definition
     path = root / TOOL / "v1" / "contract.yaml"
     spec = yaml.safe_load(path.read_text())
     spec["status"] = "active"
@@ -57,6 +59,7 @@ class TestProxyFromRegistry:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
         env.update(
             TOOLGATE_BOOTSTRAP=cfg.bootstrap,
+            TOOLGATE_GROUP_ID=cfg.group_id,  # the running worker's group: the proxy checks it has members
             PYTHONPATH=str(ROOT),
             TOOLGATE_REGISTRY_SNAPSHOT_DIR=str(tmp_path / "snapshots"),
             **cfg.topics.env(),

@@ -3,6 +3,10 @@
 The runbook's commands assume the worker's configuration in the environment and its
 metrics on 127.0.0.1:9464: here the environment names the private topics and the live
 worker's port, and ``127.0.0.1:9464`` in a command becomes the live worker's address.
+The schema registry commands (``contracts publish``, ``pull`` and the diff of what was
+pulled) run with ``TOOLGATE_REGISTRY_URL`` naming the test registry
+(tests/integration/registry_kit.py), which holds the live worker's contracts, as the
+registry of a worker started with ``--contracts registry+URL`` does.
 """
 
 from __future__ import annotations
@@ -11,21 +15,43 @@ import subprocess
 import urllib.request
 
 import pytest
+from toolgate.authoring._publish import publish
+from toolgate.gate._contracts import ContractSet
 from toolgate.operations._top import parse
 
 from tests import ROOT
 from tests.integration.live import LiveWorker
+from tests.integration.registry_kit import registry_client
+from tests.integration.worker_kit import CONTRACTS
 from tests.ops_catalog import runbook_commands
 
 COMMANDS = runbook_commands()
+PULLED = "/tmp/registry-now"  # where the runbook pulls the registry's versions to
 
 
-def _run(live: LiveWorker, command: str) -> subprocess.CompletedProcess[str]:
+def _needs_registry(command: str) -> bool:
+    """A command that talks to the schema registry or reads what was pulled from it."""
+    return command.startswith(("toolgate contracts publish", "toolgate contracts pull")) or PULLED in command
+
+
+@pytest.fixture(scope="module")
+def registry_url() -> str:
+    """The test registry (skipped without one, failed when TOOLGATE_REQUIRE_REGISTRY=1), holding
+    the contracts the live worker decides with."""
+    client = registry_client()
+    publish(ContractSet.load(CONTRACTS), client)
+    return client.url
+
+
+def _run(live: LiveWorker, command: str, registry: str | None = None) -> subprocess.CompletedProcess[str]:
     assert live.worker is not None
     concrete = command.replace("127.0.0.1:9464", f"127.0.0.1:{live.worker.metrics_port}")
+    env = live.env()
+    if registry is not None:
+        env["TOOLGATE_REGISTRY_URL"] = registry
     return subprocess.run(
         ["bash", "-c", concrete],
-        env=live.env(),
+        env=env,
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -43,9 +69,11 @@ class TestRunbookCommands:
     """Every runbook command works against a live worker."""
 
     @pytest.mark.parametrize("command", COMMANDS)
-    def test_command_succeeds(self, live: LiveWorker, command: str) -> None:
-        """The runbook command exits 0 against a worker that has decided sample traffic."""
-        result = _run(live, command)
+    def test_command_succeeds(self, live: LiveWorker, command: str, request: pytest.FixtureRequest) -> None:
+        """The runbook command exits 0 against a worker that has decided sample traffic (and,
+        for the registry's commands, a registry that holds its contracts)."""
+        registry = request.getfixturevalue("registry_url") if _needs_registry(command) else None
+        result = _run(live, command, registry)
         assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
 
     def test_commands_print_what_they_promise(self, live: LiveWorker) -> None:

@@ -6,10 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 from toolgate._errors import ConfigError
-from toolgate.gate._contracts import ContractSet
+from toolgate.gate._contracts import ContractSet, load_contract
+from toolgate.mcp._import import fetch_listing, import_listing
 from toolgate.registry._layout import (
     KEYWORD,
     REGISTRY_DIALECT,
@@ -21,6 +23,7 @@ from toolgate.registry._layout import (
 )
 from toolgate.registry._snapshot import CURRENT, MANIFEST, Snapshot, read_manifest, write_snapshot
 
+from tests import mcp_kit
 from tests.unit.builders import CONTRACTS
 
 
@@ -155,3 +158,56 @@ class TestSnapshot:
         kept = sorted(p.name for p in tmp_path.glob("snapshot-*"))
         assert len(kept) == 2
         assert (tmp_path / CURRENT).resolve().name == kept[-1]
+
+
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory: pytest.TempPathFactory) -> ContractSet:
+    """deployer.deploy_status imported from the SDK server of tests/mcp_kit.py, pinned to its
+    definition: a version of three files (contract.yaml, schema.json, input.schema.json)."""
+    root = tmp_path_factory.mktemp("pinned")
+    tools = anyio.run(fetch_listing, mcp_kit.server())
+    import_listing(root, mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
+    mcp_kit.pin(root, mcp_kit.listing_json())
+    return ContractSet.load(root)
+
+
+class TestPinnedInputSchema:
+    """An MCP contract's pinned input schema travels with the version, so its digest holds."""
+
+    def test_round_trip_keeps_the_input_schema_and_digest(self, pinned: ContractSet) -> None:
+        """The registered document carries the input schema; reading it back gives the same digest."""
+        (contract,) = list(pinned)
+        assert contract.input_schema is not None
+        entry = entry_of(contract, {0: "active"})
+        text = entry.registered_text()
+        assert json.loads(text)[KEYWORD]["input_schema"] == contract.input_schema
+        back = parse_entry(text, entry.subject, 1)
+        assert back is not None
+        assert back.input_schema == contract.input_schema
+        assert back.digest == contract.digest
+        assert back.same_version(entry)
+
+    def test_snapshot_writes_the_input_schema_file(self, pinned: ContractSet, tmp_path: Path) -> None:
+        """The snapshot folder holds the file mcp.definition.input_schema names and loads to the digest."""
+        (contract,) = list(pinned)
+        current = write_snapshot(_entries(pinned), tmp_path, "http://registry")
+        folder = current / contract.spec.tool / "v1"
+        assert json.loads((folder / "input.schema.json").read_text()) == contract.input_schema
+        assert load_contract(folder).digest == contract.digest
+
+    def test_a_changed_input_schema_is_another_version(self, pinned: ContractSet) -> None:
+        """A registered version whose input schema differs is not the same version."""
+        (contract,) = list(pinned)
+        entry = entry_of(contract, {0: "active"})
+        assert entry.input_schema is not None
+        other = msgspec.structs.replace(entry, input_schema={**entry.input_schema, "title": "x"})
+        assert not entry.same_version(other)
+
+    def test_a_missing_input_schema_is_refused(self, pinned: ContractSet) -> None:
+        """Metadata of a pinned MCP version without its input schema: one error naming the subject."""
+        (contract,) = list(pinned)
+        entry = entry_of(contract, {0: "active"})
+        document = json.loads(entry.registered_text())
+        del document[KEYWORD]["input_schema"]
+        with pytest.raises(ConfigError, match=rf"{entry.subject} version 3: x-toolgate.input_schema"):
+            parse_entry(json.dumps(document), entry.subject, 3)

@@ -15,7 +15,6 @@ Pull writes the registry's versions into a folder for review, lint and fixtures.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from toolgate._errors import ConfigError
 from toolgate.authoring._contract_diff import contract_history
 from toolgate.gate._contracts import Contract, ContractSet
 from toolgate.registry._client import RegistryClient, RegistryError
-from toolgate.registry._layout import COMPATIBILITY, Entry, contract_file, entry_of, parse_entry, subject_of
+from toolgate.registry._layout import COMPATIBILITY, Entry, entry_of, parse_entry, subject_of
 from toolgate.registry._snapshot import fetch_contracts
 
 __all__ = ["Published", "publish", "pull"]
@@ -124,7 +123,8 @@ def _register(client: RegistryClient, subject: str, entry: Entry) -> int:
 
 def pull(client: RegistryClient, dest: Path) -> list[str]:
     """Write every version the registry holds into ``dest`` (``<tool>/v<N>[.<M>]/``), beside
-    what is there: ``contract.yaml`` and the schema are replaced, fixtures are kept.
+    what is there: ``contract.yaml``, the schema and an MCP tool's input schema are replaced,
+    fixtures are kept.
 
     Returns:
         The version keys written.
@@ -134,7 +134,7 @@ def pull(client: RegistryClient, dest: Path) -> list[str]:
     for entry, status in snapshot.entries:
         folder = dest / entry.spec.tool / entry.key.partition("@")[2]
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "contract.yaml").write_bytes(contract_file(entry, status))
-        (folder / entry.spec.schema).write_text(json.dumps(entry.schema, indent=2) + "\n", encoding="utf-8")
+        for name, data in entry.files(status).items():
+            (folder / name).write_bytes(data)
         written.append(entry.key)
     return written

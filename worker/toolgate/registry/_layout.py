@@ -16,7 +16,9 @@ beside it under the annotation keyword ``x-toolgate``:
     ``$schema``; ``statuses`` the status of every revision of the major version, by minor;
     ``sequence`` the registration's place in the subject (1, 2, ...), so that registering
     earlier statuses again is a new registration, not the old one (registries answer an
-    identical document with the version that holds it).
+    identical document with the version that holds it); ``input_schema`` the pinned input
+    schema of an MCP tool's definition (the file ``mcp.definition.input_schema`` names, which
+    counts in the digest), absent for other contracts.
 
 Registries check JSON Schema compatibility with drafts 4 to 7 (Apicurio Registry cannot
 parse a 2020-12 document), so the registered ``$schema`` is draft-07 and the contract's own
@@ -86,6 +88,7 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
     digest: str
     statuses: dict[int, str]  # minor -> status, as of this registration
     sequence: int = 0  # the registration's place in its subject
+    input_schema: dict[str, Any] | None = None  # an MCP tool's pinned input schema
 
     @property
     def key(self) -> str:
@@ -111,6 +114,8 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
             "statuses": {str(m): s for m, s in sorted(self.statuses.items())},
             "sequence": self.sequence,
         }
+        if self.input_schema is not None:
+            document[KEYWORD]["input_schema"] = self.input_schema
         return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
     def same_version(self, other: Entry) -> bool:
@@ -120,7 +125,20 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
             == msgspec.structs.replace(other.spec, status="active")
             and self.schema == other.schema
             and self.fixtures == other.fixtures
+            and self.input_schema == other.input_schema
         )
+
+    def files(self, status: str) -> dict[str, bytes]:
+        """The files of the version's folder, by name: ``contract.yaml`` (with ``status``), its
+        schema and, for an MCP tool with a pinned definition, its input schema."""
+        files = {
+            "contract.yaml": contract_file(self, status),
+            self.spec.schema: (json.dumps(self.schema, indent=2) + "\n").encode(),
+        }
+        definition = self.spec.mcp.definition if self.spec.mcp is not None else None
+        if definition is not None and self.input_schema is not None:
+            files[definition.input_schema] = (json.dumps(self.input_schema, indent=2) + "\n").encode()
+        return files
 
 
 def entry_of(contract: Contract, statuses: dict[int, str]) -> Entry:
@@ -131,6 +149,7 @@ def entry_of(contract: Contract, statuses: dict[int, str]) -> Entry:
         fixtures=fixtures_digest(contract.folder),
         digest=contract.digest,
         statuses=statuses,
+        input_schema=contract.input_schema,
     )
 
 
@@ -166,7 +185,11 @@ def parse_entry(text: str, subject: str, version: int) -> Entry | None:
         statuses = {int(m): s for m, s in decoded.statuses.items()}
     except ValueError as exc:
         raise ConfigError(f"{where}: {KEYWORD}.statuses: keys must be minor numbers") from exc
-    if contract_digest(spec, schema) != decoded.digest:
+    definition = spec.mcp.definition if spec.mcp is not None else None
+    if (definition is None) != (decoded.input_schema is None):
+        wrong = "missing for the pinned MCP definition" if definition else "without an MCP definition"
+        raise ConfigError(f"{where}: {KEYWORD}.input_schema: {wrong}")
+    if contract_digest(spec, schema, decoded.input_schema) != decoded.digest:
         raise ConfigError(
             f"{where}: {spec.tool} v{spec.version}.{spec.minor} does not match the digest it was "
             f"published with ({decoded.digest})"
@@ -178,6 +201,7 @@ def parse_entry(text: str, subject: str, version: int) -> Entry | None:
         digest=decoded.digest,
         statuses=statuses,
         sequence=decoded.sequence,
+        input_schema=decoded.input_schema,
     )
 
 
@@ -189,6 +213,7 @@ class _Meta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     dialect: str | None
     statuses: dict[str, str]
     sequence: int = 0
+    input_schema: dict[str, Any] | None = None
 
 
 def contract_file(entry: Entry, status: str) -> bytes:

@@ -2,10 +2,10 @@
 
 :func:`fetch_contracts` reads every toolgate subject (``<tool>-v<N>-value``) and
 :func:`write_snapshot` writes the versions as a contracts folder (``<tool>/v<N>[.<M>]/``
-with ``contract.yaml`` and ``schema.json``), loads it with the gate's own loader and only
-then makes it current: ``<dir>/current`` is a symbolic link swapped in one rename, so a
-reader sees the old set or the new one, never a part. A registry that fails mid-way leaves
-the current snapshot as it was.
+with ``contract.yaml``, ``schema.json`` and an MCP tool's pinned input schema), loads it
+with the gate's own loader and only then makes it current: ``<dir>/current`` is a symbolic
+link swapped in one rename, so a reader sees the old set or the new one, never a part. A
+registry that fails mid-way leaves the current snapshot as it was.
 
 :class:`RegistrySource` is what the worker and the MCP proxy use: the first snapshot at
 start-up (with the registry down, the last complete one on disk, said in one line), then a
@@ -28,7 +28,7 @@ from typing import Any, Final
 from toolgate._errors import ConfigError
 from toolgate.gate._contracts import ContractSet
 from toolgate.registry._client import RegistryClient, RegistryError
-from toolgate.registry._layout import Entry, check_statuses, contract_file, parse_entry, parse_subject
+from toolgate.registry._layout import Entry, check_statuses, parse_entry, parse_subject
 
 __all__ = ["MANIFEST", "EmptyRegistry", "RegistrySource", "Snapshot", "fetch_contracts", "write_snapshot"]
 
@@ -110,10 +110,8 @@ def write_snapshot(snapshot: Snapshot, root: Path, source: str) -> Path:
         for entry, status in snapshot.entries:
             folder = work / entry.spec.tool / entry.key.partition("@")[2]
             folder.mkdir(parents=True)
-            (folder / "contract.yaml").write_bytes(contract_file(entry, status))
-            (folder / entry.spec.schema).write_text(
-                json.dumps(entry.schema, indent=2) + "\n", encoding="utf-8"
-            )
+            for name, data in entry.files(status).items():
+                (folder / name).write_bytes(data)
         if not snapshot.entries:
             raise EmptyRegistry(
                 f"schema registry {source}: no contract versions (subjects <tool>-v<N>-value)"
