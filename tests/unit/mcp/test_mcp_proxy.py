@@ -555,6 +555,21 @@ class TestArguments:
         assert len(lines) == MAX_ARGUMENT_LINES + 1
         assert lines[-1] == f"... and {40 - MAX_ARGUMENT_LINES} more"
 
+    def test_a_failure_two_schemas_find_is_said_once(self, strict: ContractSet) -> None:
+        """An imported input schema is the upstream's beside its closure: a wrong type both
+        refuse at the same place is one line, and the count of the rest counts distinct lines."""
+        (contract,) = list(strict)
+        contract.input_validator = compile_schema(
+            {
+                "allOf": [
+                    {"type": "object", "properties": {"timezone": {"type": "string"}}},
+                    {"type": "object", "properties": {"timezone": {"type": "string", "maxLength": 64}}},
+                ]
+            }
+        )
+        contract.input_schema = {"properties": {"timezone": {}}}
+        assert argument_errors(contract, {"timezone": 5}) == ["argument /timezone: type"]
+
 
 class TestAdvertisedSchema:
     """The output schema the host sees has the real types, required members and bounds."""

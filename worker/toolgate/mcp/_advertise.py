@@ -226,13 +226,12 @@ def argument_errors(contract: Contract, arguments: dict[str, Any]) -> list[str]:
         return []
     names = declared_names(contract.input_schema)
     lines: list[str] = []
-    total = 0
+    seen: set[str] = set()
+    total = examined = 0
     for error in validator.iter_errors(arguments):
-        total += 1
-        if total > 1000:  # counted no further: a bound on the work one call can cause
+        examined += 1
+        if examined > 1000:  # looked at no further: a bound on the work one call can cause
             break
-        if len(lines) >= MAX_ARGUMENT_LINES:
-            continue
         tokens = [str(t) if isinstance(t, int) or t in names else "*" for t in error.instance_path]
         keyword = _keyword(error)
         kind = error.kind
@@ -244,7 +243,15 @@ def argument_errors(contract: Contract, arguments: dict[str, Any]) -> list[str]:
         bound = getattr(kind, "limit", None)
         detail = f" {bound:g}" if _number(bound) else ""
         where = f"argument {pointer}" if pointer else "arguments"
-        lines.append(f"{where}: {keyword}{detail}"[:_MAX_LINE])
+        line = f"{where}: {keyword}{detail}"[:_MAX_LINE]
+        # An imported input schema is the upstream's beside its closure: both refuse a wrong
+        # type at the same place, and the model needs to read it once.
+        if line in seen:
+            continue
+        seen.add(line)
+        total += 1
+        if len(lines) < MAX_ARGUMENT_LINES:
+            lines.append(line)
     if total > len(lines):
         lines.append(f"... and {total - len(lines)} more")
     return lines
