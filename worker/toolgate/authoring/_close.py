@@ -384,9 +384,6 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-_DRAFT_2020_12: Final = "https://json-schema.org/draft/2020-12/schema"
-
-
 def _no_nested_resources(upstream: dict[str, Any]) -> None:
     """Refuse a ``$id`` or ``$schema`` below the root anywhere in the document: references
     inside such a resource resolve against another base, or in another dialect, than the
@@ -428,11 +425,12 @@ def closed(upstream: dict[str, Any], tool: str, *, max_string: int, max_items: i
     """``{"allOf": [upstream, closure]}``: what the written contract validates ``data`` with.
 
     Raises:
-        Unclosable: see :func:`closure`; also a ``$schema`` other than Draft 2020-12.
+        Unclosable: see :func:`closure`; also a ``$schema`` other than Draft 2020-12 that
+            cannot be translated to it (:mod:`toolgate.authoring._dialect`).
     """
-    dialect = upstream.get("$schema", _DRAFT_2020_12)
-    if dialect not in (_DRAFT_2020_12, _DRAFT_2020_12 + "#"):
-        raise Unclosable("", f"$schema {str(dialect)[:80]!r} is not Draft 2020-12, which the gate validates")
+    from toolgate.authoring._dialect import to_draft_2020_12  # imports this module
+
+    upstream = to_draft_2020_12(upstream)  # Draft 7/6/2019-09 said in 2020-12, or refused
     embedded = {k: v for k, v in upstream.items() if k not in ("$schema", "$id")}
     return {
         "allOf": [

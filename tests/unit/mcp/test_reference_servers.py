@@ -1,0 +1,56 @@
+"""The four reference MCP servers' real tools/list answers (tests/mcp_listings: server-everything,
+server-filesystem and server-memory 2026.8.31 from npm, mcp-server-git from PyPI) through import
+and the proxy's start-up, without a broker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from toolgate.gate._contracts import ContractSet
+from toolgate.mcp._import import import_listing
+from toolgate.mcp._proxy import Proxy
+
+from tests import ROOT, mcp_kit
+
+LISTINGS = ROOT / "tests" / "mcp_listings"
+SERVERS = ("everything", "filesystem", "memory", "git")
+
+
+def listing(server: str) -> list[dict[str, Any]]:
+    """The tools of a reference server, as its tools/list sent them."""
+    tools: list[dict[str, Any]] = json.loads((LISTINGS / f"{server}.json").read_text())["tools"]
+    return tools
+
+
+def reviewed(root: Path, server: str) -> tuple[ContractSet, list[str]]:
+    """Every tool of ``server`` imported under ``root`` and set active; the import's output lines."""
+    lines: list[str] = []
+    import_listing(root, server, listing(server), out=lines.append)
+    mcp_kit.review(root)
+    return ContractSet.load(root), lines
+
+
+class TestImportedAndServed:
+    """Every tool of each reference server is imported, and the proxy serves it at start-up: the
+    pinned digest is of the definition as it came, Draft 7 schemas included."""
+
+    @pytest.mark.parametrize("server", SERVERS)
+    def test_every_tool_is_imported(self, server: str, tmp_path: Path) -> None:
+        """No tool is refused: one version is written per listed tool."""
+        _, lines = reviewed(tmp_path, server)
+        assert not [line for line in lines if line.startswith("refused:")]
+        written = sorted(p.parent.parent.name for p in tmp_path.glob("*/v1/contract.yaml"))
+        assert written == sorted(f"{server}.{t['name']}" for t in listing(server))
+
+    @pytest.mark.parametrize("server", SERVERS)
+    def test_the_live_listing_is_not_withdrawn(self, server: str, tmp_path: Path) -> None:
+        """The proxy, given the same live listing, serves every tool and withdraws none."""
+        contracts, _ = reviewed(tmp_path, server)
+        proxy = Proxy(server, None, cast(Any, None), contracts)
+        proxy.evaluate(listing(server))
+        assert proxy.withdrawn == {}
+        served = sorted(proxy.served)
+        assert served == sorted(t["name"] for t in listing(server)), proxy.refused
