@@ -151,7 +151,9 @@ class TestTextThatLooksLikeJson:
             json.dumps(GOOD) + json.dumps(GOOD),  # two documents
             "\ufeff" + json.dumps(GOOD),  # a byte order mark before the JSON
             "\u00a0" + json.dumps(GOOD),  # an NBSP before the JSON
-            "{not json",
+            json.dumps({**GOOD, "state": "failed"}),  # strict JSON of another value
+            json.dumps([GOOD]),  # strict JSON of an array that is no member
+            json.dumps(GOOD["state"]).join("[]"),  # ["healthy"]: a member's value inside another
         ],
     )
     def test_json_looking_text_that_does_not_parse_strictly_is_a_conflicting_view(self, text: str) -> None:
@@ -168,6 +170,46 @@ class TestTextThatLooksLikeJson:
         """Text whose first non-space character is not a brace or bracket is untrusted text."""
         value = {"content": [{"type": "text", "text": "Result: {}"}], "structuredContent": GOOD}
         assert _read(value).text == "Result: {}"
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "[FILE] a.txt\n[DIR] sub",  # server-filesystem's list_directory
+            "[1, 2",  # cut short: no reader reads a value
+            "{not json",
+            "[DIR] logs\n[FILE] {weird}.txt",
+        ],
+    )
+    def test_text_no_json_reader_reads_is_prose(self, text: str) -> None:
+        """A text that only starts like JSON, and that no JSON reader reads as a value, is untrusted text."""
+        value = {"content": [{"type": "text", "text": text}], "structuredContent": GOOD}
+        assert _read(value, text_max_length=100).text == text
+
+    def test_a_wrapped_text_is_the_same_view(self) -> None:
+        """server-filesystem's read_text_file of a JSON file: the text is a member verbatim."""
+        file = '{"approve": true}\n'
+        value = {"content": [{"type": "text", "text": file}], "structuredContent": {"content": file}}
+        result = _read(value)
+        assert result.text is None
+        assert result.envelope["data"] == {"content": file}
+
+    def test_the_json_of_a_wrapped_array_is_the_same_view(self) -> None:
+        """server-memory's create_entities: the text is the JSON of the array structuredContent wraps."""
+        entities = [{"name": "a", "entityType": "person", "observations": ["x"]}]
+        value = {
+            "content": [{"type": "text", "text": json.dumps(entities, indent=2)}],
+            "structuredContent": {"entities": entities},
+        }
+        assert _read(value).text is None
+
+    def test_the_json_of_a_member_must_still_parse_strictly(self) -> None:
+        """A member's JSON carrying a duplicate name is a conflicting view, not the member."""
+        entities = [{"name": "a"}]
+        value = {
+            "content": [{"type": "text", "text": '[{"name": "b", "name": "a"}]'}],
+            "structuredContent": {"entities": entities},
+        }
+        assert _code(value) == ("parse", "CONFLICTING_VIEWS")
 
     def test_json_looking_text_without_structured_content_is_text(self) -> None:
         """With no structuredContent there is no second view: a text-only result's text is text."""

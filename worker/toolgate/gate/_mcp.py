@@ -27,16 +27,18 @@ it at the ``parse`` stage and builds the envelope its schema validates:
   ``null``): ``MALFORMED_ENVELOPE``, the detail naming the type. MCP 2026-07-28 lets a
   server send any JSON value; toolgate's ``data`` is an object and import refuses an
   ``outputSchema`` that does not say ``"type": "object"``.
-* a text block that *looks like JSON* (:func:`looks_like_json`: its first character
-  that is not white space or a byte order mark is ``{`` or ``[``) beside
-  ``structuredContent`` must parse strictly (toolgate's parse: one document, no
-  duplicate member names, finite numbers, within the contract's depth, nothing before
-  or after it but JSON white space) to a value equal to ``structuredContent``;
-  otherwise ``CONFLICTING_VIEWS``. Two views of one result that differ are the hazard
-  duplicate member names are: a reader that takes the text sees another result than
-  the one validated, and a text no strict parser reads the same way is such a view. A
-  text block equal to ``structuredContent`` is the same view again and is dropped, so
-  fields that projection leaves out cannot reach the agent through the text.
+* a text block beside ``structuredContent`` (and without ``isError``) is either another
+  view of it or prose (:func:`second_view`). Another view: a string member of
+  ``structuredContent`` verbatim (a ``{"content": <the text>}`` wrapper), or a text that
+  parses strictly (toolgate's parse: one document, no duplicate member names, finite
+  numbers, within the contract's depth, nothing but JSON white space around it) to
+  ``structuredContent`` or to a member of it (an array the object wraps): dropped, so
+  fields that projection leaves out cannot reach the agent through the text. Prose: a
+  text that does not *look like JSON* (:func:`looks_like_json`), or that no JSON reader
+  reads as a value (:func:`readable_as_json`: ``[FILE] a.txt``, ``[1, 2``): untrusted
+  text. Anything else, a text some reader takes for JSON that does not parse strictly or
+  says another value, is ``CONFLICTING_VIEWS``: a reader that takes the text would see
+  another result than the one validated, the hazard duplicate member names are.
 """
 
 from __future__ import annotations
@@ -118,6 +120,67 @@ def looks_like_json(text: str) -> bool:
             continue
         return char in "{["
     return False
+
+
+_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+
+
+def readable_as_json(text: str) -> bool:
+    """Whether some JSON reader reads a value from ``text``: after white space and byte order
+    marks, a lenient parse (duplicate names, ``NaN``, overflowing numbers, any nesting) reads a
+    first value, trailing commas forgiven; what follows it does not count (a reader of one
+    document stops there). ``[FILE] a.txt`` or ``[1, 2`` is read by none: it is prose."""
+    start = 0
+    while start < len(text) and (text[start].isspace() or text[start] == "\ufeff"):
+        start += 1
+    body = text[start:]
+    decoder = json.JSONDecoder()
+    for candidate in (body, _TRAILING_COMMA.sub(r"\1", body)):
+        try:
+            decoder.raw_decode(candidate)
+        except RecursionError:
+            return True  # deeper than this parser goes: a reader with more stack reads it
+        except ValueError:
+            continue
+        return True
+    return False
+
+
+def second_view(text: str, structured: dict[str, Any], max_depth: int, where: str) -> bool:
+    """Whether a text block beside ``structuredContent`` is another view of it (dropped: the
+    validated ``structuredContent`` is what counts), or prose (False: untrusted text).
+
+    The same view: the text is a string member of ``structuredContent`` (a ``{"content":
+    <the text>}`` wrapper), or its strict JSON is ``structuredContent`` or a member of it
+    (an array the object wraps). Prose: a text that does not look like JSON, or that no
+    JSON reader reads as a value (:func:`readable_as_json`).
+
+    Raises:
+        RejectedInput: ``CONFLICTING_VIEWS``: a text some reader reads as JSON that does not
+            parse strictly, or whose value is neither ``structuredContent`` nor a member of it.
+    """
+    members = list(structured.values())
+    if any(isinstance(member, str) and member == text for member in members):
+        return True
+    if not looks_like_json(text) or not readable_as_json(text):
+        return False
+    try:
+        claimed = parse_json(text.encode("utf-8", "surrogatepass"), max_depth)
+    except RejectedInput:
+        raise RejectedInput(
+            "parse",
+            "CONFLICTING_VIEWS",
+            "a text block that reads as JSON does not parse strictly",
+            instance_path=where,
+        ) from None
+    if same_json(claimed, structured) or any(same_json(claimed, member) for member in members):
+        return True
+    raise RejectedInput(
+        "parse",
+        "CONFLICTING_VIEWS",
+        "a text block's JSON is neither structuredContent nor a member of it",
+        instance_path=where,
+    )
 
 
 def _type_name(value: Any) -> str:
@@ -210,23 +273,11 @@ def read_result(
         text = block.get("text")
         if not isinstance(text, str):
             raise _malformed("a text block without text", where + "/text")
-        if has_structured and not is_error and looks_like_json(text):
-            try:
-                claimed = parse_json(text.encode("utf-8", "surrogatepass"), max_depth)
-            except RejectedInput:
-                raise RejectedInput(
-                    "parse",
-                    "CONFLICTING_VIEWS",
-                    "a text block that looks like JSON does not parse strictly",
-                    instance_path=where + "/text",
-                ) from None
-            if not same_json(claimed, structured):
-                raise RejectedInput(
-                    "parse",
-                    "CONFLICTING_VIEWS",
-                    "a text block's JSON differs from structuredContent",
-                    instance_path=where + "/text",
-                )
+        if (
+            isinstance(structured, dict)
+            and not is_error
+            and second_view(text, structured, max_depth, where + "/text")
+        ):
             continue  # the same view again: structuredContent is what counts
         texts.append(text)
     envelope: dict[str, Any] = {"tool": tool, "request_id": request_id}
@@ -257,5 +308,7 @@ __all__ = [
     "definition_digest",
     "looks_like_json",
     "read_result",
+    "readable_as_json",
     "same_json",
+    "second_view",
 ]
