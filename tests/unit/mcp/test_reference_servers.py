@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from toolgate.client import Answer
 from toolgate.gate._contracts import ContractSet
 from toolgate.mcp._import import import_listing
 from toolgate.mcp._proxy import Proxy
@@ -54,3 +55,47 @@ class TestImportedAndServed:
         assert proxy.withdrawn == {}
         served = sorted(proxy.served)
         assert served == sorted(t["name"] for t in listing(server)), proxy.refused
+
+
+class TestNoEmptySuccess:
+    """A success of which nothing may reach the host is never an empty success: lint names the
+    contract at import, and the proxy answers NOTHING_PASSED."""
+
+    def test_lint_names_what_projects_nothing(self, tmp_path: Path) -> None:
+        """server-memory's graph tools return arrays of objects: each is a nothing-projected finding."""
+        _, lines = reviewed(tmp_path, "memory")
+        from toolgate.authoring._lint import lint_contracts
+
+        flagged = {
+            Path(f.file).parent.parent.name
+            for f in lint_contracts(ContractSet.load(tmp_path))
+            if f.rule == "nothing-projected"
+        }
+        assert {"memory.read_graph", "memory.search_nodes", "memory.open_nodes"} <= flagged
+        assert "memory.delete_entities" not in flagged  # success and message project
+        assert any("nothing-projected" in line for line in lines)
+
+    def test_a_disabled_contract_is_settled(self, tmp_path: Path) -> None:
+        """Setting status: disabled (reviewed, not served) settles the finding."""
+        reviewed(tmp_path, "memory")
+        path = tmp_path / "memory.read_graph" / "v1" / "contract.yaml"
+        path.write_text(path.read_text().replace("\nstatus: active\n", "\nstatus: disabled\n"))
+        from toolgate.authoring._lint import lint_contracts
+
+        rules = {f.rule for f in lint_contracts(ContractSet.load(tmp_path)) if "memory.read_graph" in f.file}
+        assert "nothing-projected" not in rules
+
+    def test_an_empty_success_is_answered_nothing_passed(self) -> None:
+        """An envelope with no data and no text reaches the host as NOTHING_PASSED, not content []."""
+        proxy = Proxy("memory", None, cast(Any, None), ContractSet([]))
+        empty = Answer(request_id="req.n1", tool="memory.read_graph", outcome="success", data={})
+        got = proxy._answered(empty, structured=False)
+        assert got.is_error
+        assert json.loads(got.content[0].text) == {"error": {"code": "NOTHING_PASSED", "retryable": False}}
+        assert proxy.stats.by_code == {"NOTHING_PASSED": 1}
+        text = Answer(
+            request_id="req.n1", tool="t", outcome="success", data={}, untrusted_text={"content": "x"}
+        )
+        assert not proxy._answered(text, structured=False).is_error
+        nothing_there = Answer(request_id="req.n1", tool="t", outcome="success", data={})
+        assert proxy._answered(nothing_there, structured=True).structured_content == {}

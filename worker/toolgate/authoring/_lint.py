@@ -40,6 +40,8 @@ Rules (``Finding.rule``)::
                           pinned title, description, annotations title, and every
                           description, title, default, $comment and examples of the input
                           schema; setting status: active marks them reviewed
+    nothing-projected     (imported MCP contracts) the outputSchema declares members and none
+                          can be projected (arrays of objects): every success would be empty
     input-*               (MCP contracts) the pinned input schema held to the rules above
                           (input-open-object, input-unbounded-string, ...): arguments are
                           closed and bounded like results
@@ -754,6 +756,7 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
             )
         )
         findings.extend(_lint_input_schema(contract))
+        findings.extend(_check_nothing_projected(contract, None if imported is None else imported[1]))
         if contract.spec.status == "draft":
             findings.extend(unreviewed_texts(contract))
         if contract.spec.status == "draft":
@@ -771,6 +774,27 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
 
 
 _IMPORTED_AT = ("$defs", "structuredContent")
+
+
+def _check_nothing_projected(contract: Contract, skeleton: dict[str, Any] | None) -> Iterator[Finding]:
+    """An imported MCP contract whose outputSchema declares members of which none can be
+    projected (arrays of objects, objects nested past 4 levels): each success would reach
+    the agent empty, so the proxy answers it ``NOTHING_PASSED`` rather than an empty success."""
+    if skeleton is None or contract.data_projection or contract.spec.status == "disabled":
+        return
+    from toolgate.authoring._close import at_path
+
+    top = at_path(skeleton, ())
+    if not (isinstance(top, dict) and top.get("properties")):
+        return
+    yield Finding(
+        file=str(contract.path),
+        pointer="$.projection",
+        rule="nothing-projected",
+        message="no member of the outputSchema can be projected (arrays of objects, objects deeper than "
+        "4 levels): every success would reach the agent empty, so mcp-proxy answers NOTHING_PASSED; "
+        "set status: disabled, or serve the tool from an outputSchema with scalar fields",
+    )
 
 
 def _imported_parts(schema: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -87,6 +87,7 @@ CODES: dict[str, bool] = {
     "GATE_TIMEOUT": True,  # no decided envelope within --timeout, or no worker in the group
     "BROKER_UNAVAILABLE": True,  # the request record or result could not be published
     "PROXY_BUSY": True,  # --max-concurrent calls running and --max-queued waiting
+    "NOTHING_PASSED": False,  # a success of which nothing may reach the host (never an empty success)
 }
 DEFAULT_MAX_CONCURRENT = 64
 DEFAULT_MAX_QUEUED = 1024
@@ -220,6 +221,11 @@ def host_result(answer: Answer, *, structured: bool = True) -> Any:
         if CUT_MARKER.search(text):
             meta[TRUNCATED_META] = True  # the gate cut it: the text's last line says where
     return types.CallToolResult(content=content, structured_content=data, _meta=meta)
+
+
+def nothing_passed(result: Any) -> bool:
+    """Whether a host result is a success carrying nothing: no content, no structured data."""
+    return not result.is_error and not result.content and not result.structured_content
 
 
 def changed_members(contract: Contract, live: Mapping[str, Any]) -> list[str]:
@@ -641,7 +647,18 @@ class Proxy:
                 except (BrokerError, ClientClosed):
                     return self._fixed("BROKER_UNAVAILABLE", request.request_id)
                 continue
-            return host_result(answer, structured=served.tool.output_schema is not None)
+            return self._answered(answer, structured=served.tool.output_schema is not None)
+
+    def _answered(self, answer: Answer, *, structured: bool) -> Any:
+        """The host's result (:func:`host_result`), or ``NOTHING_PASSED`` where a success would
+        reach the host empty: no projected data and no text (a result of arrays of objects the
+        contract cannot project, or of resource, image or audio blocks only). An agent then
+        tells "nothing passed" from "nothing there"."""
+        result = host_result(answer, structured=structured)
+        if nothing_passed(result):
+            self.stats.by_code["NOTHING_PASSED"] = self.stats.by_code.get("NOTHING_PASSED", 0) + 1
+            return error_result("NOTHING_PASSED", CODES["NOTHING_PASSED"], answer.request_id)
+        return result
 
     @staticmethod
     def _bounded(raw: dict[str, Any], max_bytes: int, tool: str) -> bytes:
