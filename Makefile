@@ -8,12 +8,13 @@ KAFKA := ops/kafka/kafka.sh
 REGISTRY := ops/registry/registry.sh
 PYTEST_ARGS ?=
 
-.PHONY: help install jars registry registry-up registry-stop tools k8s-tools chart strimzi rules screenshot broker broker-up broker-stop topics lint contracts test unit simulate run stop bench-gate bench-scale clean
+.PHONY: help install mcp-node jars registry registry-up registry-stop tools k8s-tools chart strimzi rules screenshot broker broker-up broker-stop topics lint contracts test unit simulate run stop bench-gate bench-scale clean
 
 help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
 	@echo "make stop       stop the worker and the broker"
 	@echo "make test       lint, contract fixtures, the whole test suite on a real local broker, coverage floors"
+	@echo "make mcp-node   the reference MCP servers, the TypeScript SDK and Ajv for the MCP tests (npm ci)"
 	@echo "make lint       ruff check, ruff format --check, mypy --strict (worker, tests, ops)"
 	@echo "make tools      promtool and prometheus (Debian's prometheus package) for the ops tests, kcat"
 	@echo "make screenshot Prometheus graphs of a drifting connector -> docs/drift-graphs.png"
@@ -172,14 +173,25 @@ screenshot: install broker-up tools
 
 # The tests that need no broker: tests/unit (laid out like worker/toolgate) and tests/repo (the
 # repository's documents, configuration and scripts).
-unit: install
+# The Node.js side of the MCP tests, at the versions ops/mcp/package.json and its lock pin: the
+# reference servers (server-everything, -filesystem, -memory), the TypeScript SDK's client as a
+# host (tests/node/host.mjs) and Ajv (tests/node/ajv_compile.cjs), into ops/mcp/node_modules.
+MCP_NODE := ops/mcp/node_modules/.installed-stamp
+$(MCP_NODE): ops/mcp/package.json ops/mcp/package-lock.json
+	@command -v npm >/dev/null || { echo "make mcp-node: npm is missing (Node.js 18 or later)" >&2; exit 1; }
+	npm ci --prefix ops/mcp --no-audit --no-fund --loglevel=error
+	@touch $(MCP_NODE)
+
+mcp-node: $(MCP_NODE)
+
+unit: install mcp-node
 	$(BIN)/pytest tests/unit tests/repo $(PYTEST_ARGS)
 
 # Starts the broker and the schema registry only if none is running, and stops each afterwards
 # only if it started it.
 # One pytest run, measured (the processes it starts included), then the coverage table per layer
 # with its floors (ops/coverage_floors.py); a run narrowed by PYTEST_ARGS prints the table only.
-test: install jars registry tools k8s-tools lint contracts
+test: install mcp-node jars registry tools k8s-tools lint contracts
 	rm -f .coverage .coverage.*
 	TOOLGATE_REQUIRE_KAFKA=1 TOOLGATE_REQUIRE_REGISTRY=1 bash $(KAFKA) with \
 	  bash $(REGISTRY) with $(BIN)/pytest --cov --cov-report= $(PYTEST_ARGS)

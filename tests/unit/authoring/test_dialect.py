@@ -9,8 +9,8 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
-from toolgate.authoring._close import Unclosable, close
-from toolgate.authoring._dialect import to_draft_2020_12
+from toolgate.authoring._close import close
+from toolgate.authoring._dialect import Unclosable, to_draft_2020_12
 
 from tests import ROOT
 

@@ -14,7 +14,7 @@ from toolgate.gate._contracts import ContractSet
 from toolgate.mcp._import import import_listing
 from toolgate.mcp._proxy import Proxy
 
-from tests import ROOT, mcp_kit
+from tests import ROOT, mcp_kit, node_kit
 
 LISTINGS = ROOT / "tests" / "mcp_listings"
 SERVERS = ("everything", "filesystem", "memory", "git")
@@ -99,3 +99,55 @@ class TestNoEmptySuccess:
         assert not proxy._answered(text, structured=False).is_error
         nothing_there = Answer(request_id="req.n1", tool="t", outcome="success", data={})
         assert proxy._answered(nothing_there, structured=True).structured_content == {}
+
+
+def advertised(tmp_path: Path, server: str) -> dict[str, Any]:
+    """What the proxy's tools/list shows a host for every tool of ``server``, as JSON."""
+    contracts, _ = reviewed(tmp_path, server)
+    proxy = Proxy(server, None, cast(Any, None), contracts)
+    proxy.evaluate(listing(server))
+    out: dict[str, Any] = {}
+    for tool in proxy.tools():
+        dumped = tool.model_dump(by_alias=True, mode="json", exclude_none=True)
+        out[f"{tool.name} inputSchema"] = dumped["inputSchema"]
+        if "outputSchema" in dumped:
+            out[f"{tool.name} outputSchema"] = dumped["outputSchema"]
+    return out
+
+
+class TestAdvertisedSchemas:
+    """What tools/list serves compiles in Ajv 8 as the TypeScript SDK's client builds it, keeps the
+    arguments as top-level properties, and advertises no looser bound than the gate enforces."""
+
+    @pytest.mark.parametrize("server", SERVERS)
+    def test_every_advertised_schema_compiles_in_ajv(self, server: str, tmp_path: Path) -> None:
+        """Every inputSchema and outputSchema compiles with the SDK client's Ajv and with Ajv2020."""
+        schemas = advertised(tmp_path, server)
+        assert len([k for k in schemas if k.endswith("inputSchema")]) == len(listing(server))
+        errors = {name: error for name, error in node_kit.ajv_errors(schemas).items() if error}
+        assert errors == {}
+
+    def test_the_pinned_closed_schema_is_what_ajv_could_not_compile(self, tmp_path: Path) -> None:
+        """The full closed schema (allOf, $id, $ref cycles) fails Ajv: the check can fail."""
+        reviewed(tmp_path, "memory")
+        pinned = json.loads((tmp_path / "memory.create_entities" / "v1" / "input.schema.json").read_text())
+        (error,) = node_kit.ajv_errors({"pinned": pinned}).values()
+        assert error is not None
+
+    @pytest.mark.parametrize("server", SERVERS)
+    def test_arguments_are_top_level_properties(self, server: str, tmp_path: Path) -> None:
+        """Each argument the upstream declares is a top-level property, typed; nothing else is accepted."""
+        schemas = advertised(tmp_path, server)
+        for tool in listing(server):
+            flat = schemas[f"{tool['name']} inputSchema"]
+            assert flat["type"] == "object"
+            assert flat["additionalProperties"] is False
+            assert set(flat["properties"]) == set(tool["inputSchema"].get("properties", {}))
+            assert all("type" in member for member in flat["properties"].values()), tool["name"]
+            assert "$ref" not in json.dumps(flat)
+
+    def test_advertised_bounds_are_the_enforced_ones(self, tmp_path: Path) -> None:
+        """A string the closure bounds at 1024 is advertised at 1024, not the envelope's 4096."""
+        schemas = advertised(tmp_path, "filesystem")
+        assert schemas["read_text_file outputSchema"]["properties"]["content"]["maxLength"] == 1024
+        assert schemas["read_text_file inputSchema"]["properties"]["path"]["maxLength"] == 1024

@@ -37,6 +37,9 @@ from typing import Any, Final
 
 import jsonschema_rs
 
+from toolgate.authoring._dialect import Unclosable as Untranslatable
+from toolgate.authoring._dialect import to_draft_2020_12
+
 UPSTREAM_ID: Final = "urn:toolgate:upstream:"
 CLOSURE_ID: Final = "urn:toolgate:closure:"
 BOUNDS_KEY: Final = "x-toolgate-bounds"  # the closure's bounds, for lint to re-derive it
@@ -428,9 +431,10 @@ def closed(upstream: dict[str, Any], tool: str, *, max_string: int, max_items: i
         Unclosable: see :func:`closure`; also a ``$schema`` other than Draft 2020-12 that
             cannot be translated to it (:mod:`toolgate.authoring._dialect`).
     """
-    from toolgate.authoring._dialect import to_draft_2020_12  # imports this module
-
-    upstream = to_draft_2020_12(upstream)  # Draft 7/6/2019-09 said in 2020-12, or refused
+    try:
+        upstream = to_draft_2020_12(upstream)  # Draft 7/6/2019-09 said in 2020-12, or refused
+    except Untranslatable as exc:
+        raise Unclosable(exc.pointer, exc.reason) from None
     embedded = {k: v for k, v in upstream.items() if k not in ("$schema", "$id")}
     return {
         "allOf": [

@@ -20,8 +20,8 @@ keyword where the two drafts say the same thing in other words:
 * in Draft 6, ``if``/``then``/``else`` are not keywords (a Draft 6 validator ignores them):
   dropped.
 
-What cannot be said the same way is refused (:class:`~toolgate.authoring._close.Unclosable`,
-one line naming the place): Draft 4 and older (a boolean ``exclusiveMinimum``), a keyword
+What cannot be said the same way is refused (:class:`Unclosable`, one line naming the
+place): Draft 4 and older (a boolean ``exclusiveMinimum``), a keyword
 of a later draft used in an earlier one (it would start to apply), ``$recursiveRef``, a
 ``$ref`` to a place that is not a schema, and any other ``$schema``. A 2020-12 schema (or
 one without ``$schema``) is returned as it is.
@@ -32,7 +32,16 @@ from __future__ import annotations
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
-from toolgate.authoring._close import Unclosable
+
+class Unclosable(ValueError):
+    """A schema that cannot be said the same way in Draft 2020-12; ``pointer`` names the place.
+    (:func:`toolgate.authoring._close.closed` raises its own ``Unclosable`` with the same line.)"""
+
+    def __init__(self, pointer: str, reason: str) -> None:
+        super().__init__(f"{pointer or '/'}: {reason}")
+        self.pointer = pointer
+        self.reason = reason
+
 
 DRAFT_2020_12: Final = "https://json-schema.org/draft/2020-12/schema"
 _DIALECTS: Final = {
@@ -209,4 +218,4 @@ def to_draft_2020_12(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DRAFT_2020_12", "dialect", "to_draft_2020_12"]
+__all__ = ["DRAFT_2020_12", "Unclosable", "dialect", "to_draft_2020_12"]

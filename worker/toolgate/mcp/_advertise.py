@@ -7,6 +7,8 @@
   ``allOf``), intersected with the projection's own closed leaf (scalars or arrays of
   scalars, strings of at most 4,096 characters, at most 1,000 items). No ``description``,
   ``title`` or other text of the schema is carried over: only keywords a validator reads.
+* :func:`advertised_input_schema`: the reviewed input schema flat and closed, references
+  inlined, for hosts whose validators or forms read it (the proxy checks the full one).
 * :func:`argument_errors`: why arguments fail the reviewed input schema, written from the
   schema alone (the JSON pointer and the keyword, ``argument /timezone: required``), never
   an argument's value or a name the schema does not declare.
@@ -186,7 +188,119 @@ def advertised_output_schema(contract: Contract) -> dict[str, Any] | None:
                 )
             nodes = below
     _prune_required(top)
+    defs = root.get("$defs")
+    bounds = _closure_bounds(defs.get("structuredContent")) if isinstance(defs, dict) else None
+    if bounds is not None:  # the closure's bounds hold everywhere: never advertise looser ones
+        _clamp(top, *bounds)
     return top
+
+
+def _closure_bounds(schema: Any) -> tuple[int, int] | None:
+    """The (max_string, max_items) the closure of an imported schema enforces everywhere."""
+    from toolgate.authoring._close import BOUNDS_KEY, split
+
+    parts = split(schema)
+    bounds = parts[1].get(BOUNDS_KEY) if parts is not None else None
+    if not isinstance(bounds, dict):
+        return None
+    strings, items = bounds.get("max_string"), bounds.get("max_items")
+    if isinstance(strings, int) and isinstance(items, int):
+        return strings, items
+    return None
+
+
+def _clamp(node: Any, max_string: int, max_items: int) -> None:
+    """Every ``maxLength``/``maxItems`` of an advertised schema at most what the closure enforces."""
+    if isinstance(node, dict):
+        if "maxLength" in node:
+            node["maxLength"] = min(node["maxLength"], max_string)
+        if "maxItems" in node:
+            node["maxItems"] = min(node["maxItems"], max_items)
+        for value in node.values():
+            _clamp(value, max_string, max_items)
+    elif isinstance(node, list):
+        for value in node:
+            _clamp(value, max_string, max_items)
+
+
+_INLINE_BUDGET = 20_000  # nodes one advertised input schema may hold once references are inlined
+_RESOURCE_KEYWORDS = frozenset({"$id", "$schema", "$defs", "definitions", "$anchor", "$dynamicAnchor"})
+
+
+class _Inliner:
+    """A schema with its local ``$ref``s replaced by what they name: no ``$id``, no
+    ``$defs``, no reference left (a cycle, or past the budget, becomes ``{}``, which the
+    host reads as "any value": the proxy checks the full schema)."""
+
+    def __init__(self, root: dict[str, Any]) -> None:
+        self.root = root
+        self.nodes = 0
+
+    def copy(self, node: Any, trail: tuple[str, ...] = ()) -> Any:
+        self.nodes += 1
+        if isinstance(node, list):
+            return [self.copy(v, trail) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if self.nodes > _INLINE_BUDGET or len(trail) > 32:
+            return {}
+        ref = node.get("$ref")
+        out = {k: self.copy(v, trail) for k, v in node.items() if k != "$ref" and k not in _RESOURCE_KEYWORDS}
+        if not isinstance(ref, str):
+            return out
+        target: Any = {}
+        if ref.startswith("#") and ref not in trail:
+            try:
+                target = self.copy(resolve(self.root, parse_pointer(ref[1:])), (*trail, ref))
+            except ValueError:
+                target = {}
+        if not out:
+            return target
+        out.setdefault("allOf", []).append(target)
+        return out
+
+
+def advertised_input_schema(contract: Contract) -> dict[str, Any]:
+    """The input schema ``tools/list`` shows a host: flat and closed (``type: object``, the
+    top-level ``properties`` each as the reviewed schema says, ``required``,
+    ``additionalProperties: false``), with every reference inlined, so a host's validator
+    compiles it (the TypeScript SDK's Ajv, Draft 7) and a host that types arguments from
+    the top-level properties finds them. The proxy checks arguments with the full closed
+    schema (:func:`argument_errors`)."""
+    from toolgate.authoring._close import at_path, split
+
+    schema = contract.input_schema or {"type": "object"}
+    parts = split({"allOf": schema.get("allOf")}) if set(schema) <= {"$schema", "type", "allOf"} else None
+    if parts is None:  # written by hand: its own references inlined
+        flat = _Inliner(schema).copy(schema)
+        flat["type"] = "object"
+        return flat  # type: ignore[no-any-return]
+    upstream, skeleton = parts
+    inliner = _Inliner(upstream)
+    top = at_path(skeleton, ())
+    names = list(top.get("properties", {})) if isinstance(top, dict) else []
+    listed = upstream.get("properties")
+    declared: dict[str, Any] = listed if isinstance(listed, dict) else {}
+    properties: dict[str, Any] = {}
+    for name in names:
+        member = inliner.copy(declared[name]) if name in declared else {}
+        position = at_path(skeleton, (name,))
+        if isinstance(member, dict) and isinstance(position, dict):
+            kinds = position.get("type")
+            if "type" not in member and isinstance(kinds, list) and kinds:
+                member["type"] = kinds[0] if len(kinds) == 1 else kinds
+            for bound in ("maxLength", "maxItems"):
+                if bound in position and bound not in member:
+                    member[bound] = position[bound]
+        properties[name] = member
+    out: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    required = upstream.get("required")
+    if isinstance(required, list) and [r for r in required if r in properties]:
+        out["required"] = [r for r in required if r in properties]
+    bounds = _closure_bounds({"allOf": schema["allOf"]})
+    if bounds is not None:
+        _clamp(out, *bounds)
+    return out
 
 
 def _prune_required(node: dict[str, Any]) -> bool:
@@ -257,4 +371,4 @@ def argument_errors(contract: Contract, arguments: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["MAX_ARGUMENT_LINES", "advertised_output_schema", "argument_errors"]
+__all__ = ["MAX_ARGUMENT_LINES", "advertised_input_schema", "advertised_output_schema", "argument_errors"]

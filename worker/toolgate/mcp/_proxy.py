@@ -69,7 +69,7 @@ from toolgate.client import Answer, AnswerTimeout, Client, ClientClosed, Signer,
 from toolgate.gate._contracts import MCP_SERVER_NAME, Contract, ContractSet, qualified_name
 from toolgate.gate._mcp import CUT_MARKER, definition_digest
 from toolgate.gate._signing import Keyring
-from toolgate.mcp._advertise import advertised_output_schema, argument_errors
+from toolgate.mcp._advertise import advertised_input_schema, advertised_output_schema, argument_errors
 
 _log = logging.getLogger("toolgate.mcp_proxy")
 
@@ -265,7 +265,7 @@ def listed_tool(contract: Contract) -> Any:
         name=mcp.tool,
         title=definition.title,
         description=definition.description,
-        input_schema=contract.input_schema or {"type": "object"},
+        input_schema=advertised_input_schema(contract),
         output_schema=advertised_output_schema(contract),
         annotations=annotations,
     )

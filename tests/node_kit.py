@@ -1,0 +1,42 @@
+"""The Node.js parts of the MCP tests: Ajv as MCP hosts compile schemas with it, the TypeScript
+SDK's client and the reference servers from npm, installed at the versions ops/mcp/package.json pins
+into ops/mcp/node_modules (``make mcp-node``, which ``make test`` and ``make unit`` run first)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests import ROOT
+
+NODE_MODULES = ROOT / "ops" / "mcp" / "node_modules"
+NODE_DIR = ROOT / "tests" / "node"
+
+
+def node() -> str:
+    """The ``node`` executable; the test fails (never skips) without it or the pinned packages."""
+    found = shutil.which("node")
+    if found is None:
+        pytest.fail("node is not on PATH: the MCP host tests need Node.js 18 or later")
+    if not (NODE_MODULES / "ajv" / "package.json").is_file():
+        pytest.fail(f"{NODE_MODULES} is missing: run make mcp-node (npm ci of ops/mcp/package.json)")
+    return found
+
+
+def ajv_errors(schemas: dict[str, Any]) -> dict[str, str | None]:
+    """Each schema compiled by the TypeScript SDK client's Ajv and by Ajv2020: None, or the error."""
+    payload = json.dumps([{"name": name, "schema": schema} for name, schema in schemas.items()])
+    done = subprocess.run(
+        [node(), str(NODE_DIR / "ajv_compile.cjs")],
+        input=payload,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    result: dict[str, str | None] = json.loads(done.stdout)
+    return result
