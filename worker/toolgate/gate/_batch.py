@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 import msgspec
 
@@ -84,6 +85,9 @@ class Batch:
     decisions: list[Decision] = field(default_factory=list)
     records: list[OutRecord] = field(default_factory=list)
     disagreements: list[Disagreement] = field(default_factory=list)
+    # Messages rejected as an unknown tool or version, or because the set is behind the
+    # generation they name: the worker catches up on its contracts and decides again.
+    behind: list[Message] = field(default_factory=list)
 
     @property
     def accepted(self) -> frozenset[tuple[str, int]]:
@@ -122,6 +126,10 @@ def internal_error(message: Message, where: str) -> Verdict:
         RejectedInput("project", "INTERNAL_ERROR", f"evaluation raised in {where}"),
         digest=hashlib.sha256(message.value or b"").hexdigest(),
     )
+
+
+CATCH_UP_CODES: Final = frozenset({"UNKNOWN_TOOL", "UNKNOWN_CONTRACT_VERSION", "CONTRACTS_BEHIND"})
+"""Rejections that may be the worker's set being behind, not the result being wrong."""
 
 
 def decide_batch(
@@ -191,8 +199,11 @@ def decide_batch(
             # instead, whose records hold only constants and the message's own parts.
             verdict = internal_error(message, "building the output records")
             records = write(message, verdict, trace=trace, replays=replays)
-        if verdict.accepted and verdict.request_id and verdict.attempt is not None:
-            accepted.add(verdict.request_id, verdict.attempt)
+        if verdict.accepted:
+            if verdict.request_id and verdict.attempt is not None:
+                accepted.add(verdict.request_id, verdict.attempt)
+        elif verdict.code in CATCH_UP_CODES:
+            batch.behind.append(message)
         batch.records.extend(records)
         batch.decisions.append(Decision(verdict, len(message.value or b""), seconds, replays))
     return batch
