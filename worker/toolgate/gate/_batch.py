@@ -21,7 +21,7 @@ from toolgate._config import Topics
 from toolgate._errors import RejectedInput
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate, rejection
-from toolgate.gate._outputs import OutRecord, outputs, replay_count, shadow_record
+from toolgate.gate._outputs import OutRecord, outputs, replay_count, set_headers, shadow_record
 from toolgate.gate._records import Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Ledger
 from toolgate.gate._trace_context import TraceContext
@@ -155,6 +155,7 @@ def decide_batch(
     sampler = sampler or ShadowSampler()
     # Only a tool with a shadow version needs the shadow check (ContractSet.shadows).
     shadowed = frozenset(c.spec.tool for c in gate.contracts if c.spec.status == "shadow")
+    contract_set = set_headers(gate.contracts.label)
     # What every decision's records share, bound once per batch.
     write = functools.partial(
         outputs,
@@ -164,6 +165,7 @@ def decide_batch(
         decided_at=now,
         max_record_bytes=max_record_bytes,
         rejected_at=now.isoformat().encode(),
+        contract_set=contract_set,
     )
 
     for index, message in enumerate(messages):
@@ -179,7 +181,7 @@ def decide_batch(
         if tracer is not None:
             trace = _span(tracer, message, verdict, seconds)
         if verdict.tool in shadowed:
-            _shadow(gate, message, key, request, verdict, now, accepted, batch, sampler, topics)
+            _shadow(gate, message, key, request, verdict, now, accepted, batch, sampler, topics, contract_set)
         replays = replay_count(message)
         try:
             has_answer = attempt_has_answer(verdict, key, request, accepted)
@@ -231,6 +233,7 @@ def _shadow(
     batch: Batch,
     sampler: ShadowSampler,
     topics: Topics,
+    contract_set: Sequence[tuple[str, bytes]],
 ) -> None:
     assert decided.tool is not None
     for contract in gate.contracts.shadows(decided.tool, decided.adapter_version):
@@ -243,6 +246,13 @@ def _shadow(
         sampled = sampler.take(contract.key, now)
         if sampled:
             batch.records.append(
-                shadow_record(message, decided, shadow, audit_topic=topics.audit, decided_at=now)
+                shadow_record(
+                    message,
+                    decided,
+                    shadow,
+                    audit_topic=topics.audit,
+                    decided_at=now,
+                    contract_set=contract_set,
+                )
             )
         batch.disagreements.append(Disagreement(contract.spec.tool, version_label(contract.spec), sampled))

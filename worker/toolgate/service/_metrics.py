@@ -217,6 +217,19 @@ class Metrics:
             ["tool", "version", "status", "digest"],
             registry=r,
         )
+        self.contract_set_generation = Gauge(
+            "toolgate_contract_set_generation",
+            "Generation of the contract set this worker decides with (0: unordered, a folder); "
+            "every decision's records name the set in their tg-contract-set header.",
+            registry=r,
+        )
+        self.contract_set_info = Gauge(
+            "toolgate_contract_set_info",
+            "The contract set this worker decides with: label (g<generation>-<digest[:12]>, the "
+            "tg-contract-set header of its decisions) and digest (SHA-256 over every loaded version).",
+            ["label", "digest"],
+            registry=r,
+        )
         self.contracts_from_snapshot = Gauge(
             "toolgate_contracts_from_snapshot",
             "1 while the contracts are the last snapshot on disk because the schema registry "
@@ -271,6 +284,12 @@ class Metrics:
             self.transactions.labels(result)
         for result in WAIT_RESULTS:
             self.request_waits.labels(result)
+
+    def contract_set(self, generation: int, label: str, digest: str) -> None:
+        """Export the set the worker decides with (the one series of the info metric)."""
+        self.contract_set_generation.set(generation)
+        self.contract_set_info.clear()
+        self.contract_set_info.labels(label, digest).set(1)
 
     def decided_batch(self, decisions: Sequence[Decision]) -> None:
         """Count a committed batch: one ``inc(n)`` per label set and histogram bucket, not one

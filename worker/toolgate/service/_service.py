@@ -272,6 +272,8 @@ class Worker:
         self.metrics.initialise(
             [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts]
         )
+        contracts = gate.contracts
+        self.metrics.contract_set(contracts.generation, contracts.label, contracts.digest)
 
     def request_reload(self) -> None:
         """Reload the contracts between two batches (SIGHUP)."""
@@ -293,7 +295,13 @@ class Worker:
         self.gate = gate
         gate.home_partition = self._home_partition
         self._export_contracts(gate)
-        log.info("contracts reloaded", extra={"contracts": ",".join(c.key for c in gate.contracts)})
+        log.info(
+            "contracts reloaded",
+            extra={
+                "contracts": ",".join(c.key for c in gate.contracts),
+                "contract_set": gate.contracts.label,
+            },
+        )
         return True
 
     @property
@@ -343,6 +351,14 @@ class Worker:
             failing=self._txn_failing or None in self._producers.values(),
         )
 
+    def readyz(self) -> str:
+        """The body of ``/readyz``: :meth:`status`, then the contract set it decides with."""
+        contracts = self.gate.contracts
+        return (
+            f"{self.status()}\ncontracts {contracts.label} "
+            f"(generation {contracts.generation}, digest {contracts.digest})"
+        )
+
     def request_stop(self) -> None:
         """Finish the transactions in flight, leave the group and return from :meth:`run`;
         records not yet in a transaction are left for the next owner."""
@@ -373,7 +389,7 @@ class Worker:
             self.options.metrics_host,
             self.config.metrics_port if port is None else port,
             self.ready,
-            self.status,
+            self.readyz,
         )
         await start_health(self._health, port is None)
         try:
