@@ -29,6 +29,7 @@ from toolgate.registry._snapshot import (
     Problem,
     RegistrySource,
     fetch_set,
+    load_contracts,
     snapshot_generation,
 )
 
@@ -242,6 +243,12 @@ class TestReaderRefuses:
             fetch_set(registry, ring, problems=problems)
         assert "unknown publisher 'sample-publisher'" in problems[0].message
 
+    def test_publish_ignores_a_forged_registration(self, registry: MemoryRegistry, tmp_path: Path) -> None:
+        """A forged registration neither blocks the publisher nor counts as its version."""
+        tampered(registry, "review_status-v1-value", recompute=True)
+        done = publish(ContractSet.load(tmp_path / "contracts"), registry, publisher())
+        assert [d.action for d in done] == ["unchanged"]
+
 
 class TestReaderIgnores:
     """What a reader ignores it says once per subject and version."""
@@ -284,6 +291,7 @@ class TestCompleteSetsOnly:
         """A marker naming an absent version leaves the loaded set and generation in place."""
         reader = source(registry, tmp_path / "snap")
         reader.start()
+        assert load_contracts(reader.current).label.startswith("g1-")
         target = reader.current.resolve()
         self._partial(registry)
         assert not reader.poll()

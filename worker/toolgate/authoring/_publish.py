@@ -27,7 +27,7 @@ from pathlib import Path
 
 import msgspec
 
-from toolgate._errors import ConfigError
+from toolgate._errors import ConfigError, ContractTrustError
 from toolgate.authoring._contract_diff import contract_history
 from toolgate.gate._contracts import Contract, ContractSet
 from toolgate.gate._published import (
@@ -36,6 +36,7 @@ from toolgate.gate._published import (
     files_of,
     sign_marker,
     sign_version,
+    verify_version,
     version_label,
     write_version,
 )
@@ -116,7 +117,7 @@ def publish(
         sorted(contracts, key=lambda c: (c.spec.tool, c.spec.version, c.spec.minor)),
         key=lambda c: (c.spec.tool, c.spec.version),
     ):
-        done.extend(_publish_major(client, subject_of(tool, major), list(group), signed))
+        done.extend(_publish_major(client, subject_of(tool, major), list(group), signed, key))
     versions = {pv.key: pv.digest for pv in signed.values()}
     if previous is not None and previous.versions == versions and generation is None:
         return done
@@ -146,7 +147,11 @@ def _newest_marker(client: RegistryClient, subject: str) -> SetMarker | None:
 
 
 def _publish_major(
-    client: RegistryClient, subject: str, versions: list[Contract], signed: dict[str, PublishedVersion]
+    client: RegistryClient,
+    subject: str,
+    versions: list[Contract],
+    signed: dict[str, PublishedVersion],
+    key: Key,
 ) -> Iterator[Published]:
     statuses: dict[int, str] = {c.spec.minor: c.spec.status for c in versions}
     held: dict[int, Entry] = {}
@@ -154,13 +159,17 @@ def _publish_major(
     present: set[str] = set()  # digests of the signed versions the subject carries
     numbers = client.versions(subject)
     sequence = len(numbers)
+    own = Keyring(publishers={key.key_id: key})
     for number in numbers:
         text = client.schema(subject, number)
         entry = parse_entry(text, subject, number)
-        if entry is not None:
-            held[entry.spec.minor] = newest = entry
-            published = parse_published(json.loads(text), subject, number) or []
-            present.update(pv.digest for pv in published)
+        if entry is None:
+            continue
+        published = parse_published(json.loads(text), subject, number)
+        if published is not None and not _signed_by(published, own):
+            continue  # another key's (or a forged) registration: readers refuse it, publish ignores it
+        held[entry.spec.minor] = newest = entry
+        present.update(pv.digest for pv in published or ())
     if client.compatibility(subject) != COMPATIBILITY:
         client.set_compatibility(subject, COMPATIBILITY)
     absent: list[PublishedVersion] = []
@@ -202,6 +211,15 @@ def _publish_major(
             )
         if not absent:
             yield Published(key=top.key, subject=subject, action="statuses", schema_id=schema_id)
+
+
+def _signed_by(published: list[PublishedVersion], keyring: Keyring) -> bool:
+    try:
+        for pv in published:
+            verify_version(pv, keyring)
+    except ContractTrustError:
+        return False
+    return True
 
 
 def _register(client: RegistryClient, subject: str, entry: Entry, published: list[PublishedVersion]) -> int:

@@ -64,6 +64,7 @@ __all__ = [
     "RegistrySource",
     "SignedSet",
     "fetch_set",
+    "load_contracts",
     "snapshot_generation",
     "write_snapshot",
 ]
@@ -319,6 +320,15 @@ def read_manifest(current: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) else None
+
+
+def load_contracts(folder: str | Path) -> ContractSet:
+    """The contract set of a folder; a registry snapshot's (``current``) with the generation of
+    its set marker, read from the very snapshot the link names when called."""
+    path = Path(folder)
+    if path.is_symlink():
+        path = path.resolve()  # the manifest and the versions of one snapshot, however the link moves
+    return ContractSet.load(path, snapshot_generation(path))
 
 
 def snapshot_generation(folder: Path) -> int:
