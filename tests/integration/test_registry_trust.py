@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from toolgate.gate._contracts import ContractSpec, ContractSet, contract_digest
+from toolgate.gate._contracts import ContractSet, ContractSpec, contract_digest
 from toolgate.gate._gate import Gate
 from toolgate.gate._published import PublishedVersion, canonical_bytes, sign_marker
 from toolgate.registry import RegistryClient, subject_of
@@ -37,7 +37,6 @@ from tests.integration.registry_kit import (
     write_version,
 )
 from tests.unit.builders import NOW, message, review_request, review_value
-
 
 RAW = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"})
 
