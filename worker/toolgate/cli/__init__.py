@@ -94,7 +94,9 @@ def _shared_options() -> dict[str, _Parser]:
     )
     keyring = group()
     keyring.add_argument(
-        "--keyring", metavar="FILE", help="adapter keys for signed contracts, TOML (TOOLGATE_KEYRING)"
+        "--keyring",
+        metavar="FILE",
+        help="adapter keys (signed results) and publisher keys (signed contracts), TOML (TOOLGATE_KEYRING)",
     )
     bootstrap = group()
     bootstrap.add_argument(
