@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -132,6 +133,13 @@ def _registry_arguments(p: argparse.ArgumentParser) -> None:
 def _publish_arguments(p: argparse.ArgumentParser) -> None:
     _registry_arguments(p)
     p.add_argument(
+        "--to",
+        choices=("registry", "topic", "both"),
+        default="registry",
+        help="where to publish: the schema registry (default), the contracts topic "
+        "(TOOLGATE_TOPIC_CONTRACTS, read by workers started with --contracts kafka:), or both",
+    )
+    p.add_argument(
         "--publisher-key",
         metavar="ID",
         required=True,
@@ -181,6 +189,10 @@ def _contracts_publish(args: argparse.Namespace, config: Config) -> int:
             f"[publishers.{args.publisher_key}]"
         )
     contracts = ContractSet.load(config.contracts_dir)  # fails before any request
+    if args.to in ("topic", "both"):
+        _publish_to_topic(contracts, key, args, config)
+        if args.to == "topic":
+            return EXIT_OK
     client = _registry_client(args, config)
     done = publish(contracts, client, key, set_name=config.registry.set_name, generation=args.generation)
     for item in done:
@@ -193,6 +205,20 @@ def _contracts_publish(args: argparse.Namespace, config: Config) -> int:
     unchanged = len(versions) - registered
     print(f"{len(versions)} contract versions: {registered} registered, {unchanged} unchanged{tail}")
     return EXIT_OK
+
+
+def _publish_to_topic(contracts: Any, key: Any, args: argparse.Namespace, config: Config) -> None:
+    from toolgate.authoring._publish import signed_versions
+    from toolgate.operations._publish_topic import publish_to_topic
+
+    versions = list(signed_versions(contracts, key).values())
+    done = asyncio.run(publish_to_topic(config, versions, key, generation=args.generation))
+    for name in done.written:
+        print(f"{name}: written to {config.topics.contracts}")
+    print(
+        f"{len(versions)} contract versions: {len(done.written)} written, {len(done.unchanged)} unchanged; "
+        f"set generation {done.generation} written last to {config.topics.contracts}"
+    )
 
 
 def _contracts_pull(args: argparse.Namespace, config: Config) -> int:
@@ -315,7 +341,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         ("contracts", "publish"),
-        "register every contract version in a schema registry",
+        "publish every contract version, signed, to a schema registry or the contracts topic",
         "Register each contract version the registry lacks as a JSON Schema under the\n"
         "subject <tool>-v<major>-value, its folder's files signed with the publisher key\n"
         "beside it, each subject's compatibility BACKWARD (a revision accepts what its\n"
@@ -323,15 +349,20 @@ COMMANDS: tuple[Command, ...] = (
         "then, LAST, the signed set marker (<set>-set-value, generation + 1): readers load\n"
         "a set only when complete by it, and only from a publisher their keyring names.\n"
         "A breaking revision is refused before any request, as the registry refuses it;\n"
-        "a registered version never changes (docs/contracts.md, Schema registry).",
+        "a registered version never changes (docs/contracts.md, Schema registry).\n"
+        "--to topic writes each signed version to the contracts topic (key\n"
+        "version/<tool>/<version>), then the set marker (key set) last; workers and\n"
+        "proxies started with --contracts kafka: load it once complete.",
         (
             "toolgate contracts publish --registry http://127.0.0.1:18081/apis/ccompat/v7 "
+            "--keyring contracts/fixtures-keyring.toml --publisher-key sample-publisher",
+            "toolgate contracts publish --to topic --bootstrap 127.0.0.1:19092 "
             "--keyring contracts/fixtures-keyring.toml --publisher-key sample-publisher",
             "TOOLGATE_REGISTRY_URL=https://registry.example/apis/ccompat/v7 TOOLGATE_KEYRING=publisher.toml "
             "toolgate contracts publish --publisher-key contracts-team-2026",
         ),
         _contracts_publish,
-        ("contracts", "keyring"),
+        ("contracts", "keyring", "bootstrap"),
         _publish_arguments,
     ),
     Command(
