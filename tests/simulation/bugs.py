@@ -176,6 +176,36 @@ class _CatchUpOffByOne(SimWorker):
     reader_class = _CaughtUpOneEarly
 
 
+class _GivesUpOnFailedRead(TopicReader):
+    """A wait whose end-offsets lookup failed (an outage, a refused call) gives up as if
+    its bound had run out: the result is decided ``UNKNOWN_REQUEST`` instead of waiting
+    for the cluster."""
+
+    async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
+        try:
+            return await super()._reach(tps, wait_seconds)
+        except KafkaError:
+            return False
+
+
+class _WaitGivesUpOnError(SimWorker):
+    reader_class = _GivesUpOnFailedRead
+
+
+class _FailedReadCaughtUp(TopicReader):
+    """A wait (catch-up or restore) whose end-offsets lookup failed counts as caught up."""
+
+    async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
+        try:
+            return await super()._reach(tps, wait_seconds)
+        except KafkaError:
+            return True
+
+
+class _FailedReadAsCaughtUp(SimWorker):
+    reader_class = _FailedReadCaughtUp
+
+
 class _OffsetBeforeFence(SimPartition):
     """The take-over reads the committed offset before its producer's start fences the
     previous owner: a commit of that owner landing in between is not seen, and its batch
@@ -247,4 +277,7 @@ BUGS: dict[str, type[SimWorker]] = {
     "offset-before-fence": _worker(_OffsetBeforeFence),
     "settle-off-by-one": _worker(_SettleOffByOne),
     "gives-up-after-outage": _worker(_GivesUpAfterOutage),
+    # waits that give up on a failed read
+    "wait-gives-up-on-error": _WaitGivesUpOnError,
+    "failed-read-as-caught-up": _FailedReadAsCaughtUp,
 }

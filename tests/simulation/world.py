@@ -43,7 +43,7 @@ from toolgate.service._store import TopicReader, reading
 
 from tests.fakes.kafka import FakeBroker, FakeClients, FakeConsumer, FakeProducer
 from tests.simulation.loop import Choices, SimLoop, Stuck
-from tests.simulation.oracle import Oracle, catching_up
+from tests.simulation.oracle import Oracle, catching_up, failed_wait, wait_failures
 from tests.unit.builders import NOW, message, review_request, review_value
 
 CONFIG = Config()
@@ -108,6 +108,10 @@ REFUSED = {"init", "begin", "send", "send_offsets", "commit", "abort", "committe
 CLOSING = {"producer_stop", "consumer_stop"}  # closing a client needs no broker: goes through
 
 _NODE = [("crash", P_CRASH), ("pause", P_PAUSE), ("rebalance", P_REBALANCE), ("outage", P_OUTAGE)]
+# Calls a profile may aim at apart from their operation: ``catch_up`` is the end-offsets
+# lookup of a request catch-up (a result waiting for its request), drawn as that operation's
+# faults unless the profile names it.
+_AS = {"catch_up": "end_offsets"}
 
 Events = tuple[tuple[str, ...], tuple[float, ...]]
 
@@ -126,7 +130,8 @@ class Profile:
     - ``requests-race``: each result written just after its request record, most
       requests retried (a second attempt written just before its result): the request
       reader's catch-up and the accepted ledger's attempts at their boundary;
-    - ``outage``: the broker refuses every call for 20 s to 3 min, then serves.
+    - ``outage``: the broker refuses every call for 20 s to 3 min, then serves; it starts
+      at a commit, a send, or a result's wait for its request (``catch_up``).
     """
 
     name: str
@@ -146,8 +151,10 @@ class Profile:
         """operation -> (event names, their probabilities) drawn at each call of it."""
         out: dict[str, Events] = {}
         for op in set(FAULTS) | set(self.boost) | {""}:
-            drawn = dict(_NODE + FAULTS.get(op, []))
+            drawn = dict(_NODE + FAULTS.get(_AS.get(op, op), []))
             drawn.update(self.boost.get("*", {}))
+            if op in _AS:
+                drawn.update(self.boost.get(_AS[op], {}))
             drawn.update(self.boost.get(op, {}))
             out[op] = (tuple(drawn), tuple(drawn.values()))
         return out
@@ -183,7 +190,11 @@ PROFILES: tuple[Profile, ...] = (
     # The request reader's polls lag behind the intake fetches: a result's request is often
     # the one record its catch-up still has to read.
     Profile("requests-race", traffic="races", latency={"read": (0.6, 60)}),
-    Profile("outage", boost={"commit": {"outage": 0.3}, "send": {"outage": 0.1}}, outage=True),
+    Profile(
+        "outage",
+        boost={"commit": {"outage": 0.3}, "send": {"outage": 0.1}, "catch_up": {"outage": 0.5}},
+        outage=True,
+    ),
 )
 
 
@@ -366,6 +377,13 @@ class SimBroker(FakeBroker):
     """The fake broker, checking the committed-state invariants at every commit."""
 
     world: World
+
+    def check(self, operation: str) -> None:
+        try:
+            super().check(operation)
+        except BaseException:
+            note_failure(operation)
+            raise
 
     def _end(self, txn_id: int, state: str) -> None:
         txn = self.txns[txn_id]
@@ -655,7 +673,10 @@ class World:
             # on its way, comes first or not.
             await asyncio.sleep(0.001 * choices.draw(30, 0.9, "take-over delayed"))
         if not self.healed:
-            events = self.events.get(operation) or self.events[""]
+            aim = operation
+            if operation == "end_offsets" and wait_failures.get() is not None and "catch_up" in self.events:
+                aim = "catch_up"
+            events = self.events.get(aim) or self.events[""]
             event = choices.pick(
                 events[1], lambda i: f"{events[0][i - 1]} at {operation} of node {node.index}"
             )
@@ -739,6 +760,7 @@ class World:
         if operation in REFUSED:
             await asyncio.wait([served], timeout=REQUEST_TIMEOUT_S)
             if not served.done():
+                note_failure(operation)
                 raise KafkaConnectionError("injected: the broker refuses connections")
             return
         await asyncio.shield(served)
@@ -848,6 +870,13 @@ class World:
                 f"node {node.index} decides partition {owned.tp.partition} after its revoke returned",
             )
         partition = owned.tp.partition
+        failed = failed_wait.get()
+        if failed:
+            self.fail(
+                "a wait that failed decides nothing",
+                f"node {node.index} decides partition {partition} after its wait for requests "
+                f"returned although its {', '.join(failed)} call failed",
+            )
         owed = node.required.get(partition, {}).get(T.requests, set())
         self.oracle.capture(
             node.index,
@@ -1138,6 +1167,14 @@ def _metrics() -> Metrics:
     if not _METRICS:
         _METRICS.append(Metrics())
     return _METRICS[0]
+
+
+def note_failure(operation: str) -> None:
+    """A client call of the current task failed: noted when the task is in a request
+    catch-up (it must then raise, not return: ``oracle.failed_wait``)."""
+    failures = wait_failures.get()
+    if failures is not None:
+        failures.append(operation)
 
 
 def _partition_of(request_id: str, count: int) -> int:
