@@ -24,7 +24,7 @@ import random
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 from unittest import mock
 
@@ -505,6 +505,7 @@ class World:
         self.successes: collections.Counter[tuple[str, int]] = collections.Counter()
         self.outcome_of: dict[str, str] = {}  # intake origin -> its committed decision's outcome
         self.excused = 0  # fresh attempts their deciding node could not see (check_progress)
+        self.changelogs_checked = 0  # partitions whose changelog (not empty) equalled the owner's ledger
         # intake origin -> (kind, request index, write sequence); requests records' sequences
         self.written: dict[str, tuple[str, int, int]] = {}
         self.requests_written: dict[tuple[int, int], int] = {}  # (partition, offset) -> sequence
@@ -917,11 +918,7 @@ class World:
             return
         ended = self._ended()
         count = PARTITIONS
-        held = {
-            r: set(entry[1])
-            for r, entry in node.worker.ledger._live.items()
-            if r not in ended and _partition_of(r, count) == partition
-        }
+        held = self._ledger(node, partition, ended)
         committed = {
             r: set(a)
             for r, a in self.acceptances.items()
@@ -933,6 +930,77 @@ class World:
                 f"node {node.index} decides partition {partition} with ledger {_entries(held)} "
                 f"but committed {_entries(committed)}",
             )
+
+    def _ledger(
+        self, node: Node, partition: int, ended: set[str], now: float | None = None
+    ) -> dict[str, set[int]]:
+        """The accepted attempts ``node`` holds for the live requests of ``partition`` (not
+        ended; not expired by ``now``, POSIX seconds, when given)."""
+        return {
+            r: set(attempts)
+            for r, (expires, attempts) in node.worker.ledger._live.items()
+            if r not in ended and _partition_of(r, PARTITIONS) == partition and (now is None or expires > now)
+        }
+
+    def _changelog(self, ended: set[str], now: float) -> dict[int, dict[str, set[int]]]:
+        """The state changelog as compaction leaves it (the latest committed record per key,
+        a tombstone removing it), per partition: the live, unexpired requests' attempts."""
+        latest: dict[int, dict[str, tuple[float, set[int]]]] = collections.defaultdict(dict)
+        for r in self.broker.committed_values(T.state):
+            key = (r.key or b"").decode()
+            if r.value is None:
+                latest[r.partition].pop(key, None)
+                continue
+            entry = json.loads(r.value)
+            expires = datetime.fromisoformat(entry["expires_at"]).timestamp()
+            latest[r.partition][key] = (expires, set(entry["accepted_attempts"]))
+        return {
+            p: {k: attempts for k, (expires, attempts) in held.items() if k not in ended and expires > now}
+            for p, held in latest.items()
+        }
+
+    async def check_changelog(self) -> None:
+        """After healing, once every owned partition is idle: the state changelog of each
+        partition (compacted) equals the accepted ledger its live owner decides with. A
+        transaction that aborted took its state records with it; the batch decided again
+        must write them again, and its acceptances join the ledger only with them."""
+
+        def busy() -> bool:
+            return any(
+                not owned.idle or owned.open is not None or owned.restoring
+                for node in self.nodes
+                if node.state == "live"
+                for owned in node.worker._partitions.values()
+            )
+
+        deadline = self.loop.time() + 10.0
+        while busy() and self.loop.time() < deadline:
+            await self._wait(0.05)
+        ended = self._ended()
+        now = (NOW + timedelta(seconds=self.loop.time())).timestamp()
+        changelog = self._changelog(ended, now)
+        for node in self.nodes:
+            if node.state != "live" or node.stale:
+                continue
+            for tp, owned in node.worker._partitions.items():
+                if (
+                    owned.producer is None
+                    or owned.closing
+                    or owned.restoring
+                    or owned.open is not None
+                    or not owned.idle
+                    or self._fenced(owned)
+                ):
+                    continue
+                held = self._ledger(node, tp.partition, ended, now)
+                logged = changelog.get(tp.partition, {})
+                if held != logged:
+                    self.fail(
+                        "the state changelog equals the owners' ledger",
+                        f"partition {tp.partition}: changelog {_entries(logged)} but node {node.index} "
+                        f"decides with {_entries(held)}",
+                    )
+                self.changelogs_checked += bool(logged)
 
     def _fenced(self, owned: OwnedPartition) -> bool:
         """Another node started a producer for the partition since this one's: the node
@@ -1145,6 +1213,8 @@ class World:
                 )
         for task in self.restarts:
             await task
+        if not self.undecided():
+            await self.check_changelog()
         for node in self.nodes:
             if node.state == "live":
                 node.worker.request_stop()
@@ -1196,6 +1266,7 @@ class Outcome:
     virtual_seconds: float
     checked: int = 0  # committed decisions the oracle compared with the gate's verdict
     excused: int = 0  # fresh attempts their deciding node could not see (World.check_progress)
+    changelogs: int = 0  # partitions whose changelog, not empty, equalled their owner's ledger at the end
 
 
 @contextlib.contextmanager
@@ -1243,4 +1314,13 @@ def run_schedule(
     if violation is None and loop.errors:
         error = loop.errors[0]
         violation = Violation("no task fails unseen", repr(error)[:300])
-    return Outcome(seed, violation, choices, world.faults, loop.now, world.oracle.checked, world.excused)
+    return Outcome(
+        seed,
+        violation,
+        choices,
+        world.faults,
+        loop.now,
+        world.oracle.checked,
+        world.excused,
+        world.changelogs_checked,
+    )

@@ -41,18 +41,25 @@ def _simulation(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def bug_table() -> dict[str, int | None]:
+def bug_hunt() -> dict[str, tuple[int, str] | None]:
     """``python -m tests.simulation --bug-table`` from FIRST_SEED, at most BUG_BOUND schedules
-    per bug: planted bug -> the schedules to its first failure (None: not found). Run as
-    ``make simulate`` runs, hash seed 0, so the figures are the documented ones."""
+    per bug: planted bug -> the schedules to its first failure and the invariant it broke
+    (None: not found). Run as ``make simulate`` runs, hash seed 0, so the figures are the
+    documented ones."""
     run = _simulation("--bug-table", "--seed", str(FIRST_SEED), "--schedules", str(BUG_BOUND), "--jobs", "1")
-    rows: dict[str, int | None] = {}
+    rows: dict[str, tuple[int, str] | None] = {}
     for line in run.stdout.splitlines():
-        match = re.match(r"^(\S+)\s+(>?\d+)\s+(SEED=|NOT FOUND)", line)
+        match = re.match(r"^(\S+)\s+(>?\d+)\s+(?:SEED=\d+: (.+)|NOT FOUND)$", line)
         if match:
-            rows[match[1]] = None if match[2].startswith(">") else int(match[2])
+            rows[match[1]] = None if match[2].startswith(">") else (int(match[2]), match[3])
     assert rows, f"no bug table in the output (exit {run.returncode}):\n{run.stdout}\n{run.stderr}"
     return rows
+
+
+@pytest.fixture(scope="module")
+def bug_table(bug_hunt: dict[str, tuple[int, str] | None]) -> dict[str, int | None]:
+    """Planted bug -> the schedules to its first failure (None: not found)."""
+    return {bug: None if hit is None else hit[0] for bug, hit in bug_hunt.items()}
 
 
 class TestSchedules:
@@ -86,6 +93,11 @@ class TestSchedules:
         match = re.search(r"oracle: (\d+) committed decisions", out)
         assert match is not None, out[-4000:]
         assert int(match[1]) >= 5 * SCHEDULES
+        # The changelog was compared with a live owner's ledger, not empty, after healing in
+        # most schedules (three partitions each).
+        match = re.search(r"(\d+) state changelog partitions equal to their owner's ledger", out)
+        assert match is not None, out[-4000:]
+        assert int(match[1]) >= SCHEDULES
 
     def test_a_seed_runs_the_same_schedule_every_time(self, gate: Gate) -> None:
         """The same seed makes the same choices and injects the same faults."""
@@ -126,6 +138,38 @@ class TestOracle:
         assert outcome.violation is not None
         assert outcome.violation.invariant == "decisions go on after healing"
         assert outcome.faults["outage"] == 1
+
+
+class TestWaitsAndAbortedState:
+    """A wait whose read failed decides nothing, and what an aborted transaction carried
+    reaches the state changelog and the ledger when its batch is decided again: each
+    planted bug of these classes is found by the invariant that names it."""
+
+    @pytest.mark.parametrize(
+        ("bug", "invariant"),
+        [
+            ("wait-gives-up-on-error", "a wait that failed decides nothing"),
+            ("retry-drops-state-records", "the state changelog equals the owners' ledger"),
+            ("retry-forgets-ledger", "the state changelog equals the owners' ledger"),
+        ],
+    )
+    def test_the_planted_bug_breaks_its_invariant(
+        self, bug_hunt: dict[str, tuple[int, str] | None], bug: str, invariant: str
+    ) -> None:
+        """The first schedule that finds the planted bug breaks the invariant of its class
+        (the others bound answers and decisions, not what a wait or a retry left behind)."""
+        hit = bug_hunt.get(bug)
+        assert hit is not None, f"{bug} not found in {BUG_BOUND} schedules"
+        assert hit[1] == invariant
+
+    def test_a_failed_read_taken_for_caught_up_decides_unrestored(
+        self, bug_hunt: dict[str, tuple[int, str] | None]
+    ) -> None:
+        """A catch-up or restore that counts a failed end-offsets lookup as reached decides
+        before applying what it owed: the restore invariant or the oracle names it."""
+        hit = bug_hunt.get("failed-read-as-caught-up")
+        assert hit is not None
+        assert hit[1] in ("restore before decisions", "every committed decision is the gate's verdict")
 
 
 class TestPlantedBugs:
