@@ -129,7 +129,9 @@ class Profile:
       at any call (a partition moving while its state is read);
     - ``requests-race``: each result written just after its request record, most
       requests retried (a second attempt written just before its result): the request
-      reader's catch-up and the accepted ledger's attempts at their boundary;
+      reader's catch-up and the accepted ledger's attempts at their boundary; a wait's
+      end-offsets lookup and sends fail more often (a failed wait must raise; a batch
+      decided again after an abort must write its state again);
     - ``outage``: the broker refuses every call for 20 s to 3 min, then serves; it starts
       at a commit, a send, or a result's wait for its request (``catch_up``).
     """
@@ -189,7 +191,12 @@ PROFILES: tuple[Profile, ...] = (
     TAKE_OVER,
     # The request reader's polls lag behind the intake fetches: a result's request is often
     # the one record its catch-up still has to read.
-    Profile("requests-race", traffic="races", latency={"read": (0.6, 60)}),
+    Profile(
+        "requests-race",
+        boost={"catch_up": {"end_offsets_error": 0.15}, "send": {"send_error": 0.1}},
+        traffic="races",
+        latency={"read": (0.6, 60)},
+    ),
     Profile(
         "outage",
         boost={"commit": {"outage": 0.3}, "send": {"outage": 0.1}, "catch_up": {"outage": 0.5}},
@@ -916,13 +923,17 @@ class World:
             # cannot commit what it decides, and what it holds may be behind the commits of
             # the producer that fenced it.
             return
+        self.check_ledger(node, partition)
+
+    def check_ledger(self, node: Node, partition: int) -> None:
+        """The accepted ledger ``node`` decides ``partition`` with equals the acceptances
+        committed in it (invariant 6, before a decision)."""
         ended = self._ended()
-        count = PARTITIONS
         held = self._ledger(node, partition, ended)
         committed = {
             r: set(a)
             for r, a in self.acceptances.items()
-            if a and r not in ended and _partition_of(r, count) == partition
+            if a and r not in ended and _partition_of(r, PARTITIONS) == partition
         }
         if held != committed:
             self.fail(
