@@ -101,6 +101,7 @@ def _run(args: argparse.Namespace, config: Config) -> int:
                 "log_level": args.log_level,
             },
             "contracts": [c.key for c in gate.contracts],
+            "contract_set": gate.contracts.label,
             # Where each adapter key came from: a file's name, an environment variable's name.
             "keys": gate.keyring.sources(),
         },
