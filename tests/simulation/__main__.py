@@ -72,6 +72,7 @@ def _run_seeds(job: tuple[list[int], str | None, bool]) -> list[tuple[int, str |
         counts = dict(outcome.faults)
         counts["oracle:checked"] = outcome.checked  # summed with the faults, printed apart
         counts["oracle:excused"] = outcome.excused
+        counts["oracle:changelogs"] = outcome.changelogs
         rows.append((seed, v.invariant if v else None, v.detail if v else "", counts))
         if v is not None and first:
             break
@@ -308,11 +309,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"({args.jobs} processes)"
         )
         checked, excused = faults.pop("oracle:checked", 0), faults.pop("oracle:excused", 0)
+        changelogs = faults.pop("oracle:changelogs", 0)
         print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
         print(
             f"oracle: {checked} committed decisions compared with the gate's verdict; "
             f"{excused} fresh attempts excused (their node could not see them: its bounded wait ran "
-            "out, or it held an earlier attempt)"
+            "out, or it held an earlier attempt); "
+            f"{changelogs} state changelog partitions equal to their owner's ledger after healing"
         )
         shrunk = 0
         for seed, invariant, detail in failed:

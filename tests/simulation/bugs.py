@@ -9,12 +9,14 @@ read once per assigned partition).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, RequestTimedOutError
 from toolgate.gate._batch import AcceptedView, Batch, decide_batch
 from toolgate.gate._records import Message, Origin
 from toolgate.service._kafka import Producer, TopicPartition
+from toolgate.service._partition import OpenTransaction
 from toolgate.service._store import AcceptedLedger, TopicReader
 
 from tests.simulation.world import SimPartition, SimWorker
@@ -137,6 +139,45 @@ class _RefetchedQueuedAgain(SimPartition):
         self.kick()
 
 
+class _Retried(SimPartition):
+    """Remembers the requests whose state records an aborted transaction carried."""
+
+    retried: frozenset[str] = frozenset()
+
+    async def abort(self, exc: Exception) -> None:
+        txn = self.open
+        if txn is not None and txn.batch is not None:
+            self.retried |= {update.request_id for update in txn.updates}
+        await super().abort(exc)
+
+
+class _RetryDropsStateRecords(_Retried):
+    """The batch decided again after an aborted transaction writes no state records for
+    the requests the aborted one carried (taken for written), while its acceptances join
+    the ledger: the changelog loses them, and the next owner's restore with it."""
+
+    async def _commit(self, producer: Producer, batch: Batch, txn: OpenTransaction) -> None:
+        kept = [u for u in txn.updates if u.request_id not in self.retried]
+        if len(kept) == len(txn.updates):
+            await super()._commit(producer, batch, txn)
+            return
+        await super()._commit(producer, batch, dataclasses.replace(txn, updates=kept))
+        self.retried = frozenset()
+
+
+class _RetryForgetsLedger(_Retried):
+    """The batch decided again after an aborted transaction writes its state records, but
+    its acceptances of the requests the aborted one carried never join the ledger (taken
+    for joined already): the owner decides on with less than its changelog holds."""
+
+    async def _commit(self, producer: Producer, batch: Batch, txn: OpenTransaction) -> None:
+        await super()._commit(producer, batch, txn)
+        if self.retried:
+            # The same list the commit's listener adds to the ledger once this returns.
+            txn.updates[:] = [u for u in txn.updates if u.request_id not in self.retried]
+            self.retried = frozenset()
+
+
 class _AttemptBlindLedger(AcceptedLedger):
     """The accepted ledger answers "this attempt has an answer" for any attempt of a
     request that has an accepted one: the attempt number is ignored."""
@@ -174,6 +215,36 @@ class _CaughtUpOneEarly(TopicReader):
 
 class _CatchUpOffByOne(SimWorker):
     reader_class = _CaughtUpOneEarly
+
+
+class _GivesUpOnFailedRead(TopicReader):
+    """A wait whose end-offsets lookup failed (an outage, a refused call) gives up as if
+    its bound had run out: the result is decided ``UNKNOWN_REQUEST`` instead of waiting
+    for the cluster."""
+
+    async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
+        try:
+            return await super()._reach(tps, wait_seconds)
+        except KafkaError:
+            return False
+
+
+class _WaitGivesUpOnError(SimWorker):
+    reader_class = _GivesUpOnFailedRead
+
+
+class _FailedReadCaughtUp(TopicReader):
+    """A wait (catch-up or restore) whose end-offsets lookup failed counts as caught up."""
+
+    async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
+        try:
+            return await super()._reach(tps, wait_seconds)
+        except KafkaError:
+            return True
+
+
+class _FailedReadAsCaughtUp(SimWorker):
+    reader_class = _FailedReadCaughtUp
 
 
 class _OffsetBeforeFence(SimPartition):
@@ -247,4 +318,9 @@ BUGS: dict[str, type[SimWorker]] = {
     "offset-before-fence": _worker(_OffsetBeforeFence),
     "settle-off-by-one": _worker(_SettleOffByOne),
     "gives-up-after-outage": _worker(_GivesUpAfterOutage),
+    # waits that give up on a failed read, and state lost with an aborted transaction
+    "wait-gives-up-on-error": _WaitGivesUpOnError,
+    "failed-read-as-caught-up": _FailedReadAsCaughtUp,
+    "retry-drops-state-records": _worker(_RetryDropsStateRecords),
+    "retry-forgets-ledger": _worker(_RetryForgetsLedger),
 }

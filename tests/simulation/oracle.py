@@ -38,6 +38,15 @@ from tests.fakes.kafka import FakeBroker, partition_for
 # Set in the task that awaited a request catch-up that timed out: an unknown request is
 # then the worker's bounded wait running out, not a bug (docs/simulation.md, The oracle).
 waited_out: contextvars.ContextVar[bool] = contextvars.ContextVar("waited_out", default=False)
+# The client calls that failed during the request catch-up the task is in (None: in none);
+# the world notes each failure it raises into a call (``world.note_failure``).
+wait_failures: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "wait_failures", default=None
+)
+# Set in the task whose last request catch-up returned although a call of it failed (a
+# refused end-offsets lookup, an outage): the worker must decide nothing after it, neither
+# "caught up" nor "timed out" (docs/simulation.md, invariant 15).
+failed_wait: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("failed_wait", default=())
 
 
 @dataclass(frozen=True)
@@ -175,16 +184,26 @@ def catching_up(
     reader: Any, ends: Callable[[], dict[int, int]], reached: Callable[[dict[int, int]], None]
 ) -> None:
     """Watch ``reader.catch_up``: when it says it caught up, every requests record below the
-    end offsets at its call is owed (``reached``); when it times out, the task notes it."""
+    end offsets at its call is owed (``reached``); when it times out, the task notes it;
+    when it returns although one of its calls failed, the task notes that (``failed_wait``)."""
     original = reader.catch_up
 
     async def catch_up(wait_seconds: float, partitions: set[int] | None = None) -> bool:
         # A catch-up of some partitions (a batch waits for its own) owes only theirs.
         before = {p: end for p, end in ends().items() if partitions is None or p in partitions}
+        failures: list[str] = []
+        token = wait_failures.set(failures)
         try:
             done: bool = await original(wait_seconds, partitions)
         except KafkaError:
+            failed_wait.set(())
             raise
+        finally:
+            wait_failures.reset(token)
+        # A wait one of whose reads failed, and which returned all the same: what it says
+        # is not what it read (a retry that then succeeded says True, which the oracle's
+        # floor checks; False after a failure is the wait giving up on the cluster).
+        failed_wait.set(tuple(failures) if failures and not done else ())
         if done:
             reached(before)
         waited_out.set(not done)

@@ -24,7 +24,7 @@ import random
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 from unittest import mock
 
@@ -43,7 +43,7 @@ from toolgate.service._store import TopicReader, reading
 
 from tests.fakes.kafka import FakeBroker, FakeClients, FakeConsumer, FakeProducer
 from tests.simulation.loop import Choices, SimLoop, Stuck
-from tests.simulation.oracle import Oracle, catching_up
+from tests.simulation.oracle import Oracle, catching_up, failed_wait, wait_failures
 from tests.unit.builders import NOW, message, review_request, review_value
 
 CONFIG = Config()
@@ -108,6 +108,10 @@ REFUSED = {"init", "begin", "send", "send_offsets", "commit", "abort", "committe
 CLOSING = {"producer_stop", "consumer_stop"}  # closing a client needs no broker: goes through
 
 _NODE = [("crash", P_CRASH), ("pause", P_PAUSE), ("rebalance", P_REBALANCE), ("outage", P_OUTAGE)]
+# Calls a profile may aim at apart from their operation: ``catch_up`` is the end-offsets
+# lookup of a request catch-up (a result waiting for its request), drawn as that operation's
+# faults unless the profile names it.
+_AS = {"catch_up": "end_offsets"}
 
 Events = tuple[tuple[str, ...], tuple[float, ...]]
 
@@ -125,8 +129,11 @@ class Profile:
       at any call (a partition moving while its state is read);
     - ``requests-race``: each result written just after its request record, most
       requests retried (a second attempt written just before its result): the request
-      reader's catch-up and the accepted ledger's attempts at their boundary;
-    - ``outage``: the broker refuses every call for 20 s to 3 min, then serves.
+      reader's catch-up and the accepted ledger's attempts at their boundary; a wait's
+      end-offsets lookup and sends fail more often (a failed wait must raise; a batch
+      decided again after an abort must write its state again);
+    - ``outage``: the broker refuses every call for 20 s to 3 min, then serves; it starts
+      at a commit, a send, or a result's wait for its request (``catch_up``).
     """
 
     name: str
@@ -146,8 +153,10 @@ class Profile:
         """operation -> (event names, their probabilities) drawn at each call of it."""
         out: dict[str, Events] = {}
         for op in set(FAULTS) | set(self.boost) | {""}:
-            drawn = dict(_NODE + FAULTS.get(op, []))
+            drawn = dict(_NODE + FAULTS.get(_AS.get(op, op), []))
             drawn.update(self.boost.get("*", {}))
+            if op in _AS:
+                drawn.update(self.boost.get(_AS[op], {}))
             drawn.update(self.boost.get(op, {}))
             out[op] = (tuple(drawn), tuple(drawn.values()))
         return out
@@ -182,8 +191,17 @@ PROFILES: tuple[Profile, ...] = (
     TAKE_OVER,
     # The request reader's polls lag behind the intake fetches: a result's request is often
     # the one record its catch-up still has to read.
-    Profile("requests-race", traffic="races", latency={"read": (0.6, 60)}),
-    Profile("outage", boost={"commit": {"outage": 0.3}, "send": {"outage": 0.1}}, outage=True),
+    Profile(
+        "requests-race",
+        boost={"catch_up": {"end_offsets_error": 0.15}, "send": {"send_error": 0.1}},
+        traffic="races",
+        latency={"read": (0.6, 60)},
+    ),
+    Profile(
+        "outage",
+        boost={"commit": {"outage": 0.3}, "send": {"outage": 0.1}, "catch_up": {"outage": 0.5}},
+        outage=True,
+    ),
 )
 
 
@@ -367,6 +385,13 @@ class SimBroker(FakeBroker):
 
     world: World
 
+    def check(self, operation: str) -> None:
+        try:
+            super().check(operation)
+        except BaseException:
+            note_failure(operation)
+            raise
+
     def _end(self, txn_id: int, state: str) -> None:
         txn = self.txns[txn_id]
         was_open = txn.state == "open"
@@ -487,6 +512,7 @@ class World:
         self.successes: collections.Counter[tuple[str, int]] = collections.Counter()
         self.outcome_of: dict[str, str] = {}  # intake origin -> its committed decision's outcome
         self.excused = 0  # fresh attempts their deciding node could not see (check_progress)
+        self.changelogs_checked = 0  # partitions whose changelog (not empty) equalled the owner's ledger
         # intake origin -> (kind, request index, write sequence); requests records' sequences
         self.written: dict[str, tuple[str, int, int]] = {}
         self.requests_written: dict[tuple[int, int], int] = {}  # (partition, offset) -> sequence
@@ -655,7 +681,10 @@ class World:
             # on its way, comes first or not.
             await asyncio.sleep(0.001 * choices.draw(30, 0.9, "take-over delayed"))
         if not self.healed:
-            events = self.events.get(operation) or self.events[""]
+            aim = operation
+            if operation == "end_offsets" and wait_failures.get() is not None and "catch_up" in self.events:
+                aim = "catch_up"
+            events = self.events.get(aim) or self.events[""]
             event = choices.pick(
                 events[1], lambda i: f"{events[0][i - 1]} at {operation} of node {node.index}"
             )
@@ -739,6 +768,7 @@ class World:
         if operation in REFUSED:
             await asyncio.wait([served], timeout=REQUEST_TIMEOUT_S)
             if not served.done():
+                note_failure(operation)
                 raise KafkaConnectionError("injected: the broker refuses connections")
             return
         await asyncio.shield(served)
@@ -848,6 +878,13 @@ class World:
                 f"node {node.index} decides partition {owned.tp.partition} after its revoke returned",
             )
         partition = owned.tp.partition
+        failed = failed_wait.get()
+        if failed:
+            self.fail(
+                "a wait that failed decides nothing",
+                f"node {node.index} decides partition {partition} after its wait for requests "
+                f"returned although its {', '.join(failed)} call failed",
+            )
         owed = node.required.get(partition, {}).get(T.requests, set())
         self.oracle.capture(
             node.index,
@@ -886,17 +923,17 @@ class World:
             # cannot commit what it decides, and what it holds may be behind the commits of
             # the producer that fenced it.
             return
+        self.check_ledger(node, partition)
+
+    def check_ledger(self, node: Node, partition: int) -> None:
+        """The accepted ledger ``node`` decides ``partition`` with equals the acceptances
+        committed in it (invariant 6, before a decision)."""
         ended = self._ended()
-        count = PARTITIONS
-        held = {
-            r: set(entry[1])
-            for r, entry in node.worker.ledger._live.items()
-            if r not in ended and _partition_of(r, count) == partition
-        }
+        held = self._ledger(node, partition, ended)
         committed = {
             r: set(a)
             for r, a in self.acceptances.items()
-            if a and r not in ended and _partition_of(r, count) == partition
+            if a and r not in ended and _partition_of(r, PARTITIONS) == partition
         }
         if held != committed:
             self.fail(
@@ -904,6 +941,77 @@ class World:
                 f"node {node.index} decides partition {partition} with ledger {_entries(held)} "
                 f"but committed {_entries(committed)}",
             )
+
+    def _ledger(
+        self, node: Node, partition: int, ended: set[str], now: float | None = None
+    ) -> dict[str, set[int]]:
+        """The accepted attempts ``node`` holds for the live requests of ``partition`` (not
+        ended; not expired by ``now``, POSIX seconds, when given)."""
+        return {
+            r: set(attempts)
+            for r, (expires, attempts) in node.worker.ledger._live.items()
+            if r not in ended and _partition_of(r, PARTITIONS) == partition and (now is None or expires > now)
+        }
+
+    def _changelog(self, ended: set[str], now: float) -> dict[int, dict[str, set[int]]]:
+        """The state changelog as compaction leaves it (the latest committed record per key,
+        a tombstone removing it), per partition: the live, unexpired requests' attempts."""
+        latest: dict[int, dict[str, tuple[float, set[int]]]] = collections.defaultdict(dict)
+        for r in self.broker.committed_values(T.state):
+            key = (r.key or b"").decode()
+            if r.value is None:
+                latest[r.partition].pop(key, None)
+                continue
+            entry = json.loads(r.value)
+            expires = datetime.fromisoformat(entry["expires_at"]).timestamp()
+            latest[r.partition][key] = (expires, set(entry["accepted_attempts"]))
+        return {
+            p: {k: attempts for k, (expires, attempts) in held.items() if k not in ended and expires > now}
+            for p, held in latest.items()
+        }
+
+    async def check_changelog(self) -> None:
+        """After healing, once every owned partition is idle: the state changelog of each
+        partition (compacted) equals the accepted ledger its live owner decides with. A
+        transaction that aborted took its state records with it; the batch decided again
+        must write them again, and its acceptances join the ledger only with them."""
+
+        def busy() -> bool:
+            return any(
+                not owned.idle or owned.open is not None or owned.restoring
+                for node in self.nodes
+                if node.state == "live"
+                for owned in node.worker._partitions.values()
+            )
+
+        deadline = self.loop.time() + 10.0
+        while busy() and self.loop.time() < deadline:
+            await self._wait(0.05)
+        ended = self._ended()
+        now = (NOW + timedelta(seconds=self.loop.time())).timestamp()
+        changelog = self._changelog(ended, now)
+        for node in self.nodes:
+            if node.state != "live" or node.stale:
+                continue
+            for tp, owned in node.worker._partitions.items():
+                if (
+                    owned.producer is None
+                    or owned.closing
+                    or owned.restoring
+                    or owned.open is not None
+                    or not owned.idle
+                    or self._fenced(owned)
+                ):
+                    continue
+                held = self._ledger(node, tp.partition, ended, now)
+                logged = changelog.get(tp.partition, {})
+                if held != logged:
+                    self.fail(
+                        "the state changelog equals the owners' ledger",
+                        f"partition {tp.partition}: changelog {_entries(logged)} but node {node.index} "
+                        f"decides with {_entries(held)}",
+                    )
+                self.changelogs_checked += bool(logged)
 
     def _fenced(self, owned: OwnedPartition) -> bool:
         """Another node started a producer for the partition since this one's: the node
@@ -1116,6 +1224,8 @@ class World:
                 )
         for task in self.restarts:
             await task
+        if not self.undecided():
+            await self.check_changelog()
         for node in self.nodes:
             if node.state == "live":
                 node.worker.request_stop()
@@ -1140,6 +1250,14 @@ def _metrics() -> Metrics:
     return _METRICS[0]
 
 
+def note_failure(operation: str) -> None:
+    """A client call of the current task failed: noted when the task is in a request
+    catch-up (it must then raise, not return: ``oracle.failed_wait``)."""
+    failures = wait_failures.get()
+    if failures is not None:
+        failures.append(operation)
+
+
 def _partition_of(request_id: str, count: int) -> int:
     return partition_of(request_id.encode(), count)
 
@@ -1159,6 +1277,7 @@ class Outcome:
     virtual_seconds: float
     checked: int = 0  # committed decisions the oracle compared with the gate's verdict
     excused: int = 0  # fresh attempts their deciding node could not see (World.check_progress)
+    changelogs: int = 0  # partitions whose changelog, not empty, equalled their owner's ledger at the end
 
 
 @contextlib.contextmanager
@@ -1206,4 +1325,13 @@ def run_schedule(
     if violation is None and loop.errors:
         error = loop.errors[0]
         violation = Violation("no task fails unseen", repr(error)[:300])
-    return Outcome(seed, violation, choices, world.faults, loop.now, world.oracle.checked, world.excused)
+    return Outcome(
+        seed,
+        violation,
+        choices,
+        world.faults,
+        loop.now,
+        world.oracle.checked,
+        world.excused,
+        world.changelogs_checked,
+    )

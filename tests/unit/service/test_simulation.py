@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 from toolgate.gate._gate import Gate
@@ -19,7 +20,7 @@ from toolgate.gate._gate import Gate
 from tests import ROOT
 from tests.simulation.__main__ import shrink
 from tests.simulation.bugs import BUGS
-from tests.simulation.world import FAULTS, PROFILES, profile_of, run_schedule
+from tests.simulation.world import FAULTS, PROFILES, World, profile_of, run_schedule
 
 SCHEDULES = 300
 FIRST_SEED = 1_000_000  # apart from make simulate's seeds 0..9999
@@ -41,18 +42,25 @@ def _simulation(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def bug_table() -> dict[str, int | None]:
+def bug_hunt() -> dict[str, tuple[int, str] | None]:
     """``python -m tests.simulation --bug-table`` from FIRST_SEED, at most BUG_BOUND schedules
-    per bug: planted bug -> the schedules to its first failure (None: not found). Run as
-    ``make simulate`` runs, hash seed 0, so the figures are the documented ones."""
+    per bug: planted bug -> the schedules to its first failure and the invariant it broke
+    (None: not found). Run as ``make simulate`` runs, hash seed 0, so the figures are the
+    documented ones."""
     run = _simulation("--bug-table", "--seed", str(FIRST_SEED), "--schedules", str(BUG_BOUND), "--jobs", "1")
-    rows: dict[str, int | None] = {}
+    rows: dict[str, tuple[int, str] | None] = {}
     for line in run.stdout.splitlines():
-        match = re.match(r"^(\S+)\s+(>?\d+)\s+(SEED=|NOT FOUND)", line)
+        match = re.match(r"^(\S+)\s+(>?\d+)\s+(?:SEED=\d+: (.+)|NOT FOUND)$", line)
         if match:
-            rows[match[1]] = None if match[2].startswith(">") else int(match[2])
+            rows[match[1]] = None if match[2].startswith(">") else (int(match[2]), match[3])
     assert rows, f"no bug table in the output (exit {run.returncode}):\n{run.stdout}\n{run.stderr}"
     return rows
+
+
+@pytest.fixture(scope="module")
+def bug_table(bug_hunt: dict[str, tuple[int, str] | None]) -> dict[str, int | None]:
+    """Planted bug -> the schedules to its first failure (None: not found)."""
+    return {bug: None if hit is None else hit[0] for bug, hit in bug_hunt.items()}
 
 
 class TestSchedules:
@@ -86,6 +94,11 @@ class TestSchedules:
         match = re.search(r"oracle: (\d+) committed decisions", out)
         assert match is not None, out[-4000:]
         assert int(match[1]) >= 5 * SCHEDULES
+        # The changelog was compared with a live owner's ledger, not empty, after healing in
+        # most schedules (three partitions each).
+        match = re.search(r"(\d+) state changelog partitions equal to their owner's ledger", out)
+        assert match is not None, out[-4000:]
+        assert int(match[1]) >= SCHEDULES
 
     def test_a_seed_runs_the_same_schedule_every_time(self, gate: Gate) -> None:
         """The same seed makes the same choices and injects the same faults."""
@@ -126,6 +139,60 @@ class TestOracle:
         assert outcome.violation is not None
         assert outcome.violation.invariant == "decisions go on after healing"
         assert outcome.faults["outage"] == 1
+
+
+class TestWaitsAndAbortedState:
+    """A wait whose read failed decides nothing, and what an aborted transaction carried
+    reaches the state changelog and the ledger when its batch is decided again: each
+    planted bug of these classes is found, by the invariants of its class."""
+
+    def test_a_wait_that_gave_up_on_a_failed_read_is_named(
+        self, bug_hunt: dict[str, tuple[int, str] | None]
+    ) -> None:
+        """A wait that takes a failed end-offsets lookup for its bound running out, and
+        decides, breaks the failed-wait invariant (the oracle would excuse its unknown
+        request as a wait that timed out)."""
+        hit = bug_hunt.get("wait-gives-up-on-error")
+        assert hit is not None
+        assert hit[1] == "a wait that failed decides nothing"
+
+    def test_a_failed_read_taken_for_caught_up_decides_with_less_than_it_owes(
+        self, bug_hunt: dict[str, tuple[int, str] | None]
+    ) -> None:
+        """A catch-up or restore that counts a failed end-offsets lookup as reached decides
+        before applying what it owed: the oracle or the restore invariant names it."""
+        hit = bug_hunt.get("failed-read-as-caught-up")
+        assert hit is not None
+        assert hit[1] in ("restore before decisions", "every committed decision is the gate's verdict")
+
+    @pytest.mark.parametrize("bug", ["retry-drops-state-records", "retry-forgets-ledger"])
+    def test_state_lost_with_an_aborted_transaction_is_named(
+        self, bug_hunt: dict[str, tuple[int, str] | None], bug: str
+    ) -> None:
+        """A retried batch whose state records or ledger updates are lost leaves a ledger
+        that differs from the changelog or from the committed acceptances."""
+        hit = bug_hunt.get(bug)
+        assert hit is not None
+        assert hit[1] in (
+            "the state changelog equals the owners' ledger",
+            "accepted ledger equals committed acceptances",
+        )
+
+    def test_the_changelog_check_finds_a_ledger_that_lost_a_retry(self, gate: Gate) -> None:
+        """Without the ledger check before each decision, a ledger that lost a retried
+        batch's acceptances is still found, after healing, by the changelog invariant: a
+        partition that decides nothing more is checked too."""
+        worker = BUGS["retry-forgets-ledger"]
+        invariant = "the state changelog equals the owners' ledger"
+        with mock.patch.object(World, "check_ledger"):
+            # Up to the first schedule it breaks (others may break invariant 6's end check:
+            # a later batch of the request writes the attempts the ledger lost, no more).
+            found = any(
+                (outcome := run_schedule(s, gate, worker_class=worker)).violation is not None
+                and outcome.violation.invariant == invariant
+                for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
+            )
+        assert found, f"{invariant!r} broken in none of {BUG_BOUND} schedules"
 
 
 class TestPlantedBugs:
