@@ -17,6 +17,7 @@ import contextlib
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +29,9 @@ from typing import Any
 import msgspec
 from aiokafka import TopicPartition
 from toolgate._config import LOCAL_BOOTSTRAP, Config, Partitions, Topics
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import Message, Origin, decode_request
 from toolgate.service._kafka import AiokafkaClients, ensure_topics
 
 from ops.bench.backlog import (
@@ -43,6 +47,7 @@ from ops.bench.backlog import (
     write_contract,
 )
 from ops.bench.copier import copier_templates
+from ops.bench.gate_bench import decide_batch_us
 from ops.bench.measure import (
     ROOT,
     Load,
@@ -140,6 +145,20 @@ class Bench:
         self.backlog = list(results(self.run_id, messages, self.now))
         self.clients = AiokafkaClients(Config(bootstrap=bootstrap))
         self.broker_pid = broker_pid(bootstrap)
+
+    def decide_batch_us(self) -> float:
+        """The gate bench's ``decide_batch`` case on this run's workload (its contract, the
+        first batch of its backlog, every tenth rejected) in this process, no Kafka: CPU
+        microseconds per result, what the worker's ``decide`` phase is compared to."""
+        gate = Gate(ContractSet.load(self.contracts_dir))
+        pool = [
+            (
+                Message(key=r.key, value=r.value, headers=r.headers, origin=Origin("i", 0, i)),
+                decode_request(r.request),
+            )
+            for i, r in enumerate(self.backlog[:WORKER_BATCH_SIZE])
+        ]
+        return decide_batch_us(gate, pool, self.now)
 
     # --- topics -----------------------------------------------------------------------
 
@@ -752,6 +771,7 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
         runs: list[dict[str, Any]] = []
         latency = latency_base = latency_floor = None
         latency_runs: list[dict[str, Any]] = []
+        decide_alone: list[float] = []
         try:
             for partitions in sorted({plan(v)[2] for v in variants}):
                 await bench.prepare_requests(partitions)
@@ -769,6 +789,9 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
                             + (f"  {run['problems']}" if run["problems"] else ""),
                             flush=True,
                         )
+                if "worker" in variants:
+                    # Between the rounds, while nothing else of the bench runs.
+                    decide_alone.append(bench.decide_batch_us())
             if args.profile:
                 for variant in variants:
                     if variant not in ("worker x2", BASELINE, "peer"):
@@ -814,6 +837,7 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
         "latency_baseline": latency_base,
         "latency_floor": latency_floor,
         "latency_runs": latency_runs,
+        "decide_batch_us": statistics.median(decide_alone) if decide_alone else None,
         "others_before": others_before,
         "baseline": describe(baseline) if baseline else None,
         "problems": [p for run in runs for p in run["problems"]],
