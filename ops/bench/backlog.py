@@ -78,48 +78,37 @@ ITEM_SCHEMA: dict[str, Any] = {
 }
 
 
+def _envelope(tool: str, outcome: str, member: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One closed result envelope: ``tool``, ``request_id``, ``outcome`` and ``member`` (``body``)."""
+    return {
+        "type": "object",
+        "required": ["tool", "request_id", "outcome", member],
+        "properties": {
+            "tool": {"const": tool},
+            "request_id": _ID,
+            "outcome": {"const": outcome},
+            member: body,
+        },
+        "additionalProperties": False,
+    }
+
+
 def listing_schema(tool: str, data: dict[str, Any], required: list[str]) -> dict[str, Any]:
     """A bench contract's result schema: the success envelope with the closed object ``data``
     (its ``required`` members), or the failure envelope, as ``oneOf`` (Draft 2020-12)."""
+    closed = {"type": "object", "required": required, "properties": data, "additionalProperties": False}
+    error = {
+        "type": "object",
+        "required": ["code", "retryable"],
+        "properties": {
+            "code": {"enum": ["NOT_FOUND", "UPSTREAM_UNAVAILABLE"]},
+            "retryable": {"type": "boolean"},
+        },
+        "additionalProperties": False,
+    }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "oneOf": [
-            {
-                "type": "object",
-                "required": ["tool", "request_id", "outcome", "data"],
-                "properties": {
-                    "tool": {"const": tool},
-                    "request_id": _ID,
-                    "outcome": {"const": "success"},
-                    "data": {
-                        "type": "object",
-                        "required": required,
-                        "properties": data,
-                        "additionalProperties": False,
-                    },
-                },
-                "additionalProperties": False,
-            },
-            {
-                "type": "object",
-                "required": ["tool", "request_id", "outcome", "error"],
-                "properties": {
-                    "tool": {"const": tool},
-                    "request_id": _ID,
-                    "outcome": {"const": "failure"},
-                    "error": {
-                        "type": "object",
-                        "required": ["code", "retryable"],
-                        "properties": {
-                            "code": {"enum": ["NOT_FOUND", "UPSTREAM_UNAVAILABLE"]},
-                            "retryable": {"type": "boolean"},
-                        },
-                        "additionalProperties": False,
-                    },
-                },
-                "additionalProperties": False,
-            },
-        ],
+        "oneOf": [_envelope(tool, "success", "data", closed), _envelope(tool, "failure", "error", error)],
     }
 
 

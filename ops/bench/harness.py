@@ -500,7 +500,7 @@ class Bench:
         done = [c.done for c in children if c.done is not None]
         first = min(d["first"] for d in done)
         last = max(d["last"] for d in done)
-        check = await self.read_audit(config.topics.audit, partitions)
+        check = await self.read_audit(config.topics.audit, partitions, expected=self.messages)
         await self.delete(run_topics(config) - {config.topics.requests})
         decided = sum(d["decided"] for d in done)
         rejected = sum(d["rejected"] for d in done)
@@ -551,11 +551,21 @@ class Bench:
         }
 
     async def read_audit(
-        self, topic: str, partitions: int, stamps: dict[bytes, int] | None = None
+        self,
+        topic: str,
+        partitions: int,
+        stamps: dict[bytes, int] | None = None,
+        *,
+        expected: int = 0,
+        settle_seconds: float = 10.0,
     ) -> dict[str, Any]:
         """Count the committed audit events and their rejections; the span of their timestamps.
 
-        ``stamps`` gets each event's timestamp (when the worker sent it) by key.
+        ``stamps`` gets each event's timestamp (when the worker sent it) by key. Reads up to the
+        end offsets (``read_committed``: the last stable offsets) and, while fewer than
+        ``expected`` events were read, up to the end offsets read again, for ``settle_seconds``
+        at most: a transaction's commit is acknowledged before the coordinator has written its
+        markers, and until then its partition's last stable offset stays before its records.
         """
         consumer = self.clients.consumer(
             group_id=None,
@@ -570,16 +580,21 @@ class Bench:
             tps = [TopicPartition(topic, p) for p in range(partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps)
-            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-                batches = await consumer.getmany(timeout_ms=500, max_records=5000)
-                for records in batches.values():
-                    for record in records:
-                        events += 1
-                        rejected += b'"outcome":"rejected"' in (record.value or b"")
-                        low, high = min(low, record.timestamp), max(high, record.timestamp)
-                        if stamps is not None:
-                            stamps[record.key or b""] = record.timestamp
+            deadline = time.monotonic() + settle_seconds
+            while True:
+                ends = await consumer.end_offsets(tps)
+                while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+                    batches = await consumer.getmany(timeout_ms=500, max_records=5000)
+                    for records in batches.values():
+                        for record in records:
+                            events += 1
+                            rejected += b'"outcome":"rejected"' in (record.value or b"")
+                            low, high = min(low, record.timestamp), max(high, record.timestamp)
+                            if stamps is not None:
+                                stamps[record.key or b""] = record.timestamp
+                if events >= expected or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)  # the markers are being written: read the offsets again
         finally:
             await consumer.stop()
         return {"events": events, "rejected": rejected, "span": (high - low) / 1000 if events else 0}
