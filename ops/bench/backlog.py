@@ -63,88 +63,78 @@ retry:
 """
 
 _ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.]{7,63}$"}
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "oneOf": [
-        {
-            "type": "object",
-            "required": ["tool", "request_id", "outcome", "data"],
-            "properties": {
-                "tool": {"const": TOOL},
-                "request_id": _ID,
-                "outcome": {"const": "success"},
-                "data": {
-                    "type": "object",
-                    "required": [
-                        "query",
-                        "project",
-                        "title",
-                        "status",
-                        "observed_at",
-                        "count",
-                        "labels",
-                        "items",
-                    ],
-                    "properties": {
-                        "query": {"type": "string", "pattern": "^Q-[0-9]{1,10}$"},
-                        "project": {"type": "string", "pattern": "^[a-z][a-z0-9-]{1,31}$"},
-                        "title": {"type": "string", "maxLength": 200},
-                        "status": {"enum": ["complete", "partial", "empty"]},
-                        "observed_at": {
-                            "type": "string",
-                            "maxLength": 40,
-                            "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
-                            "(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",
-                        },
-                        "count": {"type": "integer", "minimum": 0, "maximum": 20},
-                        "labels": {
-                            "type": "array",
-                            "maxItems": 8,
-                            "items": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,23}$"},
-                        },
-                        "items": {
-                            "type": "array",
-                            "maxItems": 20,
-                            "items": {
-                                "type": "object",
-                                "required": ["id", "name", "state", "score", "owner"],
-                                "properties": {
-                                    "id": {"type": "string", "pattern": "^IT-[0-9]{1,8}$"},
-                                    "name": {"type": "string", "maxLength": 64},
-                                    "state": {"enum": ["open", "closed", "blocked"]},
-                                    "score": {"type": "number", "minimum": 0, "maximum": 100},
-                                    "owner": {"type": "string", "maxLength": 64},
-                                },
-                                "additionalProperties": False,
-                            },
-                        },
-                    },
-                    "additionalProperties": False,
-                },
-            },
-            "additionalProperties": False,
-        },
-        {
-            "type": "object",
-            "required": ["tool", "request_id", "outcome", "error"],
-            "properties": {
-                "tool": {"const": TOOL},
-                "request_id": _ID,
-                "outcome": {"const": "failure"},
-                "error": {
-                    "type": "object",
-                    "required": ["code", "retryable"],
-                    "properties": {
-                        "code": {"enum": ["NOT_FOUND", "UPSTREAM_UNAVAILABLE"]},
-                        "retryable": {"type": "boolean"},
-                    },
-                    "additionalProperties": False,
-                },
-            },
-            "additionalProperties": False,
-        },
-    ],
+# One closed item of a listing: the bench contracts' repeated part (here and gate_bench.py's).
+ITEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "name", "state", "score", "owner"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^IT-[0-9]{1,8}$"},
+        "name": {"type": "string", "maxLength": 64},
+        "state": {"enum": ["open", "closed", "blocked"]},
+        "score": {"type": "number", "minimum": 0, "maximum": 100},
+        "owner": {"type": "string", "maxLength": 64},
+    },
+    "additionalProperties": False,
 }
+
+
+def _envelope(tool: str, outcome: str, member: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One closed result envelope: ``tool``, ``request_id``, ``outcome`` and ``member`` (``body``)."""
+    return {
+        "type": "object",
+        "required": ["tool", "request_id", "outcome", member],
+        "properties": {
+            "tool": {"const": tool},
+            "request_id": _ID,
+            "outcome": {"const": outcome},
+            member: body,
+        },
+        "additionalProperties": False,
+    }
+
+
+def listing_schema(tool: str, data: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A bench contract's result schema: the success envelope with the closed object ``data``
+    (its ``required`` members), or the failure envelope, as ``oneOf`` (Draft 2020-12)."""
+    closed = {"type": "object", "required": required, "properties": data, "additionalProperties": False}
+    error = {
+        "type": "object",
+        "required": ["code", "retryable"],
+        "properties": {
+            "code": {"enum": ["NOT_FOUND", "UPSTREAM_UNAVAILABLE"]},
+            "retryable": {"type": "boolean"},
+        },
+        "additionalProperties": False,
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "oneOf": [_envelope(tool, "success", "data", closed), _envelope(tool, "failure", "error", error)],
+    }
+
+
+SCHEMA = listing_schema(
+    TOOL,
+    {
+        "query": {"type": "string", "pattern": "^Q-[0-9]{1,10}$"},
+        "project": {"type": "string", "pattern": "^[a-z][a-z0-9-]{1,31}$"},
+        "title": {"type": "string", "maxLength": 200},
+        "status": {"enum": ["complete", "partial", "empty"]},
+        "observed_at": {
+            "type": "string",
+            "maxLength": 40,
+            "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
+            "(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",
+        },
+        "count": {"type": "integer", "minimum": 0, "maximum": 20},
+        "labels": {
+            "type": "array",
+            "maxItems": 8,
+            "items": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,23}$"},
+        },
+        "items": {"type": "array", "maxItems": 20, "items": ITEM_SCHEMA},
+    },
+    ["query", "project", "title", "status", "observed_at", "count", "labels", "items"],
+)
 ITEMS = 8  # about 1 KB per result
 
 

@@ -11,9 +11,6 @@ relay against it is the loop's own overhead. Runs as ``worker_bench.py --copier 
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,10 +19,11 @@ from typing import Any
 import msgspec
 from aiokafka import TopicPartition
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
-from toolgate._config import Config, Topics
-from toolgate.service._kafka import AiokafkaClients, Producer, RebalanceListener
+from toolgate._config import Topics
+from toolgate.service._kafka import Consumer
 
 from ops.bench.backlog import REJECT_EVERY, results
+from ops.bench.relaying import PartitionProducers, emit, relay, relay_clients
 
 
 def copier_main(spec: dict[str, Any]) -> int:
@@ -51,19 +49,14 @@ def copier_main(spec: dict[str, Any]) -> int:
         for kind, records in spec["templates"].items()
     }
 
-    def emit(event: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(event) + "\n")
-        sys.stdout.flush()
-
     state: dict[str, Any] = {"share": None, "decided": 0, "rejected": 0, "committed": 0, "first": None}
-    producers: dict[TopicPartition, Producer] = {}
     counts: dict[str, int] = {}  # output topic -> partitions
     stop = asyncio.Event()
-    settings = spec["settings"]
-    # Plaintext only (checked by the parent): the bootstrap and client id are all there is.
-    clients = AiokafkaClients(
-        Config(bootstrap=settings["bootstrap_servers"], client_id=settings["client_id"])
+    clients = relay_clients(spec)
+    partitions = PartitionProducers(
+        clients, spec["transactional_prefix"], "copier", max_batch_size=spec["producer_batch_bytes"]
     )
+    producers = partitions.producers
 
     async def process(tp: TopicPartition, records: list[Any], same: set[str]) -> None:
         # aiokafka's batch API, as the worker sends: one batch per topic partition (a new one
@@ -96,90 +89,50 @@ def copier_main(spec: dict[str, Any]) -> int:
         state["decided"] += len(records)
         state["rejected"] += sum(record.key.endswith(b"9") for record in records)
 
+    def command(line: str) -> None:
+        if line.startswith("go "):
+            state["share"] = int(line.split()[1])
+            emit({"event": "armed"})
+        else:
+            stop.set()
+
+    same: set[str] = set()
+
+    async def polled(consumer: Consumer, batches: dict[TopicPartition, list[Any]]) -> None:
+        work = [(tp, records) for tp, records in batches.items() if tp in producers]
+        if not work:
+            return
+        if not counts:
+            intake = len(consumer.partitions_for_topic(topics["intake"]) or ())
+            any_producer = next(iter(producers.values()))
+            for topic in (topics["agent"], topics["quarantine"], topics["audit"]):
+                counts[topic] = len(await any_producer.partitions_for(topic))
+            same.update(topic for topic, count in counts.items() if count == intake)
+        if state["first"] is None:
+            state["first"] = (time.time(), time.process_time())
+        await asyncio.gather(*(process(tp, records, same) for tp, records in work))
+        last = (time.time(), time.process_time())
+        if state["share"] is not None and not state.get("reported") and state["decided"] >= state["share"]:
+            state["reported"] = True
+            emit(
+                {
+                    "event": "done",
+                    "first": state["first"][0],
+                    "last": last[0],
+                    "cpu": last[1] - state["first"][1],
+                    "phases": {},
+                    "gc": 0.0,
+                    "decided": state["decided"],
+                    "accepted": state["decided"] - state["rejected"],
+                    "rejected": state["rejected"],
+                    "by_code": {"SCHEMA_VIOLATION": state["rejected"]},
+                    "committed": state["committed"],
+                    "aborted": 0,
+                }
+            )
+
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        consumer = clients.consumer(
-            group_id=spec["group_id"],
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
-
-        class Listener(RebalanceListener):
-            async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-                for tp in revoked:
-                    producer = producers.pop(tp, None)
-                    if producer is not None:
-                        await producer.stop()
-                emit({"event": "revoked", "partitions": sorted(tp.partition for tp in producers)})
-
-            async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-                for tp in sorted(assigned):
-                    producer = clients.producer(
-                        enable_idempotence=True,
-                        acks="all",
-                        max_batch_size=spec["producer_batch_bytes"],
-                        transactional_id=f"{spec['transactional_prefix']}.copier.{tp.topic}.{tp.partition}",
-                    )
-                    await producer.start()
-                    producers[tp] = producer
-                emit({"event": "assigned", "partitions": sorted(tp.partition for tp in producers)})
-
-        def command(line: str) -> None:
-            if line.startswith("go "):
-                state["share"] = int(line.split()[1])
-                emit({"event": "armed"})
-            else:
-                stop.set()
-
-        def read_stdin() -> None:
-            for line in sys.stdin:
-                loop.call_soon_threadsafe(command, line.strip())
-            loop.call_soon_threadsafe(command, "stop")
-
-        threading.Thread(target=read_stdin, daemon=True).start()
-        await consumer.start()
-        consumer.subscribe([topics["intake"]], listener=Listener())
-        same: set[str] | None = None
-        reported = False
-        try:
-            while not stop.is_set():
-                batches = await consumer.getmany(timeout_ms=spec["linger_ms"], max_records=spec["batch_size"])
-                work = [(tp, records) for tp, records in batches.items() if tp in producers]
-                if not work:
-                    continue
-                if same is None:
-                    intake = len(consumer.partitions_for_topic(topics["intake"]) or ())
-                    any_producer = next(iter(producers.values()))
-                    for topic in (topics["agent"], topics["quarantine"], topics["audit"]):
-                        counts[topic] = len(await any_producer.partitions_for(topic))
-                    same = {topic for topic, count in counts.items() if count == intake}
-                if state["first"] is None:
-                    state["first"] = (time.time(), time.process_time())
-                await asyncio.gather(*(process(tp, records, same) for tp, records in work))
-                last = (time.time(), time.process_time())
-                if state["share"] is not None and not reported and state["decided"] >= state["share"]:
-                    reported = True
-                    emit(
-                        {
-                            "event": "done",
-                            "first": state["first"][0],
-                            "last": last[0],
-                            "cpu": last[1] - state["first"][1],
-                            "phases": {},
-                            "gc": 0.0,
-                            "decided": state["decided"],
-                            "accepted": state["decided"] - state["rejected"],
-                            "rejected": state["rejected"],
-                            "by_code": {"SCHEMA_VIOLATION": state["rejected"]},
-                            "committed": state["committed"],
-                            "aborted": 0,
-                        }
-                    )
-        finally:
-            await consumer.stop()
-            for producer in producers.values():
-                await producer.stop()
+        await relay(clients, spec, partitions, command, stop, polled, max_records=spec["batch_size"])
 
     asyncio.run(main())
     emit({"event": "exit", "transactions": state["committed"]})

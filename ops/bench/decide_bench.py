@@ -13,9 +13,10 @@ Steps, each CPU time (``process_time``) per result, median of ``--repeat`` loops
 2. the same on the worker bench's workload (``bench_listing``, about 1.2 KB, every tenth
    rejected), then its accepted and its rejected results alone;
 3. plus what the worker's decide phase adds around ``decide_batch``: a ``Message`` built per
-   intake record, the request lookup from the packed request table (a record rebuilt per
-   lookup), and the misrouted check (the default partitioner's murmur2 of every key, in
-   Python);
+   intake record and the request lookup, three ways: from a packed table (a record rebuilt per
+   lookup), with the misrouted check by the default partitioner's murmur2 of every key in
+   Python (the worker before requests kept their home partition), and as the worker does it
+   now (the newest requests held decoded with their home partition: no hash, no rebuild);
 4. the last step again while another process keeps the other core busy (as the broker and
    the load generator do during the worker bench): CPU time per operation rises when the
    cores are shared (caches, memory bandwidth, the hypervisor).
@@ -162,28 +163,38 @@ def main() -> int:
         )
     )
 
-    table = RequestTable()
+    # Every request homed in partition 0 and every batch decided there: the worker's correctly
+    # routed results. ``packed`` holds every request packed (a record rebuilt per lookup), as a
+    # request older than the table's decoded window is; ``table`` as the worker holds the newest.
+    packed_table, table = RequestTable(decoded=0), RequestTable()
     for result in backlog:
-        table.apply(result.key, result.request)
+        packed_table.apply(result.key, result.request, 0)
+        table.apply(result.key, result.request, 0)
 
-    def packed(_keys: list[bytes]) -> Callable[[str], Any]:
-        return table.get
+    def rebuilt(_keys: list[bytes]) -> Callable[[str], Any]:
+        return packed_table.get
 
     loops.append(
-        (
-            "  + the request table's lookup (record rebuilt per get)",
-            batches(gate, raw, packed, now),
-        )
+        ("  + the request table's lookup, packed (record rebuilt per get)", batches(gate, raw, rebuilt, now))
     )
 
-    def misrouted(keys: list[bytes]) -> Callable[[str], Any]:
-        # As Worker._lookup_without_misrouted: the default partitioner's partition of every key.
+    def hashed(keys: list[bytes]) -> Callable[[str], Any]:
+        # The lookup before requests kept their home partition: murmur2 of every key.
         wrong = {key.decode() for key in keys if key and partition_of(key, PARTITIONS) != 0}
-        get = table.get
+        get = packed_table.get
         return lambda request_id: None if request_id in wrong else get(request_id)
 
-    whole = batches(gate, raw, misrouted, now)
-    loops.append(("  + the misrouted check (murmur2 per key): the worker's decide", whole))
+    loops.append(
+        ("  + the misrouted check by murmur2 per key (the worker before)", batches(gate, raw, hashed, now))
+    )
+
+    def homed(keys: list[bytes]) -> Callable[[str], Any]:
+        # As Worker._lookup_without_misrouted: the table's requests of the batch's partition.
+        found, _ = table.in_partition(0, [key.decode() for key in keys], keys, PARTITIONS)
+        return found.get
+
+    whole = batches(gate, raw, homed, now)
+    loops.append(("  + the worker's lookup (decoded, home partition kept): its decide", whole))
     keys = [k for k, _, _ in raw]
     started = time.process_time()
     for key in keys:
@@ -192,7 +203,7 @@ def main() -> int:
     ids = [key.decode() for key in keys]
     started = time.process_time()
     for request_id in ids:
-        table.get(request_id)
+        packed_table.get(request_id)
     unpack = (time.process_time() - started) / len(ids) * 1e6
 
     busy = multiprocessing.Event()
@@ -220,7 +231,7 @@ def main() -> int:
     for label, us in rows:
         print(f"{label:<66}{us:>8.1f}")
     print(f"{'partition_of (murmur2 in Python) alone, per key':<66}{murmur:>8.1f}")
-    print(f"{'the request table: get (a record rebuilt) alone, per lookup':<66}{unpack:>8.1f}")
+    print(f"{'the packed request table: get (a record rebuilt) alone, per lookup':<66}{unpack:>8.1f}")
     return 0
 
 

@@ -19,15 +19,12 @@ it reports its partitions like a worker child and, at its end, its transactions.
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
-import threading
 import time
 from typing import Any
 
 from aiokafka import TopicPartition
-from toolgate._config import Config
-from toolgate.service._kafka import AiokafkaClients, Producer, RebalanceListener
+
+from ops.bench.relaying import PartitionProducers, emit, relay, relay_clients
 
 MAX_PER_TRANSACTION = 500  # as the worker's batch size
 
@@ -37,28 +34,32 @@ def floor_main(spec: dict[str, Any]) -> int:
     topics = spec["topics"]
     value = spec["value"].encode("latin-1")
     headers = [(name, v.encode("latin-1")) for name, v in spec["headers"]]
-    settings = spec["settings"]
-    clients = AiokafkaClients(
-        Config(bootstrap=settings["bootstrap_servers"], client_id=settings["client_id"])
-    )
-    producers: dict[TopicPartition, Producer] = {}
+    clients = relay_clients(spec)
     queues: dict[TopicPartition, asyncio.Queue[Any]] = {}
     tasks: dict[TopicPartition, asyncio.Task[None]] = {}
     stats = {"transactions": 0, "records": 0, "txn_seconds": 0.0}
-    stop = asyncio.Event()
 
-    def emit(event: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(event) + "\n")
-        sys.stdout.flush()
+    def started(tp: TopicPartition) -> None:
+        queues[tp] = asyncio.Queue()
+        tasks[tp] = asyncio.create_task(forward(tp))
 
-    async def relay(tp: TopicPartition) -> None:
+    def stopping(tp: TopicPartition) -> None:
+        task = tasks.pop(tp, None)
+        if task is not None:
+            task.cancel()
+
+    partitions = PartitionProducers(
+        clients, spec["transactional_prefix"], "floor", started=started, stopping=stopping, linger_ms=0
+    )
+
+    async def forward(tp: TopicPartition) -> None:
         """One partition: a transaction per turn, with every record that is waiting."""
-        producer, queue = producers[tp], queues[tp]
+        producer, queue = partitions.producers[tp], queues[tp]
         while True:
             records = [await queue.get()]
             while not queue.empty() and len(records) < MAX_PER_TRANSACTION:
                 records.append(queue.get_nowait())
-            started = time.perf_counter()
+            began = time.perf_counter()
             async with producer.transaction():
                 futures = [
                     await producer.send(
@@ -68,68 +69,38 @@ def floor_main(spec: dict[str, Any]) -> int:
                 ]
                 await asyncio.gather(*futures)
                 await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, spec["group_id"])
-            stats["txn_seconds"] += time.perf_counter() - started
+            stats["txn_seconds"] += time.perf_counter() - began
             stats["transactions"] += 1
             stats["records"] += len(records)
 
+    async def polled(_consumer: Any, batches: dict[TopicPartition, list[Any]]) -> None:
+        for tp, records in batches.items():
+            queue = queues.get(tp)
+            for record in records if queue is not None else ():
+                queue.put_nowait(record)  # type: ignore[union-attr]
+
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        consumer = clients.consumer(
-            group_id=spec["group_id"],
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
+        stop = asyncio.Event()
 
-        class Listener(RebalanceListener):
-            async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-                for tp in revoked:
-                    task = tasks.pop(tp, None)
-                    if task is not None:
-                        task.cancel()
-                    producer = producers.pop(tp, None)
-                    if producer is not None:
-                        await producer.stop()
-                emit({"event": "revoked", "partitions": sorted(tp.partition for tp in producers)})
+        def command(line: str) -> None:
+            if line == "stop":  # the floor takes no other command
+                stop.set()
 
-            async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-                for tp in sorted(assigned):
-                    producer = clients.producer(
-                        enable_idempotence=True,
-                        acks="all",
-                        linger_ms=0,
-                        transactional_id=f"{spec['transactional_prefix']}.floor.{tp.topic}.{tp.partition}",
-                    )
-                    await producer.start()
-                    producers[tp] = producer
-                    queues[tp] = asyncio.Queue()
-                    tasks[tp] = asyncio.create_task(relay(tp))
-                emit({"event": "assigned", "partitions": sorted(tp.partition for tp in producers)})
-
-        def read_stdin() -> None:
-            for _line in sys.stdin:
-                pass  # the floor takes no commands but stop (end of input)
-            loop.call_soon_threadsafe(stop.set)
-
-        threading.Thread(target=read_stdin, daemon=True).start()
-        await consumer.start()
-        consumer.subscribe([topics["intake"]], listener=Listener())
-        try:
-            while not stop.is_set():
-                batches = await consumer.getmany(
-                    timeout_ms=spec["linger_ms"], max_records=MAX_PER_TRANSACTION
-                )
-                for tp, records in batches.items():
-                    queue = queues.get(tp)
-                    for record in records if queue is not None else ():
-                        queue.put_nowait(record)  # type: ignore[union-attr]
-        finally:
+        async def cancel_tasks() -> None:
             for task in tasks.values():
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
-            await consumer.stop()
-            for producer in producers.values():
-                await producer.stop()
+
+        await relay(
+            clients,
+            spec,
+            partitions,
+            command,
+            stop,
+            polled,
+            max_records=MAX_PER_TRANSACTION,
+            before_stop=cancel_tasks,
+        )
 
     asyncio.run(main())
     count = stats["transactions"]

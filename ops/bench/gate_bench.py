@@ -80,6 +80,8 @@ from toolgate.gate._contracts import Contract, ContractSet, load_contract  # noq
 from toolgate.gate._gate import Gate  # noqa: E402
 from toolgate.gate._records import Message, Origin, RequestRecord  # noqa: E402
 
+from ops.bench.backlog import ITEM_SCHEMA, listing_schema  # noqa: E402
+
 SAMPLE = ROOT / "contracts" / "review_status" / "v1"
 GATE_TARGET_RATIO = 3.0  # accepted 159 B result against the floor
 VERDICTS_TARGET = 100_000  # accepted 159 B results per second on one core
@@ -164,66 +166,15 @@ projection:
   - /data/count
 """
 
-_ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.]{7,63}$"}
-LARGE_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "oneOf": [
-        {
-            "type": "object",
-            "required": ["tool", "request_id", "outcome", "data"],
-            "properties": {
-                "tool": {"const": "bench_items"},
-                "request_id": _ID,
-                "outcome": {"const": "success"},
-                "data": {
-                    "type": "object",
-                    "required": ["query", "count", "items"],
-                    "properties": {
-                        "query": {"type": "string", "pattern": "^Q-[0-9]{1,10}$"},
-                        "count": {"type": "integer", "minimum": 0, "maximum": 200},
-                        "items": {
-                            "type": "array",
-                            "maxItems": 200,
-                            "items": {
-                                "type": "object",
-                                "required": ["id", "name", "state", "score", "owner"],
-                                "properties": {
-                                    "id": {"type": "string", "pattern": "^IT-[0-9]{1,8}$"},
-                                    "name": {"type": "string", "maxLength": 64},
-                                    "state": {"enum": ["open", "closed", "blocked"]},
-                                    "score": {"type": "number", "minimum": 0, "maximum": 100},
-                                    "owner": {"type": "string", "maxLength": 64},
-                                },
-                                "additionalProperties": False,
-                            },
-                        },
-                    },
-                    "additionalProperties": False,
-                },
-            },
-            "additionalProperties": False,
-        },
-        {
-            "type": "object",
-            "required": ["tool", "request_id", "outcome", "error"],
-            "properties": {
-                "tool": {"const": "bench_items"},
-                "request_id": _ID,
-                "outcome": {"const": "failure"},
-                "error": {
-                    "type": "object",
-                    "required": ["code", "retryable"],
-                    "properties": {
-                        "code": {"enum": ["NOT_FOUND", "UPSTREAM_UNAVAILABLE"]},
-                        "retryable": {"type": "boolean"},
-                    },
-                    "additionalProperties": False,
-                },
-            },
-            "additionalProperties": False,
-        },
-    ],
-}
+LARGE_SCHEMA = listing_schema(
+    "bench_items",
+    {
+        "query": {"type": "string", "pattern": "^Q-[0-9]{1,10}$"},
+        "count": {"type": "integer", "minimum": 0, "maximum": 200},
+        "items": {"type": "array", "maxItems": 200, "items": ITEM_SCHEMA},
+    },
+    ["query", "count", "items"],
+)
 
 
 def write_large_contract(root: Path) -> Path:
@@ -419,6 +370,37 @@ def batch_loop(
             )
 
     return loop
+
+
+def decide_batch_us(
+    gate: Gate,
+    pool: list[tuple[Message, RequestRecord]],
+    now: datetime,
+    *,
+    seconds: float = 0.3,
+    repeat: int = 3,
+) -> float:
+    """The ``decide_batch`` case on ``pool`` (another workload, e.g. the worker bench's): CPU
+    microseconds per result, the median of ``repeat`` timed loops of about ``seconds`` each,
+    batches of the pool's size at most, a dict as the request lookup, no tracing."""
+    requests = {r.request_id: r for _, r in pool}
+    messages = [m for m, _ in pool]
+
+    def loop(loops: int) -> None:
+        for start in range(0, loops, len(messages)):
+            decide_batch(
+                gate,
+                messages[: min(len(messages), loops - start)],
+                requests.get,
+                AcceptedView(lambda _r, _a: False),
+                now,
+                topics=TOPICS,
+                max_record_bytes=1024 * 1024,
+            )
+
+    case = Case("decide_batch", 0, loop, None)
+    measure([case], seconds, repeat)
+    return case.median_us
 
 
 def otel_tracer() -> DecisionTracer | None:

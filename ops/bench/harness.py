@@ -17,6 +17,7 @@ import contextlib
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +29,9 @@ from typing import Any
 import msgspec
 from aiokafka import TopicPartition
 from toolgate._config import LOCAL_BOOTSTRAP, Config, Partitions, Topics
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import Gate
+from toolgate.gate._records import Message, Origin, decode_request
 from toolgate.service._kafka import AiokafkaClients, ensure_topics
 
 from ops.bench.backlog import (
@@ -43,6 +47,7 @@ from ops.bench.backlog import (
     write_contract,
 )
 from ops.bench.copier import copier_templates
+from ops.bench.gate_bench import decide_batch_us
 from ops.bench.measure import (
     ROOT,
     Load,
@@ -140,6 +145,20 @@ class Bench:
         self.backlog = list(results(self.run_id, messages, self.now))
         self.clients = AiokafkaClients(Config(bootstrap=bootstrap))
         self.broker_pid = broker_pid(bootstrap)
+
+    def decide_batch_us(self) -> float:
+        """The gate bench's ``decide_batch`` case on this run's workload (its contract, the
+        first batch of its backlog, every tenth rejected) in this process, no Kafka: CPU
+        microseconds per result, what the worker's ``decide`` phase is compared to."""
+        gate = Gate(ContractSet.load(self.contracts_dir))
+        pool = [
+            (
+                Message(key=r.key, value=r.value, headers=r.headers, origin=Origin("i", 0, i)),
+                decode_request(r.request),
+            )
+            for i, r in enumerate(self.backlog[:WORKER_BATCH_SIZE])
+        ]
+        return decide_batch_us(gate, pool, self.now)
 
     # --- topics -----------------------------------------------------------------------
 
@@ -481,7 +500,7 @@ class Bench:
         done = [c.done for c in children if c.done is not None]
         first = min(d["first"] for d in done)
         last = max(d["last"] for d in done)
-        check = await self.read_audit(config.topics.audit, partitions)
+        check = await self.read_audit(config.topics.audit, partitions, expected=self.messages)
         await self.delete(run_topics(config) - {config.topics.requests})
         decided = sum(d["decided"] for d in done)
         rejected = sum(d["rejected"] for d in done)
@@ -532,11 +551,21 @@ class Bench:
         }
 
     async def read_audit(
-        self, topic: str, partitions: int, stamps: dict[bytes, int] | None = None
+        self,
+        topic: str,
+        partitions: int,
+        stamps: dict[bytes, int] | None = None,
+        *,
+        expected: int = 0,
+        settle_seconds: float = 10.0,
     ) -> dict[str, Any]:
         """Count the committed audit events and their rejections; the span of their timestamps.
 
-        ``stamps`` gets each event's timestamp (when the worker sent it) by key.
+        ``stamps`` gets each event's timestamp (when the worker sent it) by key. Reads up to the
+        end offsets (``read_committed``: the last stable offsets) and, while fewer than
+        ``expected`` events were read, up to the end offsets read again, for ``settle_seconds``
+        at most: a transaction's commit is acknowledged before the coordinator has written its
+        markers, and until then its partition's last stable offset stays before its records.
         """
         consumer = self.clients.consumer(
             group_id=None,
@@ -551,16 +580,21 @@ class Bench:
             tps = [TopicPartition(topic, p) for p in range(partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps)
-            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-                batches = await consumer.getmany(timeout_ms=500, max_records=5000)
-                for records in batches.values():
-                    for record in records:
-                        events += 1
-                        rejected += b'"outcome":"rejected"' in (record.value or b"")
-                        low, high = min(low, record.timestamp), max(high, record.timestamp)
-                        if stamps is not None:
-                            stamps[record.key or b""] = record.timestamp
+            deadline = time.monotonic() + settle_seconds
+            while True:
+                ends = await consumer.end_offsets(tps)
+                while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+                    batches = await consumer.getmany(timeout_ms=500, max_records=5000)
+                    for records in batches.values():
+                        for record in records:
+                            events += 1
+                            rejected += b'"outcome":"rejected"' in (record.value or b"")
+                            low, high = min(low, record.timestamp), max(high, record.timestamp)
+                            if stamps is not None:
+                                stamps[record.key or b""] = record.timestamp
+                if events >= expected or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)  # the markers are being written: read the offsets again
         finally:
             await consumer.stop()
         return {"events": events, "rejected": rejected, "span": (high - low) / 1000 if events else 0}
@@ -752,6 +786,7 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
         runs: list[dict[str, Any]] = []
         latency = latency_base = latency_floor = None
         latency_runs: list[dict[str, Any]] = []
+        decide_alone: list[float] = []
         try:
             for partitions in sorted({plan(v)[2] for v in variants}):
                 await bench.prepare_requests(partitions)
@@ -769,6 +804,9 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
                             + (f"  {run['problems']}" if run["problems"] else ""),
                             flush=True,
                         )
+                if "worker" in variants:
+                    # Between the rounds, while nothing else of the bench runs.
+                    decide_alone.append(bench.decide_batch_us())
             if args.profile:
                 for variant in variants:
                     if variant not in ("worker x2", BASELINE, "peer"):
@@ -814,6 +852,7 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
         "latency_baseline": latency_base,
         "latency_floor": latency_floor,
         "latency_runs": latency_runs,
+        "decide_batch_us": statistics.median(decide_alone) if decide_alone else None,
         "others_before": others_before,
         "baseline": describe(baseline) if baseline else None,
         "problems": [p for run in runs for p in run["problems"]],

@@ -29,9 +29,13 @@ TARGET_ONE_P99_OVER_FLOOR = 2.0
 # At half the sustained rate: absolute, and against the floor's p99 at that rate.
 TARGET_P99_MS = 50.0
 TARGET_P99_OVER_FLOOR = 3.0
-TARGET_OVER_PEER = 2.0  # results per CPU-second, the peer in the same run on the same backlog
+TARGET_OVER_PEER = 2.5  # results per CPU-second, the peer in the same run on the same backlog
 GOAL_OVER_PEER = 3.0  # where that is meant to go
 TARGET_RATE_OVER_BASELINE = 1.0  # the sustained rate against the baseline checkout's (main)
+TARGET_ONE_OVER_BASELINE = 1.0  # one result at a time, p50 and p99, against the baseline's
+# The worker's decide phase per result against decide_batch alone on the same workload (the
+# gate bench's case): what the loop adds around the gate (lookup, messages, a shared core).
+TARGET_DECIDE_OVER_ALONE = 1.5
 TARGET_WORKER_OVER_RELAY = 0.7  # results per CPU-second
 TARGET_RS_OVER_PY = 3.0
 TARGET_RELAY_OVER_COPIER = 1.5  # CPU per result
@@ -111,6 +115,22 @@ def round_ratios(runs: list[dict[str, Any]], variant: str = "worker") -> dict[st
                 value = ratio(run[key].get(q), floor[key].get(q))
                 if value is not None:
                     out[f"{name} {q}"].append(value)
+    return out
+
+
+def baseline_round_ratios(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per latency round, the worker's one-at-a-time p50 and p99 over the baseline's of the
+    same round, one entry per round that has both runs."""
+    out: dict[str, list[float]] = {"one p50": [], "one p99": []}
+    bases = {r["repeat"]: r for r in runs if r["variant"] == BASELINE}
+    for run in runs:
+        base = bases.get(run["repeat"])
+        if run["variant"] != "worker" or base is None:
+            continue
+        for q in ("p50", "p99"):
+            value = ratio(run["one_at_a_time"].get(q), base["one_at_a_time"].get(q))
+            if value is not None:
+                out[f"one {q}"].append(value)
     return out
 
 
@@ -221,7 +241,40 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         value,
         "<= 1 (not above)",
         at_most(value, 1.0),
-        "" if value is not None else "needs --baseline-worktree",
+        f"worker {worker['cpu_us_per_result']:,.0f} us, baseline {base['cpu_us_per_result']:,.0f} us"
+        if worker and base
+        else "needs --baseline-worktree",
+    )
+    base_lat = result.get("latency_baseline")
+    base_one = base_lat["one_at_a_time"] if base_lat else {}
+    by_round = baseline_round_ratios(result.get("latency_runs") or [])
+    for q in ("p50", "p99"):
+        values = by_round[f"one {q}"]
+        value = statistics.median(values) if values else ratio(one.get(q), base_one.get(q))
+        add(
+            f"one result at a time: {q} / the baseline checkout's",
+            value,
+            f"<= {TARGET_ONE_OVER_BASELINE:g} (not worse)",
+            at_most(value, TARGET_ONE_OVER_BASELINE),
+            (
+                f"worker {one[q]:.1f} ms, baseline {base_one[q]:.1f} ms"
+                + (f"; median over {len(values)} rounds, each to its own" if len(values) > 1 else "")
+            )
+            if one and base_one
+            else "needs --baseline-worktree and --one-at-a-time",
+        )
+    decide = (worker.get("phases_us_per_result") or {}).get("decide") if worker else None
+    alone = result.get("decide_batch_us")
+    value = ratio(decide, alone)
+    add(
+        "worker's decide per result / decide_batch alone, same workload",
+        value,
+        f"<= {TARGET_DECIDE_OVER_ALONE:g}",
+        at_most(value, TARGET_DECIDE_OVER_ALONE),
+        f"decide {decide:.1f} us in the worker, decide_batch {alone:.1f} us alone (the gate bench's case, "
+        "this run's contract and backlog, between the rounds)"
+        if decide is not None and alone is not None
+        else "needs the worker variant",
     )
     value = ratios.get("worker/relay, per CPU-second")
     add(
@@ -444,6 +497,11 @@ def print_report(result: dict[str, Any]) -> None:
     }
     for name, value in result["ratios"].items():
         print(f"{name:<36}{value:>6.2f}   {goals.get(name, '')}")
+    if result.get("decide_batch_us") is not None:
+        print(
+            f"decide_batch alone on this workload (the gate bench's case, median of the rounds): "
+            f"{result['decide_batch_us']:.1f} us per result"
+        )
     floor = result.get("latency_floor")
     if floor:
         print_latency(floor, "the floor (aiokafka transactional relay, one record per input)")

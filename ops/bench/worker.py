@@ -23,7 +23,6 @@ import dataclasses
 import json
 import math
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -34,6 +33,7 @@ from toolgate._config import Config
 
 from ops.bench.measure import percentiles
 from ops.bench.relay import RelayGate
+from ops.bench.relaying import watch_stdin
 
 
 def child_main(spec: dict[str, Any]) -> int:
@@ -196,14 +196,7 @@ def child_main(spec: dict[str, Any]) -> int:
             worker.request_stop()
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-
-        def read_stdin() -> None:
-            for line in sys.stdin:
-                loop.call_soon_threadsafe(command, line.strip())
-            loop.call_soon_threadsafe(command, "stop")
-
-        threading.Thread(target=read_stdin, daemon=True).start()
+        watch_stdin(command)
         await worker.run()
 
     profile = cProfile.Profile() if spec.get("profile") else None

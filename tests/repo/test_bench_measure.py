@@ -136,9 +136,9 @@ class TestTargets:
         assert met["half the sustained rate: p99, ms"] is True
 
     def test_the_rate_and_cpu_against_main_and_the_peer(self) -> None:
-        rows = [_row("peer", 5000.0, 200.0), _row("worker", 900.0, 90.0), _row(BASELINE, 1000.0, 95.0)]
+        rows = [_row("peer", 5000.0, 230.0), _row("worker", 900.0, 90.0), _row(BASELINE, 1000.0, 95.0)]
         ratios = {
-            "worker/peer, per CPU-second": 200.0 / 90.0,
+            "worker/peer, per CPU-second": 230.0 / 90.0,
             "worker/baseline, throughput": 0.9,
             "worker/baseline, CPU per result": 90.0 / 95.0,
         }
@@ -146,6 +146,49 @@ class TestTargets:
         assert met["worker/peer, results per CPU-second"] is True
         assert met["sustained rate / the baseline checkout's (side by side)"] is False
         assert met["worker CPU per result / the baseline checkout's"] is True
+
+    def test_the_peer_target_is_two_and_a_half(self) -> None:
+        """2.4x the peer per CPU-second is not met, 2.5x is."""
+        rows = [_row("peer", 5000.0, 240.0), _row("worker", 900.0, 100.0)]
+        for over, want in ((2.4, False), (2.5, True)):
+            met = _verdicts({"rows": rows, "ratios": {"worker/peer, per CPU-second": over}, "latency": None})
+            assert met["worker/peer, results per CPU-second"] is want
+
+    def test_decide_in_the_worker_against_decide_batch_alone(self) -> None:
+        """The worker's decide phase per result is judged against decide_batch alone on the same
+        workload: within 1.5x met, above not, and not run without the figure alone."""
+        worker = {**_row("worker", 900.0, 90.0), "phases_us_per_result": {"decide": 60.0}}
+        result: dict[str, Any] = {"rows": [worker], "ratios": {}, "latency": None}
+        name = "worker's decide per result / decide_batch alone, same workload"
+        assert _verdicts({**result, "decide_batch_us": 40.0})[name] is True
+        assert _verdicts({**result, "decide_batch_us": 39.0})[name] is False
+        assert _verdicts(result)[name] is None
+
+    def test_one_at_a_time_against_the_baseline_round_by_round(self) -> None:
+        """One result at a time, the worker is judged against the baseline of the same round: the
+        median of the rounds' ratios, so a slow round slows both sides alike."""
+        runs = []
+        for repeat, slow, mine in ((1, 1.0, 9.0), (2, 3.0, 33.0), (3, 1.0, 9.5)):
+            runs.append({"variant": BASELINE, "repeat": repeat, **_latency((10 * slow, 20 * slow), (1, 1))})
+            runs.append({"variant": "worker", "repeat": repeat, **_latency((mine, 18 * slow), (1, 1))})
+        result = {
+            "rows": [],
+            "ratios": {},
+            "latency": runs[3],  # round 2's: alone it would say 1.1, worse than the baseline
+            "latency_baseline": runs[0],
+            "latency_runs": runs,
+        }
+        by_name = {row["target"]: row for row in targets(result)}
+        p50 = by_name["one result at a time: p50 / the baseline checkout's"]
+        assert p50["measured"] == 0.95
+        assert p50["met"] is True
+        assert by_name["one result at a time: p99 / the baseline checkout's"]["measured"] == 0.9
+        assert (
+            _verdicts({"rows": [], "ratios": {}, "latency": runs[1]})[
+                "one result at a time: p50 / the baseline checkout's"
+            ]
+            is None
+        )
 
     def test_both_parts_or_not_run(self) -> None:
         assert both(True, True) is True

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
+from toolgate.service import _store
 from toolgate.service._kafka import partition_of
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
 
@@ -226,3 +228,123 @@ class TestRequestTableReads:
         table.apply(b"req.a", None)
         assert "req.a" not in table
         assert table.expires_at("req.a") is None
+
+
+COUNT = 4  # intake partitions in the home-partition tests
+
+
+def homed(rid: str) -> tuple[bytes, int]:
+    """The key of ``rid`` and its home partition among COUNT (murmur2)."""
+    key = rid.encode()
+    return key, partition_of(key, COUNT)
+
+
+class TestRequestHomes:
+    """Each request is held with its home partition, read when applied: a batch's lookup and a
+    revocation use it instead of hashing every key, with the same outcome as hashing."""
+
+    @pytest.fixture
+    def hashes(self, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+        """Every key the table hashes (murmur2), in order."""
+        seen: list[bytes] = []
+
+        def counting(key: bytes, count: int) -> int:
+            seen.append(key)
+            return partition_of(key, count)
+
+        monkeypatch.setattr(_store, "partition_of", counting)
+        return seen
+
+    @pytest.mark.parametrize("decoded", [0, 100])
+    def test_requests_at_home_are_found_without_a_hash(self, decoded: int, hashes: list[bytes]) -> None:
+        """A batch of a request's home partition gets the request, and no key is hashed."""
+        table = RequestTable(decoded=decoded)
+        rids = [f"req.{n}" for n in range(20)]
+        for rid in rids:
+            key, home = homed(rid)
+            table.apply(key, request_bytes(rid), home)
+        hashes.clear()
+        for partition in range(COUNT):
+            mine = [rid for rid in rids if homed(rid)[1] == partition]
+            found, misrouted = table.in_partition(partition, mine, [r.encode() for r in mine], COUNT)
+            assert sorted(found) == sorted(mine)
+            assert all(found[rid] == table.get(rid) for rid in mine)
+            assert misrouted == set()
+        assert hashes == []
+
+    @pytest.mark.parametrize("decoded", [0, 100])
+    def test_a_result_outside_its_home_is_misrouted(self, decoded: int, hashes: list[bytes]) -> None:
+        """A result in another partition than its request's home gets no request and is named
+        misrouted, held or not; an unknown request in its own partition is not misrouted."""
+        table = RequestTable(decoded=decoded)
+        key, home = homed("req.held")
+        table.apply(key, request_bytes("req.held"), home)
+        wrong = (home + 1) % COUNT
+        hashes.clear()
+        found, misrouted = table.in_partition(wrong, ["req.held"], [key], COUNT)
+        assert found == {}
+        assert misrouted == {"req.held"}
+        assert hashes == []  # the held request's home said so
+        unknown, unknown_home = homed("req.unknown")
+        found, misrouted = table.in_partition(unknown_home, ["req.unknown"], [unknown], COUNT)
+        assert (found, misrouted) == ({}, set())
+        found, misrouted = table.in_partition((unknown_home + 1) % COUNT, ["req.unknown"], [unknown], COUNT)
+        assert (found, misrouted) == ({}, {"req.unknown"})
+
+    def test_a_request_read_outside_a_partition_is_hashed(self) -> None:
+        """A request applied with no home (-1) is placed by its key's murmur2, as before."""
+        table = RequestTable()
+        key, home = homed("req.a")
+        table.apply(key, request_bytes("req.a"))
+        assert table.held("req.a") is not None
+        found, misrouted = table.in_partition(home, ["req.a"], [key], COUNT)
+        assert list(found) == ["req.a"]
+        assert misrouted == set()
+        found, misrouted = table.in_partition((home + 1) % COUNT, ["req.a"], [key], COUNT)
+        assert (found, misrouted) == ({}, {"req.a"})
+
+    def test_an_unknown_partition_count_calls_nothing_misrouted(self) -> None:
+        """Before the partition count is known (0), every held request is found."""
+        table = RequestTable()
+        key, home = homed("req.a")
+        table.apply(key, request_bytes("req.a"), home)
+        found, misrouted = table.in_partition((home + 1) % COUNT, ["req.a", "req.b"], [key, b"req.b"], 0)
+        assert list(found) == ["req.a"]
+        assert misrouted == set()
+
+    @pytest.mark.parametrize("decoded", [0, 7, 100])
+    def test_revocation_drops_the_requests_of_those_partitions(
+        self, decoded: int, hashes: list[bytes]
+    ) -> None:
+        """drop_partitions forgets exactly the requests homed in the revoked partitions, hashing
+        only those applied with no home."""
+        table = RequestTable(decoded=decoded)
+        rids = [f"req.{n}" for n in range(40)]
+        for n, rid in enumerate(rids):
+            key, home = homed(rid)
+            table.apply(key, request_bytes(rid), home if n % 10 else -1)
+        hashes.clear()
+        revoked = {0, 2}
+        assert table.drop_partitions(revoked, COUNT) == sum(homed(rid)[1] in revoked for rid in rids)
+        assert {rid for rid in rids if rid in table} == {rid for rid in rids if homed(rid)[1] not in revoked}
+        assert sorted(hashes) == sorted(rid.encode() for n, rid in enumerate(rids) if not n % 10)
+
+    @pytest.mark.parametrize("decoded", [0, 2, 100])
+    def test_the_cap_and_expiry_evict_decoded_and_packed_alike(self, decoded: int) -> None:
+        """The cap drops the oldest and expiry the expired, whether they are held decoded or packed."""
+        table = RequestTable(max_requests=5, decoded=decoded)
+        for n in range(8):
+            key, home = homed(f"req.{n}")
+            table.apply(key, request_bytes(f"req.{n}", minutes=1 + n % 2 * 60), home)
+        assert [f"req.{n}" in table for n in range(8)] == [False] * 3 + [True] * 5
+        assert table.evicted_for_space == 3
+        assert table.evict_expired(NOW + timedelta(minutes=2)) == 2  # req.4 and req.6
+        assert sorted(rid for rid in (f"req.{n}" for n in range(8)) if rid in table) == [
+            "req.3",
+            "req.5",
+            "req.7",
+        ]
+        for rid in ("req.3", "req.5", "req.7"):
+            held = table.held(rid)
+            assert held is not None
+            assert held[1] == homed(rid)[1]

@@ -1,5 +1,6 @@
 """The request table's packed form: every request rebuilds to the record it was applied as,
-expiry through the index evicts exactly what a full scan would, and memory stays small."""
+with its home partition, expiry through the index evicts exactly what a full scan would,
+memory stays small, and only the newest requests are held decoded."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from toolgate.gate._records import RequestRecord, decode_request
-from toolgate.service._store import RequestTable, pack_request, unpack_request
+from toolgate.service._store import RequestTable, pack_request, unpack_held, unpack_request
 
 from tests.properties import DERANDOMIZED
 from tests.unit.builders import NOW
@@ -75,9 +76,9 @@ def same(got: RequestRecord | None, want: RequestRecord) -> None:
 
 
 def _applied(raw: bytes) -> tuple[RequestRecord, RequestTable]:
-    """The record ``raw`` decodes to, and a table holding it under its own key."""
+    """The record ``raw`` decodes to, and a table holding it packed under its own key."""
     want = decode_request(raw)
-    table = RequestTable()
+    table = RequestTable(decoded=0)
     table.apply(want.request_id.encode(), raw)
     return want, table
 
@@ -101,26 +102,64 @@ class TestPackedForm:
         assert table.evict_expired(want.expires_at) == 1
         assert table.get(want.request_id) is None
 
+    @_ci
+    @given(requests(), st.integers(-1, 2**31 - 1))
+    def test_the_home_partition_is_packed_with_the_request(self, raw: bytes, home: int) -> None:
+        """Whatever the request and its home partition, the packed form gives both back."""
+        want = decode_request(raw)
+        record, got_home = unpack_held(want.request_id, pack_request(want, home))
+        same(record, want)
+        assert got_home == home
+
     def test_common_requests_are_packed(self) -> None:
         """UTC timestamps, small attempt counts and a short tool name: held as bytes."""
         record = decode_request(_request(1))
         assert type(pack_request(record)) is bytes
         too_many = msgspec.structs.replace(record, attempt=70_000, max_attempts=70_000)
-        assert pack_request(too_many) is too_many
+        assert pack_request(too_many, 3) == (too_many, 3)
 
-    def test_a_replaced_request_is_not_served_from_the_last_lookup(self) -> None:
-        """get() keeps the last record it rebuilt, but a re-applied request or a tombstone wins."""
-        table = RequestTable()
-        table.apply(b"req.00000001", _request(1))
-        first = table.get("req.00000001")
-        assert first is not None
-        assert table.get("req.00000001") is first
-        table.apply(b"req.00000001", _request(1, attempt=2))
-        second = table.get("req.00000001")
-        assert second is not None
-        assert second.attempt == 2
-        table.apply(b"req.00000001", None)
-        assert table.get("req.00000001") is None
+    def test_a_replaced_request_is_served_as_replaced(self) -> None:
+        """A re-applied request or a tombstone wins, decoded or packed."""
+        for decoded in (0, 10):
+            table = RequestTable(decoded=decoded)
+            table.apply(b"req.00000001", _request(1))
+            first = table.get("req.00000001")
+            assert first is not None
+            assert first.attempt == 1
+            table.apply(b"req.00000001", _request(1, attempt=2))
+            second = table.get("req.00000001")
+            assert second is not None
+            assert second.attempt == 2
+            table.apply(b"req.00000001", None)
+            assert table.get("req.00000001") is None
+
+
+class TestDecodedWindow:
+    """The newest ``decoded`` requests are served as held, the older ones rebuilt from their packing."""
+
+    def test_only_the_newest_are_served_without_a_rebuild(self) -> None:
+        """Past the window, a lookup rebuilds an equal record; inside it, it returns the one held."""
+        table = RequestTable(decoded=3)
+        for n in range(5):
+            table.apply(f"req.{n:08d}".encode(), _request(n), home=n % 2)
+        for n in range(5):
+            rid = f"req.{n:08d}"
+            first, second = table.get(rid), table.get(rid)
+            assert first is not None
+            assert first == decode_request(_request(n))
+            assert (first is second) == (n >= 2)
+            assert table.held(rid) == (first, n % 2)
+
+    def test_a_re_applied_request_is_newest_again(self) -> None:
+        """A request applied again is held decoded again, with the home it was applied with."""
+        table = RequestTable(decoded=2)
+        for n in range(4):
+            table.apply(f"req.{n:08d}".encode(), _request(n), home=1)
+        table.apply(b"req.00000000", _request(0, attempt=2), home=1)
+        record = table.get("req.00000000")
+        assert record is not None
+        assert record.attempt == 2
+        assert table.get("req.00000000") is record
 
 
 # An operation on the table: apply (id, expiry minute offset, seconds), tombstone (id), sweep (minutes).
@@ -140,7 +179,7 @@ class TestExpiryIndex:
     def test_sweeps_match_a_full_scan(self, ops: list[tuple[object, ...]], cap: int) -> None:
         """Re-applied requests, tombstones, the cap and sweeps at any time (also going back):
         each sweep evicts exactly what scanning the whole table would."""
-        table = RequestTable(max_requests=cap)
+        table = RequestTable(max_requests=cap, decoded=3)  # some held decoded, some packed
         model: dict[str, datetime] = {}
         for op in ops:
             if op[0] == "apply":
@@ -192,14 +231,15 @@ def _request(n: int, *, expires: datetime | None = None, attempt: int = 1) -> by
 
 def test_memory_per_request_stays_small() -> None:
     """tracemalloc's count of the table's allocations for 2,000 requests with distinct ids and
-    bind values: about 200 B each (decoded records took about 575 B); the bound has a margin."""
+    bind values, past the window held decoded: about 200 B each (decoded records took about
+    575 B); the bound has a margin."""
     values = [(f"req.{n:08d}".encode(), _request(n)) for n in range(2000)]
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        table = RequestTable()
+        table = RequestTable(decoded=0)
         for key, value in values:
-            table.apply(key, value)
+            table.apply(key, value, home=3)
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()

@@ -78,6 +78,7 @@ from toolgate.service._store import (
     RequestTable,
     StateUpdate,
     TopicReader,
+    reading,
     restore_partitions,
     start_reader_consumer,
 )
@@ -534,9 +535,14 @@ class Worker:
 
     def _apply_request(self, key: bytes | None, value: bytes | None) -> None:
         """A requests-topic record; a tombstone also ends the request's accepted attempts."""
-        if not at_home(key, self._intake_count):
+        count = self._intake_count
+        if not at_home(key, count):
             return
-        self.requests.apply(key, value)
+        # at_home checked that the partition read is the key's (murmur2): the request's home,
+        # kept with it so that no result's lookup hashes its key again.
+        where = reading.get()
+        home = where[1] if key is not None and where is not None and count else -1
+        self.requests.apply(key, value, home)
         if value is None and key is not None and self.ledger.end(key.decode("utf-8", "replace")):
             self._tombstone_due(partition_of(key, self._intake_count), key.decode("utf-8", "replace"))
 
@@ -559,20 +565,14 @@ class Worker:
         a result in another intake partition than the default (murmur2) partitioner puts its
         key has no request here, whichever worker holds it (an adapter whose client
         partitions differently): it fails closed as ``UNKNOWN_REQUEST`` on every worker
-        alike, and is counted."""
-        count = self._intake_count
-        if not count:
-            return self.requests.get
-        misrouted = {
-            key
-            for r, key in zip(records, keys, strict=True)
-            if r.key and partition_of(r.key, count) != tp.partition
-        }
-        if not misrouted:
-            return self.requests.get
-        self.metrics.misrouted.inc(len(misrouted))
-        get = self.requests.get
-        return lambda request_id: None if request_id in misrouted else get(request_id)
+        alike, and is counted. A held request's home partition answers that without a hash
+        (:meth:`RequestTable.in_partition`)."""
+        found, misrouted = self.requests.in_partition(
+            tp.partition, keys, [r.key for r in records], self._intake_count
+        )
+        if misrouted:
+            self.metrics.misrouted.inc(len(misrouted))
+        return found.get
 
     async def _check_copartitioned(self) -> None:
         """Requests and the state changelog must have intake's partition count (a request

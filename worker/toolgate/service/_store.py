@@ -4,8 +4,9 @@ accepted attempts.
 * :class:`RequestTable` from the compacted requests topic (co-partitioned with intake,
   read by a :class:`TopicReader` in owned mode): strict decoding, a tombstone ends a
   request, expired requests are evicted on the injected clock, and a cap bounds memory
-  (oldest first out, counted and logged when hit). Each validated request is held in a
-  compact packed form and rebuilt on lookup.
+  (oldest first out, counted and logged when hit). Each validated request is held with
+  its home partition (read once, when applied): the newest decoded, the older ones in a
+  compact packed form rebuilt on lookup.
 * :class:`AcceptedLedger` from the state changelog (compacted, co-partitioned with intake):
   which attempts of each live request already had a result accepted, so "one accepted
   result per request attempt" survives restarts and rebalances. The owner of an intake
@@ -23,7 +24,8 @@ import contextvars
 import heapq
 import logging
 import struct
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Protocol, cast
@@ -53,10 +55,12 @@ class RequestStore(Protocol):
 
 # The packed form of a validated request (everything but its id, which is the table's key):
 # expires_at and issued_at as datetime's own 10-byte state (their wall time, from which datetime
-# rebuilds itself directly) and their UTC offsets in minutes, attempt, max_attempts, the tool
-# name's length; then the tool name (UTF-8) and the bind mapping as JSON (nothing when empty).
-_PACK = struct.Struct("<10s10shhHHB")
+# rebuilds itself directly) and their UTC offsets in minutes, attempt, max_attempts, the home
+# partition (-1: not known), the tool name's length; then the tool name (UTF-8) and the bind
+# mapping as JSON (nothing when empty).
+_PACK = struct.Struct("<10s10shhHHiB")
 _EXPIRES = struct.Struct("<10s10xh")  # expires_at and its offset
+_HOME = struct.Struct("<28xi")  # the home partition
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MINUTE = timedelta(minutes=1)
 _bind_encode = msgspec.json.encode
@@ -64,7 +68,10 @@ _bind_decode = msgspec.json.Decoder().decode  # the packed bind was validated wh
 # datetime(state, tzinfo): the constructor's path for its 10-byte state (the one pickle uses).
 _from_state = cast("Callable[[bytes, tzinfo], datetime]", datetime)
 
-Stored = bytes | RequestRecord  # packed, or the record itself when it does not fit the packing
+# A request as held: the decoded record and its home partition, the intake partition number
+# its key's requests partition has (-1: not known, read outside a partition).
+Held = tuple[RequestRecord, int]
+Stored = bytes | Held  # packed, or held decoded (the newest, and those the packing cannot hold)
 
 
 def _offset_minutes(moment: datetime) -> int | None:
@@ -80,8 +87,9 @@ def _zone(offset_minutes: int) -> timezone:
     return UTC if not offset_minutes else timezone(timedelta(minutes=offset_minutes))
 
 
-def pack_request(record: RequestRecord) -> Stored:
-    """The compact form of a validated request; the record itself when a field does not fit."""
+def pack_request(record: RequestRecord, home: int = -1) -> Stored:
+    """The compact form of a validated request and its home partition; the pair itself
+    when a field does not fit."""
     issued_at, expires_at = record.issued_at, record.expires_at
     issued_off = 0 if issued_at.tzinfo is UTC else _offset_minutes(issued_at)
     expires_off = 0 if expires_at.tzinfo is UTC else _offset_minutes(expires_at)
@@ -91,8 +99,9 @@ def pack_request(record: RequestRecord) -> Stored:
         or expires_off is None
         or len(tool) > 255
         or not (record.attempt <= 65535 and record.max_attempts <= 65535)
+        or not -1 <= home <= 0x7FFFFFFF
     ):
-        return record
+        return (record, home)
     head = _PACK.pack(
         expires_at.__reduce__()[1][0],
         issued_at.__reduce__()[1][0],
@@ -100,18 +109,22 @@ def pack_request(record: RequestRecord) -> Stored:
         issued_off,
         record.attempt,
         record.max_attempts,
+        home,
         len(tool),
     )
     return b"".join((head, tool, _bind_encode(record.bind))) if record.bind else head + tool
 
 
-def unpack_request(request_id: str, stored: Stored) -> RequestRecord:
-    """The request a :func:`pack_request` form holds (equal, field for field, to the one packed)."""
+def unpack_held(request_id: str, stored: Stored) -> Held:
+    """The request and home partition a :func:`pack_request` form holds (the request equal,
+    field for field, to the one packed)."""
     if type(stored) is not bytes:
         return stored  # type: ignore[return-value]
-    expires, issued, expires_off, issued_off, attempt, max_attempts, tool_len = _PACK.unpack_from(stored)
+    expires, issued, expires_off, issued_off, attempt, max_attempts, home, tool_len = _PACK.unpack_from(
+        stored
+    )
     end = _PACK.size + tool_len
-    return RequestRecord(
+    record = RequestRecord(
         request_id=request_id,
         tool=stored[_PACK.size : end].decode(),
         issued_at=_from_state(issued, UTC if not issued_off else _zone(issued_off)),
@@ -120,13 +133,25 @@ def unpack_request(request_id: str, stored: Stored) -> RequestRecord:
         attempt=attempt,
         max_attempts=max_attempts,
     )
+    return record, home
+
+
+def unpack_request(request_id: str, stored: Stored) -> RequestRecord:
+    """The request a :func:`pack_request` form holds."""
+    return unpack_held(request_id, stored)[0]
 
 
 def _expires_at(stored: Stored) -> datetime:
     if type(stored) is bytes:
         state, offset = _EXPIRES.unpack_from(stored)
         return _from_state(state, UTC if not offset else _zone(offset))
-    return stored.expires_at  # type: ignore[union-attr]
+    return cast("Held", stored)[0].expires_at
+
+
+def _home(stored: Stored) -> int:
+    if type(stored) is bytes:
+        return cast("int", _HOME.unpack_from(stored)[0])
+    return cast("Held", stored)[1]
 
 
 def _minute(moment: datetime) -> int:
@@ -136,19 +161,23 @@ def _minute(moment: datetime) -> int:
 
 
 class RequestTable:
-    """Outstanding requests by id, bounded.
+    """Outstanding requests by id, bounded, each with its home partition.
 
     A request is decoded and validated when applied (strictly: an invalid record is
-    skipped, counted and logged) and held packed (:func:`pack_request`, about a third of
-    the decoded record's memory); :meth:`get` rebuilds the :class:`RequestRecord`, and the
-    last one rebuilt is kept, as a batch looks a request up more than once. An index of
-    request ids by expiry minute lets :meth:`evict_expired` visit only what may have expired.
+    skipped, counted and logged) and held with its home partition, the requests partition
+    it was read from (where its key's murmur2 puts it, checked once, when applied). The
+    newest ``decoded`` requests are held as their decoded records, so a result that
+    follows its request, as results do, finds it without a rebuild; older ones are packed
+    (:func:`pack_request`, about a third of the decoded record's memory) and rebuilt on
+    lookup. An index of request ids by expiry minute lets :meth:`evict_expired` visit
+    only what may have expired.
 
     Args:
         max_requests: the cap; when full, the oldest inserted request is dropped
             (its results then fail closed as ``UNKNOWN_REQUEST``).
         on_full: called once each time the table goes from not full to full.
         on_evict: called for every request dropped to make room.
+        decoded: how many of the newest requests are held decoded.
     """
 
     def __init__(
@@ -157,6 +186,7 @@ class RequestTable:
         on_full: Callable[[int], None] | None = None,
         on_invalid: Callable[[], None] | None = None,
         on_evict: Callable[[], None] | None = None,
+        decoded: int = 32_768,
     ) -> None:
         self.max_requests = max_requests
         self._requests: dict[str, Stored] = {}
@@ -166,7 +196,10 @@ class RequestTable:
         self._full = False
         self.evicted_for_space = 0
         self.invalid_records = 0
-        self._last: tuple[str, Stored, RequestRecord] | None = None
+        # The ids applied last, oldest first: past ``decoded`` of them, the oldest is packed.
+        # An id applied twice is in it twice; its older place packs the newer record early.
+        self._decoded = max(0, decoded)
+        self._fresh: deque[str] = deque()
         # Expiry index: minute -> ids whose request expired in that minute when applied, and a
         # heap of those minutes. Entries of requests since gone or re-applied stay until their
         # minute is swept or the index is rebuilt (when it holds twice the table and more).
@@ -179,12 +212,44 @@ class RequestTable:
         stored = self._requests.get(request_id)
         if stored is None:
             return None
-        last = self._last
-        if last is not None and last[1] is stored and last[0] == request_id:
-            return last[2]
-        record = unpack_request(request_id, stored)
-        self._last = (request_id, stored, record)
-        return record
+        if type(stored) is tuple:
+            return stored[0]
+        return unpack_held(request_id, stored)[0]
+
+    def held(self, request_id: str) -> Held | None:
+        """The outstanding request with this id and its home partition (-1: not known)."""
+        stored = self._requests.get(request_id)
+        if stored is None or type(stored) is tuple:
+            return stored
+        return unpack_held(request_id, stored)
+
+    def in_partition(
+        self, partition: int, keys: Sequence[str], raw_keys: Sequence[bytes | None], count: int
+    ) -> tuple[dict[str, RequestRecord], set[str]]:
+        """The requests a batch of intake ``partition`` (of ``count``) names, and its misrouted ids.
+
+        ``keys`` are the request ids of the batch's results, ``raw_keys`` their Kafka keys. A
+        result whose key the default partitioner (murmur2) puts in another partition is
+        misrouted: its request is not returned, whichever partition holds it. A held request
+        answers that from its home partition; only a key with no request held here (or read
+        where its partition was not known) is hashed. ``count`` 0 (not known yet): nothing is
+        called misrouted.
+        """
+        requests = self._requests
+        found: dict[str, RequestRecord] = {}
+        misrouted: set[str] = set()
+        for key, raw in zip(keys, raw_keys, strict=True):
+            stored = requests.get(key) if key else None
+            if stored is None:
+                if count and raw and partition_of(raw, count) != partition:
+                    misrouted.add(key)
+                continue
+            record, home = stored if type(stored) is tuple else unpack_held(key, stored)
+            if home != partition and count and (home >= 0 or partition_of(key.encode(), count) != partition):
+                misrouted.add(key)
+                continue
+            found[key] = record
+        return found, misrouted
 
     def __len__(self) -> int:
         return len(self._requests)
@@ -194,14 +259,21 @@ class RequestTable:
         return request_id in self._requests
 
     def expires_at(self, request_id: str) -> datetime | None:
-        """The held request's expiry (read from its packed form; no record rebuilt)."""
+        """The held request's expiry (read from its stored form; no record rebuilt)."""
         stored = self._requests.get(request_id)
         return None if stored is None else _expires_at(stored)
 
     def drop_partitions(self, partitions: set[int], count: int) -> int:
-        """Forget the requests whose key the default partitioner puts in ``partitions`` of
-        ``count`` (a revoked intake partition's requests); return how many."""
-        doomed = [rid for rid in self._requests if partition_of(rid.encode(), count) in partitions]
+        """Forget the requests whose home is one of ``partitions`` of ``count`` (a revoked
+        intake partition's requests); return how many. Read from each request's home
+        partition: only a request applied where its partition was not known is hashed."""
+        doomed = []
+        for rid, stored in self._requests.items():
+            home = _home(stored)
+            if home < 0:
+                home = partition_of(rid.encode(), count)
+            if home in partitions:
+                doomed.append(rid)
         for rid in doomed:
             del self._requests[rid]
         if self._full and len(self._requests) < self.max_requests:
@@ -209,8 +281,11 @@ class RequestTable:
         self._trim_index()
         return len(doomed)
 
-    def apply(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one record of the requests topic (a tombstone ends the request)."""
+    def apply(self, key: bytes | None, value: bytes | None, home: int = -1) -> None:
+        """Apply one record of the requests topic (a tombstone ends the request).
+
+        ``home``: the requests partition it was read from, when that is its key's (-1: not known).
+        """
         if value is None:
             if key is not None:
                 self._requests.pop(key.decode("utf-8", "replace"), None)
@@ -224,12 +299,20 @@ class RequestTable:
             self._invalid(key, "request record key differs from its request_id; skipped", "")
             return
         rid = record.request_id
-        self._requests.pop(rid, None)  # re-insert at the end: newest
-        self._requests[rid] = pack_request(record)
+        requests = self._requests
+        requests.pop(rid, None)  # re-insert at the end: newest
+        requests[rid] = (record, home)
+        fresh = self._fresh
+        fresh.append(rid)
+        if len(fresh) > self._decoded:
+            old = fresh.popleft()
+            stored = requests.get(old)
+            if type(stored) is tuple:
+                requests[old] = pack_request(*stored)  # keeps its place in the order
         self._index(rid, _minute(record.expires_at))
-        if len(self._requests) > self.max_requests:
-            oldest = next(iter(self._requests))
-            del self._requests[oldest]
+        if len(requests) > self.max_requests:
+            oldest = next(iter(requests))
+            del requests[oldest]
             self.evicted_for_space += 1
             if self._on_evict is not None:
                 self._on_evict()
@@ -237,9 +320,9 @@ class RequestTable:
                 self._full = True
                 if self._on_full is not None:
                     self._on_full(self.max_requests)
-        elif self._full and len(self._requests) < self.max_requests:
+        elif self._full and len(requests) < self.max_requests:
             self._full = False
-        if self._indexed > 2 * len(self._requests) + 1024:
+        if self._indexed > 2 * len(requests) + 1024:
             self._trim_index()
 
     def _index(self, rid: str, minute: int) -> None:
