@@ -18,6 +18,7 @@ from mcp.server import Server
 from prometheus_client import generate_latest
 from toolgate._errors import ConfigError
 from toolgate._version import __version__
+from toolgate.authoring._texts import served_schema
 from toolgate.client import Answer, Client
 from toolgate.gate._contracts import ContractSet, compile_schema
 from toolgate.gate._mcp import cut_text
@@ -402,7 +403,10 @@ class TestPinnedDefinitions:
         assert tool.annotations is not None
         assert (tool.annotations.read_only_hint, tool.annotations.open_world_hint) == (True, False)
         pinned = json.loads((path.parent / "input.schema.json").read_text())
-        assert tool.input_schema == pinned  # the reviewed, closed one import wrote
+        # The reviewed, closed one import wrote, its JSON Schema keywords only (the closure's
+        # own bounds annotation is toolgate's, not the host's).
+        assert tool.input_schema == served_schema(pinned)
+        assert tool.input_schema["allOf"][0] == pinned["allOf"][0]
         assert version == __version__
 
     async def test_a_changed_parameter_description_withdraws_the_tool(

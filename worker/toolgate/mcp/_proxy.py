@@ -65,6 +65,7 @@ import msgspec
 from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
 from toolgate._version import __version__
+from toolgate.authoring._texts import served_schema
 from toolgate.client import (
     Answer,
     AnswerTimeout,
@@ -241,9 +242,11 @@ def host_result(answer: Answer, *, structured: bool = True) -> Any:
     if data is not None:
         content.append(types.TextContent(text=json.dumps(data, separators=(",", ":"), ensure_ascii=False)))
     for text in (answer.untrusted_text or {}).values():
-        content.append(types.TextContent(text=text))
+        # The upstream's text, for the person, not the model (MCP content annotations).
+        content.append(types.TextContent(text=text, annotations=types.Annotations(audience=["user"])))
         if CUT_MARKER.search(text):
-            meta[TRUNCATED_META] = True  # the gate cut it: the text's last line says where
+            # Only toolgate's cut ends so: the gate rewrites an upstream imitation of it.
+            meta[TRUNCATED_META] = True
     return types.CallToolResult(content=content, structured_content=data, _meta=meta)
 
 
@@ -284,7 +287,8 @@ def listed_tool(contract: Contract) -> Any:
         name=mcp.tool,
         title=definition.title,
         description=definition.description,
-        input_schema=contract.input_schema or {"type": "object"},
+        # Only JSON Schema keywords: what lint listed is what the host is served.
+        input_schema=served_schema(contract.input_schema or {"type": "object"}),
         output_schema=advertised_output_schema(contract),
         annotations=annotations,
     )
