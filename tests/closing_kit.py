@@ -298,3 +298,48 @@ def bounded(value: Any) -> bool:
     if isinstance(value, dict):
         return all(map(bounded, value.values()))
     return True
+
+
+# --- items moved to another index -------------------------------------------------------
+
+
+def _position(name: str, how: str) -> dict[str, Any]:
+    """An open object declaring only ``name`` (as a string), written directly, through
+    ``anyOf`` or through ``allOf``."""
+    direct = {"type": "object", "properties": {name: {"type": "string"}}}
+    if how == "anyOf":
+        return {"anyOf": [direct, {"type": "object", "properties": {name: {"type": "null"}}}]}
+    if how == "allOf":
+        return {"allOf": [{"type": "object"}, {"properties": {name: {"type": "string"}}}]}
+    return direct
+
+
+def _positional(hows: list[str], tail: str | None, wrapped: bool) -> dict[str, Any]:
+    array: dict[str, Any] = {
+        "type": "array",
+        "prefixItems": [_position(NAMES[i], how) for i, how in enumerate(hows)],
+        "items": False if tail is None else _position(tail, "direct"),
+    }
+    return {"type": "object", "properties": {"t": {"allOf": [array]} if wrapped else array}}
+
+
+positional = st.builds(
+    _positional,
+    st.lists(st.sampled_from(["direct", "anyOf", "allOf"]), min_size=2, max_size=MAX_ITEMS),
+    st.sampled_from([None, "y2"]),
+    st.booleans(),
+)
+"""outputSchemas of an array whose ``prefixItems`` positions are open objects, each declaring
+a member of its own (``NAMES[i]`` at index ``i``), then ``items`` false or declaring ``y2``."""
+
+
+def in_place(schema: dict[str, Any]) -> dict[str, Any]:
+    """The value of a :data:`positional` schema with each position's own member."""
+    array = schema["properties"]["t"]
+    array = array["allOf"][0] if "allOf" in array else array
+    return {"t": [{NAMES[i]: "p"} for i in range(len(array["prefixItems"]))]}
+
+
+def moved(value: dict[str, Any], order: list[int]) -> dict[str, Any]:
+    """``value`` with its items in ``order`` (indices into the original items)."""
+    return {"t": [value["t"][i] for i in order]}

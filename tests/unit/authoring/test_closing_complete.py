@@ -18,9 +18,12 @@ from tests.closing_kit import (
     UNKNOWN,
     bounded,
     declared,
+    in_place,
+    moved,
     places,
     planted,
     poisons,
+    positional,
     upstreams,
 )
 from tests.properties import DERANDOMIZED
@@ -201,6 +204,54 @@ class TestGeneratedHostileSchemas:
         assert tally["schemas"] >= 150, tally
         assert tally["passed"] >= 300, tally
         assert tally["poisoned"] >= 300, tally
+
+
+class TestPositionsClosedOneByOne:
+    """Each prefixItems position is closed with its own declarations: an item moved to another
+    index (items swapped) brings a member that index does not declare, and is rejected."""
+
+    def test_items_swapped(self) -> None:
+        """Two open positions each declaring a member of their own: swapped, the closure rejects them."""
+        upstream = {
+            "type": "object",
+            "properties": {
+                "t": {
+                    "type": "array",
+                    "prefixItems": [
+                        {"type": "object", "properties": {"a": {"type": "string"}}},
+                        {"type": "object", "properties": {"x": {"type": "string"}}},
+                    ],
+                    "items": False,
+                }
+            },
+        }
+        check = _close(upstream)
+        assert check.is_valid({"t": [{"a": "p"}, {"x": "q"}]})
+        assert _validator(upstream).is_valid({"t": [{"x": "q"}, {"a": "p"}]})
+        assert not check.is_valid({"t": [{"x": "q"}, {"a": "p"}]})
+
+    def test_generated_positions_moved(self) -> None:
+        """Over generated positional arrays (direct, anyOf, allOf positions, a tail or none):
+        the items in place pass; every other order the upstream accepts is rejected."""
+        tally = {"moved": 0}
+
+        @settings(DERANDOMIZED, max_examples=60)
+        @given(upstream=positional, data=st.data())
+        def check(upstream: dict[str, Any], data: st.DataObject) -> None:
+            closed_check = _close(upstream)
+            value = in_place(upstream)
+            assert closed_check.is_valid(value), ("over-closed", upstream, value)
+            count = len(value["t"])
+            order = data.draw(st.permutations(range(count)))
+            if order == list(range(count)):
+                return
+            hostile = moved(value, order)
+            if _validator(upstream).is_valid(hostile):
+                tally["moved"] += 1
+                assert not closed_check.is_valid(hostile), ("open at a moved index", upstream, hostile)
+
+        check()
+        assert tally["moved"] >= 20, tally
 
 
 class TestBoundedWork:

@@ -297,12 +297,12 @@ class TestTextBound:
 
     def test_a_bound_within_max_bytes_loads(self, imported: Path, tmp_path: Path) -> None:
         folder = _copy(imported, tmp_path)
-        _replace(folder, "text_max_length: 1000", "text_max_length: 60000")
+        _replace(folder, "text_max_length: 0", "text_max_length: 60000")
         assert load_contract(folder).spec.mcp.text_max_length == 60000  # type: ignore[union-attr]
 
     def test_a_bound_past_max_bytes_names_both(self, imported: Path, tmp_path: Path) -> None:
         folder = _copy(imported, tmp_path)
-        _replace(folder, "text_max_length: 1000", "text_max_length: 70000")
+        _replace(folder, "text_max_length: 0", "text_max_length: 70000")
         error = _refused(folder)
         assert error.path == "$.mcp.text_max_length"
         assert "0..65536" in str(error)

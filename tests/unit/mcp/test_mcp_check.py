@@ -51,6 +51,7 @@ def contracts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("contracts")
     tools = anyio.run(fetch_listing, mcp_kit.server())
     import_listing(root, mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
+    mcp_kit.pass_text(Path(root))
     mcp_kit.review(Path(root))
     return root
 

@@ -209,7 +209,8 @@ class TestTextOnlyTools:
         contract = ContractSet.load(tmp_path).versions("deployer.echo")[0]
         assert contract.spec.projection == ()
         assert contract.spec.mcp is not None
-        assert contract.spec.mcp.text_max_length == 1000
+        assert contract.spec.mcp.text_max_length == 0  # no upstream text until a reviewer opts in
+        mcp_kit.pass_text(tmp_path)
         mcp_kit.review(tmp_path)
         gate = Gate(ContractSet.load(tmp_path))
         request = RequestRecord(

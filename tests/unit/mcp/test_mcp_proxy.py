@@ -18,9 +18,11 @@ from mcp.server import Server
 from prometheus_client import generate_latest
 from toolgate._errors import ConfigError
 from toolgate._version import __version__
+from toolgate.authoring._texts import served_schema
 from toolgate.client import Answer, Client
 from toolgate.gate._contracts import ContractSet, compile_schema
 from toolgate.gate._mcp import cut_text
+from toolgate.mcp import _wire
 from toolgate.mcp._advertise import MAX_ARGUMENT_LINES, advertised_output_schema, argument_errors
 from toolgate.mcp._import import import_listing
 from toolgate.mcp._proxy import (
@@ -401,11 +403,13 @@ class TestPinnedDefinitions:
         assert tool.annotations is not None
         assert (tool.annotations.read_only_hint, tool.annotations.open_world_hint) == (True, False)
         pinned = json.loads((path.parent / "input.schema.json").read_text())
-        # The reviewed, closed one import wrote, flat: its members typed, bounded, and nothing else.
+        # The reviewed, closed one import wrote, flat: its members typed, bounded, and nothing else
+        # (JSON Schema keywords only: the closure's own bounds annotation is toolgate's, not the host's).
         assert tool.input_schema["properties"] == {
             name: {"type": "string", "maxLength": 1024} for name in pinned["allOf"][0]["properties"]
         }
         assert tool.input_schema["additionalProperties"] is False
+        assert tool.input_schema == served_schema(tool.input_schema)
         assert version == __version__
 
     async def test_a_changed_parameter_description_withdraws_the_tool(
@@ -623,6 +627,7 @@ class TestWire:
     ) -> None:
         """A hand-written 2025-11-25 server (tests/hostile_mcp.py) over stdio: the SDK's own
         validation would refuse these (UPSTREAM_ERROR); the gate receives them as sent."""
+        assert _wire.install()
         import_listing(tmp_path, mcp_kit.SERVER, [hostile_mcp.TOOL], out=lambda _line: None)
         mcp_kit.pin(tmp_path, [hostile_mcp.TOOL])
         mcp_kit.review(tmp_path)
@@ -636,7 +641,8 @@ class TestWire:
             result = await proxy.call("deploy_status", {"case": case}, None)
         assert code_of(result) == "GATE_TIMEOUT"  # published and awaited: no worker here
         (record,) = intake_records(world)
-        assert member in record.value
+        assert member.replace(b":", b": ") in record.value
+        assert record.value == json.dumps(hostile_mcp.CASES[case]).encode()  # byte for byte
 
     async def test_a_huge_result_is_cut_to_one_byte_over_the_limit(
         self, world: World, tmp_path: Path

@@ -304,7 +304,8 @@ class TestUnreviewedText:
     """While a version is a draft, lint lists every text the host's model would read; active is the review."""
 
     def test_every_text_the_model_reads_is_listed_with_its_pointer(self, tmp_path: Path) -> None:
-        """Title, description, and each description/title/default/$comment/examples of the input schema."""
+        """Title, description, the text bound, and every string of the served input schema:
+        descriptions, $comment, examples, member names, required names (a boolean default is no text)."""
         tool = json.loads(json.dumps(_TIME_TOOL))
         tool["annotations"]["title"] = "Clock"
         properties = tool["inputSchema"]["properties"]
@@ -316,10 +317,14 @@ class TestUnreviewedText:
             ("contract.yaml", "$.mcp.definition.title"),
             ("contract.yaml", "$.mcp.definition.description"),
             ("contract.yaml", "$.mcp.definition.annotations.title"),
+            ("contract.yaml", "$.mcp.text_max_length"),
+            ("input.schema.json", "/allOf/0/properties/timezone"),
             ("input.schema.json", "/allOf/0/properties/timezone/description"),
-            ("input.schema.json", "/allOf/0/properties/timezone/examples"),
-            ("input.schema.json", "/allOf/0/properties/verbose/default"),
+            ("input.schema.json", "/allOf/0/properties/timezone/examples/0"),
+            ("input.schema.json", "/allOf/0/properties/verbose"),
+            ("input.schema.json", "/allOf/0/properties/title"),
             ("input.schema.json", "/allOf/0/properties/title/$comment"),
+            ("input.schema.json", "/allOf/0/required/0"),
         }
 
     def test_a_hostile_text_is_quoted_on_one_bounded_line(self, tmp_path: Path) -> None:
@@ -389,7 +394,7 @@ class TestContextCost:
         _import(tmp_path, [_TIME_TOOL])
         assert context_costs(ContractSet.load(tmp_path)) == []
         path = tmp_path / "deployer.get_current_time/v1/contract.yaml"
-        path.write_text(path.read_text().replace("text_max_length: 1000", "text_max_length: 20000"))
+        path.write_text(path.read_text().replace("text_max_length: 0", "text_max_length: 20000"))
         (note,) = context_costs(ContractSet.load(tmp_path))
         assert "$.mcp.text_max_length: 20000 characters" in note
         assert "about 5000 tokens" in note
@@ -402,7 +407,7 @@ class TestContextCost:
 
         _import(tmp_path, [_TIME_TOOL])
         path = tmp_path / "deployer.get_current_time/v1/contract.yaml"
-        text = path.read_text().replace("text_max_length: 1000", "text_max_length: 20000")
+        text = path.read_text().replace("text_max_length: 0", "text_max_length: 20000")
         path.write_text(text.replace("\nstatus: draft\n", "\nstatus: active\n"))
         capsys.readouterr()
         assert cli.main(["contracts", "lint", "--contracts", str(tmp_path)]) == 0

@@ -348,29 +348,37 @@ class _Closer:
     def array_position(
         self, dicts: list[tuple[str, dict[str, Any]]], where: str, depth: int
     ) -> dict[str, Any]:
-        entries: set[str] = set()
+        """Arrays bounded, each position closed with its own declarations: index ``i`` is
+        declared by the ``prefixItems[i]`` of the schemas whose prefix reaches it, and by the
+        ``items`` (or ``unevaluatedItems``) of the others; a member declared at one index is
+        never admitted at another (items swapped or moved)."""
+        tails: set[str] = set()  # declarations of items past every prefix
+        prefixes: list[tuple[list[Any], str, set[str]]] = []  # (prefix, pointer, its node's tail)
+        anywhere: set[str] = set()  # contains: may be any item
         constrained = False
         longest = 0
         for pointer, node in dicts:
             if _count(node.get("minItems")):
                 longest = max(longest, node["minItems"])
+            own: set[str] = set()
             items = node.get("items")
             if items is False or node.get("maxItems") == 0:
                 constrained = True
             if isinstance(items, dict | bool) and items is not False:
-                entries.add(_join(pointer, "items"))
+                own.add(_join(pointer, "items"))
                 constrained = True
-            prefix = node.get("prefixItems")
-            if isinstance(prefix, list):
-                entries.update(_join(pointer, "prefixItems", i) for i in range(len(prefix)))
             unevaluated = node.get("unevaluatedItems")
             if unevaluated is False:
                 constrained = True
             elif isinstance(unevaluated, dict | bool):
-                entries.add(_join(pointer, "unevaluatedItems"))
+                own.add(_join(pointer, "unevaluatedItems"))
                 constrained = True
             if isinstance(node.get("contains"), dict | bool):
-                entries.add(_join(pointer, "contains"))
+                anywhere.add(_join(pointer, "contains"))
+            prefix = node.get("prefixItems")
+            if isinstance(prefix, list) and prefix:
+                prefixes.append((prefix, pointer, own))
+            tails |= own
         if not constrained:
             raise Unclosable(
                 where, "may be an array whose items no schema constrains (declare type and items)"
@@ -378,8 +386,21 @@ class _Closer:
         if longest > self.max_items:
             raise Unclosable(where, f"arrays of at least {longest} items exceed the bound")
         out: dict[str, Any] = {"maxItems": self.max_items}
+        reach = min(max((len(p) for p, _, _ in prefixes), default=0), self.max_items)
+        if reach:
+            positions = []
+            for i in range(reach):
+                # Past a schema's own prefix its items apply; a schema without a prefix
+                # applies its items at every index.
+                entries = set(anywhere)
+                entries |= {t for t in tails if not any(t in own for _, _, own in prefixes)}
+                for prefix, pointer, own in prefixes:
+                    entries |= {_join(pointer, "prefixItems", i)} if i < len(prefix) else own
+                positions.append(self.skeleton(frozenset(entries), _join(where, i), depth + 1))
+            out["prefixItems"] = positions
+        entries = tails | anywhere
         # No item declared anywhere (items false, maxItems 0): only the empty array fits.
-        out["items"] = self.skeleton(frozenset(entries), _join(where, "0"), depth + 1) if entries else False
+        out["items"] = self.skeleton(frozenset(entries), _join(where, reach), depth + 1) if entries else False
         return out
 
 
@@ -499,10 +520,12 @@ def holds_leaves(skeleton: dict[str, Any], position: Any) -> bool:
     if not kinds <= _SCALARS | {"array"}:
         return False
     if "array" in kinds:
-        items = _position(skeleton, position.get("items", True))
-        scalar_items = isinstance(items, dict) and set(items.get("type", ("?",))) <= _SCALARS
-        if items is not False and not scalar_items:
-            return False
+        every = [position.get("items", True), *position.get("prefixItems", [])]
+        for item in every:
+            items = _position(skeleton, item)
+            scalar_items = isinstance(items, dict) and set(items.get("type", ("?",))) <= _SCALARS
+            if items is not False and not scalar_items:
+                return False
     return True
 
 

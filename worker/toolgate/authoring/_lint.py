@@ -1129,7 +1129,6 @@ def _declares(doc: SchemaDocument, tokens: tuple[str, ...]) -> bool:
 
 # --- MCP: the pinned tool definition ----------------------------------------------------
 
-_SCHEMA_TEXTS: Final = ("title", "description", "default", "$comment", "examples")
 _SHOWN_TEXT: Final = 160  # characters of an unreviewed text quoted in its finding
 
 
@@ -1163,17 +1162,60 @@ def unreviewed_texts(contract: Contract) -> Iterator[Finding]:
             yield Finding(
                 file=str(contract.path), pointer=at, rule="unreviewed-text", message=f"{_quote(text)}: {why}"
             )
+    yield from _text_passed(contract)
     if contract.input_schema is None or contract.input_schema_path is None:
         return
-    for pointer, node in sorted(_all_subschemas("", contract.input_schema), key=lambda pair: pair[0]):
-        for keyword in _SCHEMA_TEXTS:
-            if keyword in node:
-                yield Finding(
-                    file=str(contract.input_schema_path),
-                    pointer=_join(pointer, keyword),
-                    rule="unreviewed-text",
-                    message=f"{_quote(node[keyword])}: {why}",
-                )
+    for pointer, text in input_texts(contract.input_schema):
+        yield Finding(
+            file=str(contract.input_schema_path),
+            pointer=pointer,
+            rule="unreviewed-text",
+            message=f"{_quote(text)}: {why}",
+        )
+
+
+def input_texts(schema: Any) -> list[tuple[str, str]]:
+    """Every (pointer, text) of an input schema that a host is served and its model reads
+    (:func:`toolgate.authoring._texts.schema_texts`): of an imported one, the upstream part
+    (``/allOf/0``) but its toolgate ``$id``; the closure beside it is derived from that part
+    (``input-closure-mismatch`` otherwise), its names the upstream's, its identifiers toolgate's."""
+    from toolgate.authoring._close import split
+    from toolgate.authoring._texts import schema_texts
+
+    if not isinstance(schema, dict):
+        return []
+    parts = split({k: v for k, v in schema.items() if k not in ("$schema", "type")})
+    if parts is None:
+        found = list(schema_texts(schema))
+    else:
+        top = {k: v for k, v in schema.items() if k not in ("$schema", "allOf")}
+        found = [
+            *schema_texts(top),
+            *(t for t in schema_texts(parts[0], "/allOf/0") if t[0] != "/allOf/0/$id"),
+        ]
+    return sorted(found)
+
+
+def _text_passed(contract: Contract) -> Iterator[Finding]:
+    """The reviewer's choice on the upstream's text blocks: passed to the user or not."""
+    mcp = contract.spec.mcp
+    if mcp is None or mcp.definition is None:
+        return
+    if mcp.text_max_length > 0:
+        message = (
+            f"{mcp.text_max_length}: up to {mcp.text_max_length} characters of the upstream's own text "
+            'reach the host per call (for the user, annotations.audience ["user"]): keep it only if a '
+            "person needs that text, else set 0; status: active marks it reviewed"
+        )
+    else:
+        message = (
+            "0: the upstream's text blocks reach no one (a tool without an outputSchema then answers "
+            "nothing); to pass them to the user, set the characters a person needs; status: active "
+            "marks it reviewed"
+        )
+    yield Finding(
+        file=str(contract.path), pointer="$.mcp.text_max_length", rule="unreviewed-text", message=message
+    )
 
 
 def _lint_input_schema(contract: Contract) -> Iterator[Finding]:

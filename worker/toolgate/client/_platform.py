@@ -89,6 +89,29 @@ class PlatformSide:
             TypeError: a field of the wrong type (named).
             BrokerError: the record was not acknowledged within the send timeout.
         """
+        request = self.request_record(
+            tool, bind=bind, ttl=ttl, expires_at=expires_at, max_attempts=max_attempts, request_id=request_id
+        )
+        await self.send_request(request, wait_s=wait_s)
+        return request
+
+    def request_record(
+        self,
+        tool: str,
+        *,
+        bind: Mapping[str, BindValue] | None = None,
+        ttl: float | timedelta = 300.0,
+        expires_at: datetime | None = None,
+        max_attempts: int = 1,
+        request_id: str | None = None,
+    ) -> Request:
+        """The request record :meth:`issue` writes, built and checked but not sent: whatever
+        would refuse it is raised here, before anything is written or called.
+
+        Raises:
+            ValueError: an invalid field, or a number not finite or out of range (named).
+            TypeError: a field of the wrong type (named).
+        """
         now = self._now()
         if expires_at is None:
             expires_at = now + timedelta(seconds=seconds("ttl", ttl))
@@ -107,8 +130,16 @@ class PlatformSide:
             answer=asyncio.get_running_loop().create_future(),
         )
         _check_request(request)
-        await self._write_request(request, _wait_seconds(wait_s))
         return request
+
+    async def send_request(self, request: Request, *, wait_s: float | None = None) -> None:
+        """Write a record of :meth:`request_record` and start waiting for its answer.
+
+        Raises:
+            ValueError: ``wait_s`` out of range.
+            BrokerError: the record was not acknowledged within the send timeout.
+        """
+        await self._write_request(request, _wait_seconds(wait_s))
 
     async def next_attempt(self, request: Request, *, wait_s: float | None = None) -> Request:
         """Move ``request`` to its next attempt (the record rewritten) and wait for that answer.

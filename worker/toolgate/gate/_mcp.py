@@ -88,6 +88,15 @@ def definition_digest(tool: Mapping[str, Any]) -> str:
 
 
 CUT_MARKER = re.compile(r"\n\[cut: the first [0-9]+ of [0-9]+ characters\]\Z")
+# An upstream text ending as the marker does: its "[cut:" is rewritten so that only a
+# text toolgate cut ends with the marker (the proxy flags those to the host).
+_FORGED_MARKER = re.compile(r"\n\[cut:(?= the first [0-9]+ of [0-9]+ characters\]\Z)")
+FORGED_MARKER_TEXT = "\n[the upstream wrote: cut:"
+
+
+def unforged(text: str) -> str:
+    """``text`` with a trailing imitation of :data:`CUT_MARKER` neutralised."""
+    return _FORGED_MARKER.sub(lambda _m: FORGED_MARKER_TEXT, text)
 
 
 def cut_text(text: str, bound: int) -> str:
@@ -293,7 +302,7 @@ def read_result(
         envelope["outcome"] = "success"
         if has_structured:
             envelope["data"] = structured
-    joined = cut_text("\n".join(texts), text_max_length) if texts and text_max_length > 0 else None
+    joined = cut_text(unforged("\n".join(texts)), text_max_length) if texts and text_max_length > 0 else None
     return McpResult(envelope, joined or None, from_meta(meta))
 
 
@@ -311,4 +320,5 @@ __all__ = [
     "readable_as_json",
     "same_json",
     "second_view",
+    "unforged",
 ]

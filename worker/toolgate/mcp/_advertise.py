@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from toolgate.gate._contracts import Contract, declared_names, parse_pointer, resolve
@@ -331,18 +332,22 @@ def _keyword(error: Any) -> str:
     return "schema"
 
 
-def argument_errors(contract: Contract, arguments: dict[str, Any]) -> list[str]:
+def argument_errors(
+    contract: Contract, arguments: dict[str, Any], *, errors: Iterable[Any] | None = None
+) -> list[str]:
     """Why ``arguments`` fail the reviewed input schema: at most :data:`MAX_ARGUMENT_LINES`
     lines ``argument <pointer>: <keyword>[ <bound from the schema>]`` (``arguments: ...`` for
-    the arguments object itself); empty when they pass."""
+    the arguments object itself); empty when they pass. ``errors``: the validator's errors
+    already found (the first one only, for arguments too large to look for all)."""
     validator = contract.input_validator
-    if validator is None or validator.is_valid(arguments):
+    if errors is None and (validator is None or validator.is_valid(arguments)):
         return []
     names = declared_names(contract.input_schema)
     lines: list[str] = []
     seen: set[str] = set()
     total = examined = 0
-    for error in validator.iter_errors(arguments):
+    found = errors if errors is not None else validator.iter_errors(arguments) if validator else ()
+    for error in found:
         examined += 1
         if examined > 1000:  # looked at no further: a bound on the work one call can cause
             break

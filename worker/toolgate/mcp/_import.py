@@ -787,7 +787,8 @@ def plan_tool(
             "server": server,
             "tool": name,
             "error_code": ERROR_CODE,
-            "text_max_length": 1000,
+            # No upstream text reaches anyone until a reviewer opts in (lint: untrusted-text).
+            "text_max_length": 0,
             "definition": definition,
         },
         "projection": pointers,

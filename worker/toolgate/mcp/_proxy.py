@@ -65,11 +65,27 @@ import msgspec
 from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
 from toolgate._version import __version__
-from toolgate.client import Answer, AnswerTimeout, Client, ClientClosed, Signer, call_tool_result_bytes
+from toolgate.authoring._texts import served_schema
+from toolgate.client import (
+    Answer,
+    AnswerTimeout,
+    Client,
+    ClientClosed,
+    Request,
+    Signer,
+    call_tool_result_bytes,
+)
 from toolgate.gate._contracts import MCP_SERVER_NAME, Contract, ContractSet, qualified_name
 from toolgate.gate._mcp import CUT_MARKER, definition_digest
 from toolgate.gate._signing import Keyring
-from toolgate.mcp._advertise import advertised_input_schema, advertised_output_schema, argument_errors
+from toolgate.mcp import _wire
+from toolgate.mcp._advertise import advertised_input_schema, advertised_output_schema
+from toolgate.mcp._calls import (
+    argument_errors_bounded,
+    bind_errors,
+    record_lines,
+    trace_context,
+)
 from toolgate.registry._snapshot import load_contracts
 
 _log = logging.getLogger("toolgate.mcp_proxy")
@@ -89,6 +105,8 @@ CODES: dict[str, bool] = {
     "BROKER_UNAVAILABLE": True,  # the request record or result could not be published
     "PROXY_BUSY": True,  # --max-concurrent calls running and --max-queued waiting
     "NOTHING_PASSED": False,  # a success of which nothing may reach the host (never an empty success)
+    "PAYLOAD_TOO_LARGE": False,  # the result is over what one intake record carries (1,000,000 bytes)
+    "PROXY_ERROR": True,  # the proxy failed on the call (logged): never a JSON-RPC error
 }
 DEFAULT_MAX_CONCURRENT = 64
 DEFAULT_MAX_QUEUED = 1024
@@ -96,7 +114,11 @@ DEFAULT_MAX_QUEUED = 1024
 # max.request.size (1 MiB) with room for the headers. A result over its contract's
 # max_bytes is cut to max_bytes + 1 bytes, within this, so the gate decides it.
 MAX_RECORD_BYTES = 1_000_000
+# The bounds of one reading of the upstream's tools/list: a listing over any of them is
+# not read (start-up stops; later, every tool is withdrawn until a listing can be read).
 MAX_LISTED_TOOLS = 10_000
+MAX_LISTING_PAGES = 100
+MAX_LISTING_BYTES = 8 * 1024 * 1024
 WORKER_CHECK_SECONDS = 10.0
 TRUNCATED_META = "io.toolgate/truncated"
 REQUEST_ID_META = "io.toolgate/request_id"
@@ -120,6 +142,10 @@ _TOOL_MEMBERS = (
     "icons",
     "execution",
 )
+
+
+class ListingError(ConfigError):
+    """The upstream's ``tools/list`` could not be read within the proxy's bounds."""
 
 
 @dataclass(frozen=True)
@@ -218,9 +244,11 @@ def host_result(answer: Answer, *, structured: bool = True) -> Any:
     if data is not None:
         content.append(types.TextContent(text=json.dumps(data, separators=(",", ":"), ensure_ascii=False)))
     for text in (answer.untrusted_text or {}).values():
-        content.append(types.TextContent(text=text))
+        # The upstream's text, for the person, not the model (MCP content annotations).
+        content.append(types.TextContent(text=text, annotations=types.Annotations(audience=["user"])))
         if CUT_MARKER.search(text):
-            meta[TRUNCATED_META] = True  # the gate cut it: the text's last line says where
+            # Only toolgate's cut ends so: the gate rewrites an upstream imitation of it.
+            meta[TRUNCATED_META] = True
     return types.CallToolResult(content=content, structured_content=data, _meta=meta)
 
 
@@ -266,19 +294,29 @@ def listed_tool(contract: Contract) -> Any:
         name=mcp.tool,
         title=definition.title,
         description=definition.description,
-        input_schema=advertised_input_schema(contract),
+        # Flat and closed (Ajv compiles it, hosts type arguments from its properties), with only
+        # JSON Schema keywords: what lint listed is what the host is served.
+        input_schema=served_schema(advertised_input_schema(contract)),
         output_schema=advertised_output_schema(contract),
         annotations=annotations,
     )
 
 
 async def raw_request(session: Any, request: Any) -> dict[str, Any]:
+    """One request's result as the SDK read it (:func:`raw_exchange`, without the bytes)."""
+    result, _ = await raw_exchange(session, request)
+    return result
+
+
+async def raw_exchange(session: Any, request: Any) -> tuple[dict[str, Any], bytes | None]:
     """One request's result exactly as the upstream sent it: the JSON-RPC ``result`` object,
     without the SDK's own result validation and per-version member filtering (which would
-    drop ``resultType``, or refuse an array ``structuredContent`` before the gate sees it).
+    drop ``resultType``, or refuse an array ``structuredContent`` before the gate sees it),
+    and the very bytes of that ``result`` member (:mod:`toolgate.mcp._wire`; None when
+    the upstream is reached without a byte stream, in process).
 
     It stamps the request as the SDK's ``send_request`` does (protocol version, headers),
-    then sends it through the session's dispatcher.
+    then sends it through the session's dispatcher with a request id of the proxy's own.
 
     Raises:
         ConfigError: this MCP SDK has no such seam (an incompatible version).
@@ -299,10 +337,14 @@ async def raw_request(session: Any, request: Any) -> dict[str, Any]:
         name = (data.get("params") or {}).get(key)
         if isinstance(name, str):
             headers[MCP_NAME_HEADER] = encode_header_value(name)
-    raw = await dispatcher.send_raw_request(data["method"], data.get("params"), opts)
+    opts["request_id"] = request_id = _wire.new_request_id()
+    try:
+        raw = await dispatcher.send_raw_request(data["method"], data.get("params"), opts)
+    finally:
+        body = _wire.take(request_id)
     if not isinstance(raw, dict):
         raise TypeError("the result is not a JSON object")
-    return raw
+    return raw, body
 
 
 def call_arguments_bind(arguments: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -350,67 +392,121 @@ class Proxy:
         self._slots = asyncio.Semaphore(self.options.max_concurrent)
         self._queued = 0
         self._refreshing: asyncio.Task[None] | None = None
+        self._stale = False
 
     # --- the listing ----------------------------------------------------------------
 
     async def fetch_listing(self) -> list[dict[str, Any]]:
-        """Every page of the upstream's ``tools/list``, each tool as it came on the wire."""
+        """Every page of the upstream's ``tools/list``, each tool as it came on the wire,
+        within :data:`MAX_LISTING_PAGES` pages, :data:`MAX_LISTED_TOOLS` tools and
+        :data:`MAX_LISTING_BYTES` bytes.
+
+        Raises:
+            ListingError: the listing is an error, not a listing, or over a bound (named).
+        """
         import mcp.types as types
+        from mcp.shared.exceptions import MCPError
 
         listed: list[dict[str, Any]] = []
         cursor: str | None = None
-        for _ in range(1000):  # bounded: a server that pages forever is not followed forever
+        size = 0
+        for _ in range(MAX_LISTING_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page = await raw_request(self.upstream.session, types.ListToolsRequest(params=params))
+            try:
+                page, body = await raw_exchange(self.upstream.session, types.ListToolsRequest(params=params))
+            except MCPError as exc:  # the upstream's text stays here
+                if exc.code == _wire.OVERSIZED:
+                    raise ListingError(f"tools/list: a page over {MAX_LISTING_BYTES} bytes") from None
+                raise ListingError(f"tools/list answered a JSON-RPC error (code {exc.code})") from None
+            except TypeError:
+                raise ListingError("tools/list answered a result that is not a JSON object") from None
+            size += len(body) if body is not None else len(json.dumps(page, ensure_ascii=False))
+            if size > MAX_LISTING_BYTES:
+                raise ListingError(f"tools/list: the listing is over {MAX_LISTING_BYTES} bytes")
             tools = page.get("tools")
             if not isinstance(tools, list):
-                raise ValueError("tools/list answered without a tools array")
+                raise ListingError("tools/list answered without a tools array")
+            if len(listed) + len(tools) > MAX_LISTED_TOOLS:
+                raise ListingError(f"tools/list lists more than {MAX_LISTED_TOOLS} tools")
             listed.extend(t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str))
-            if len(listed) > MAX_LISTED_TOOLS:
-                raise ValueError(f"tools/list lists more than {MAX_LISTED_TOOLS} tools")
             next_cursor = page.get("nextCursor")
             if not isinstance(next_cursor, str) or not next_cursor:
-                break
+                return listed
             cursor = next_cursor
-        return listed
+        raise ListingError(f"tools/list still pages after {MAX_LISTING_PAGES} pages")
 
     async def load_tools(self) -> list[str]:
         """Read the upstream's ``tools/list`` (every page) and serve the tools whose active
         contract pins the very definition listed. Returns the names served.
 
         Raises:
-            ConfigError: a served contract needs a signature key the keyring lacks, or the
-                upstream did not list its tools within ``--upstream-timeout``.
+            ConfigError: a served contract needs a signature key the keyring lacks.
+            ListingError: the upstream's listing could not be read (an error, not a
+                listing, over a bound, or not within ``--upstream-timeout``).
         """
+        self.evaluate(await self._read_listing())
+        return sorted(self.served)
+
+    async def _read_listing(self) -> list[dict[str, Any]]:
+        """:meth:`fetch_listing` within ``--upstream-timeout``, any failure a ListingError."""
         try:
-            listing = await asyncio.wait_for(self.fetch_listing(), self.options.upstream_timeout_s)
+            return await asyncio.wait_for(self.fetch_listing(), self.options.upstream_timeout_s)
         except TimeoutError:
-            raise ConfigError(
+            raise ListingError(
                 f"the upstream did not answer tools/list within {self.options.upstream_timeout_s:g} s "
                 "(--upstream-timeout)"
             ) from None
-        self.evaluate(listing)
-        return sorted(self.served)
+        except ListingError:
+            raise
+        except Exception as exc:  # a broken connection: the upstream's text stays here
+            raise ListingError(f"tools/list failed ({type(exc).__name__})") from None
 
     async def refresh(self) -> None:
-        """Compare the live listing with the pinned definitions again; a listing that fails
-        keeps the last state (and says why, once per failure)."""
-        try:
-            listing = await asyncio.wait_for(self.fetch_listing(), self.options.upstream_timeout_s)
-        except Exception as exc:  # the upstream's text stays here: the type is enough
+        """Compare the live listing with the pinned definitions again. Listings asked for
+        while one is read share it (a host listing many times reads the upstream once at a
+        time); one asked for by ``list_changed`` meanwhile reads again after it. A listing
+        that cannot be read withdraws every tool until one can (fail closed)."""
+        self._stale = True
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
+        await asyncio.shield(self._refreshing)
+
+    async def _refresh(self) -> None:
+        while self._stale:
+            self._stale = False
+            try:
+                listing = await self._read_listing()
+            except ListingError as exc:
+                self.withdraw_all(str(exc))
+                continue
+            try:
+                self.evaluate(listing)
+            except ConfigError as exc:  # a tool served again whose signature key is missing
+                _log.warning("%s: the tools served are unchanged", exc)
+
+    def withdraw_all(self, reason: str) -> None:
+        """No listing can be read: every tool is withdrawn (``TOOL_CHANGED``) until one can."""
+        names = (
+            set(self.served)
+            | set(self.withdrawn)
+            | {n for n, c in self.refused.items() if c == "TOOL_CHANGED"}
+        )
+        if self.served:
             _log.warning(
-                "upstream tools/list failed (%s): the tools served are unchanged", type(exc).__name__
+                "upstream %s: every tool withdrawn (%s) until a listing can be read",
+                reason,
+                ", ".join(qualified_name(self.server_name, n) for n in sorted(self.served)),
             )
-            return
-        try:
-            self.evaluate(listing)
-        except ConfigError as exc:  # a tool served again whose signature key is missing
-            _log.warning("%s: the tools served are unchanged", exc)
+        members = [f"the listing ({reason})"]
+        self.served = {}
+        self.withdrawn = {name: members for name in names}
+        self.refused = {**self.refused, **dict.fromkeys(names, "TOOL_CHANGED")}
 
     def refresh_soon(self) -> None:
         """Schedule :meth:`refresh` (the upstream said its tool list changed)."""
+        self._stale = True
         if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.get_running_loop().create_task(self.refresh())
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
 
     def on_upstream_message(self, message: Any) -> None:
         """The upstream's notifications: ``notifications/tools/list_changed`` refreshes."""
@@ -559,52 +655,86 @@ class Proxy:
     async def call(self, name: str, arguments: dict[str, Any] | None, meta: Mapping[str, Any] | None) -> Any:
         """One ``tools/call``: never raises, never hangs past its timeouts."""
         self.stats.calls += 1
-        served = self.served.get(name)
-        if served is None:
-            return self._fixed(self.refused.get(name, "UNKNOWN_TOOL"))
-        lines = argument_errors(served.contract, arguments if isinstance(arguments, dict) else {})
-        if lines:
-            self.stats.by_code["INVALID_ARGUMENTS"] = self.stats.by_code.get("INVALID_ARGUMENTS", 0) + 1
-            return error_result("INVALID_ARGUMENTS", False, lines=lines)
-        if self.no_workers:
-            return self._fixed("GATE_TIMEOUT")
-        if self._queued >= self.options.max_queued:
-            return self._fixed("PROXY_BUSY")
-        self._queued += 1
         try:
-            await self._slots.acquire()
-        finally:
-            self._queued -= 1
-        try:
-            return await self._call(served, name, arguments, meta)
-        finally:
-            self._slots.release()
+            served = self.served.get(name)
+            if served is None:
+                return self._fixed(self.refused.get(name, "UNKNOWN_TOOL"))
+            checked = self._checked(served, arguments, meta)
+            if not isinstance(checked, tuple):
+                return checked
+            if self.no_workers:
+                return self._fixed("GATE_TIMEOUT")
+            if self._queued >= self.options.max_queued:
+                return self._fixed("PROXY_BUSY")
+            self._queued += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self._queued -= 1
+            try:
+                # Checked again as it leaves the queue: the definition may have been
+                # withdrawn (or reviewed anew) while it waited for a slot.
+                current = self.served.get(name)
+                if current is None:
+                    return self._fixed(self.refused.get(name, "TOOL_CHANGED"))
+                if current is not served:
+                    checked = self._checked(current, arguments, meta)
+                    if not isinstance(checked, tuple):
+                        return checked
+                return await self._call(current, name, arguments, *checked)
+            finally:
+                self._slots.release()
+        except Exception as exc:  # never a JSON-RPC error to the host: a code, its text here
+            _log.warning("tools/call %s failed in the proxy: %s", name, type(exc).__name__)
+            return self._fixed("PROXY_ERROR")
+
+    def _checked(
+        self, served: _Served, arguments: dict[str, Any] | None, meta: Mapping[str, Any] | None
+    ) -> tuple[Request, dict[str, str]] | Any:
+        """Every check that can refuse the call, before the upstream is called: the
+        arguments (bounded, then the reviewed input schema) and the request record built in
+        full (bound values, size). Returns (the request record, the trace context), or the
+        host's ``INVALID_ARGUMENTS`` result."""
+        lines = argument_errors_bounded(served.contract, arguments if isinstance(arguments, dict) else {})
+        if not lines:
+            bind = call_arguments_bind(arguments)
+            lines = bind_errors(bind, served.contract.input_schema)
+        if not lines:
+            try:
+                request = self.client.request_record(
+                    served.contract.spec.tool,
+                    bind=bind,
+                    ttl=self.options.ttl_s,
+                    max_attempts=self.options.max_attempts,
+                )
+            except (ValueError, TypeError) as exc:
+                lines = record_lines(exc)
+            else:
+                return request, trace_context(meta)
+        self.stats.by_code["INVALID_ARGUMENTS"] = self.stats.by_code.get("INVALID_ARGUMENTS", 0) + 1
+        return error_result("INVALID_ARGUMENTS", False, lines=lines)
 
     def _fixed(self, code: str, request_id: str | None = None) -> Any:
         self.stats.by_code[code] = self.stats.by_code.get(code, 0) + 1
         return error_result(code, CODES[code], request_id)
 
     async def _call(
-        self, served: _Served, name: str, arguments: dict[str, Any] | None, meta: Mapping[str, Any] | None
+        self,
+        served: _Served,
+        name: str,
+        arguments: dict[str, Any] | None,
+        request: Request,
+        trace: dict[str, str],
     ) -> Any:
         options = self.options
         spec = served.contract.spec
-        traceparent = (meta or {}).get("traceparent")
-        tracestate = (meta or {}).get("tracestate")
-        # The request record is written while the upstream works: its acknowledgement is
-        # awaited before the result is published, so the record still comes first.
-        issuing = asyncio.ensure_future(
-            self.client.issue(
-                spec.tool,
-                bind=call_arguments_bind(arguments),
-                ttl=options.ttl_s,
-                max_attempts=options.max_attempts,
-                wait_s=options.wait_s,
-            )
-        )
-        first = asyncio.ensure_future(self._upstream_call(name, arguments, meta))
+        # The request record, built and checked in full already, is written while the
+        # upstream works: its acknowledgement is awaited before the result is published,
+        # so the record still comes first.
+        issuing = asyncio.ensure_future(self.client.send_request(request, wait_s=options.wait_s))
+        first = asyncio.ensure_future(self._upstream_call(name, arguments, trace))
         try:
-            request = await issuing
+            await issuing
         except (BrokerError, ClientClosed) as exc:
             first.cancel()
             _log.warning("issuing the request record for %s: %s", spec.tool, exc)
@@ -612,27 +742,30 @@ class Proxy:
         except BaseException:
             first.cancel()
             raise
-        upstream_call: asyncio.Future[dict[str, Any] | str] | None = first
+        upstream_call: asyncio.Future[tuple[dict[str, Any], bytes | None] | str] | None = first
         while True:
             if upstream_call is not None:
                 raw = await upstream_call
                 upstream_call = None
             else:
-                raw = await self._upstream_call(name, arguments, meta)
+                raw = await self._upstream_call(name, arguments, trace)
             if isinstance(raw, str):
                 return self._fixed(raw, request.request_id)
+            body = self._bounded(raw, spec.limits.max_bytes, spec.tool)
+            if body is None:
+                return self._fixed("PAYLOAD_TOO_LARGE", request.request_id)
             try:
                 await self.client.publish_result(
                     request.request_id,
                     request.attempt,
-                    self._bounded(raw, spec.limits.max_bytes, spec.tool),
+                    body,
                     tool=spec.tool,
                     adapter_version=options.adapter_version,
                     adapter=None if served.signer else options.adapter,
                     signer=served.signer,
                     source=f"mcp:{self.server_name}",
-                    traceparent=traceparent if isinstance(traceparent, str) else None,
-                    tracestate=tracestate if isinstance(tracestate, str) else None,
+                    traceparent=trace.get("traceparent"),
+                    tracestate=trace.get("tracestate"),
                 )
                 answer = await self.client.answer(request)
             except AnswerTimeout:
@@ -662,34 +795,51 @@ class Proxy:
         return result
 
     @staticmethod
-    def _bounded(raw: dict[str, Any], max_bytes: int, tool: str) -> bytes:
-        """The result's bytes, cut to ``max_bytes + 1`` (within :data:`MAX_RECORD_BYTES`)
-        when longer: the gate then decides it ``PAYLOAD_TOO_LARGE`` from its size alone."""
-        body = call_tool_result_bytes(raw)
-        limit = min(max_bytes + 1, MAX_RECORD_BYTES)
-        if len(body) > limit:
+    def _bounded(raw: tuple[dict[str, Any], bytes | None], max_bytes: int, tool: str) -> bytes | None:
+        """The result's bytes as they came (re-encoded only when the upstream was reached
+        without a byte stream). Over ``max_bytes``, cut to ``max_bytes + 1`` so the gate
+        decides it ``PAYLOAD_TOO_LARGE`` from its size alone; None when that is over what one
+        record carries (:data:`MAX_RECORD_BYTES`): the proxy answers ``PAYLOAD_TOO_LARGE``."""
+        parsed, exact = raw
+        body = exact if exact is not None else call_tool_result_bytes(parsed)
+        if len(body) <= max_bytes and len(body) <= MAX_RECORD_BYTES:
+            return body
+        if max_bytes + 1 <= MAX_RECORD_BYTES:
             _log.warning(
-                "a result of %s is %d bytes: published cut to %d for the gate", tool, len(body), limit
+                "a result of %s is %d bytes: published cut to %d for the gate", tool, len(body), max_bytes + 1
             )
-            return body[:limit]
-        return body
+            return body[: max_bytes + 1]
+        _log.warning(
+            "a result of %s is %d bytes, over the %d a record carries: answered PAYLOAD_TOO_LARGE",
+            tool,
+            len(body),
+            MAX_RECORD_BYTES,
+        )
+        return None
 
     async def _upstream_call(
-        self, name: str, arguments: dict[str, Any] | None, meta: Mapping[str, Any] | None
-    ) -> dict[str, Any] | str:
-        """The upstream's result as it came on the wire, or the fixed code of a failure."""
+        self, name: str, arguments: dict[str, Any] | None, trace: dict[str, str]
+    ) -> tuple[dict[str, Any], bytes | None] | str:
+        """The upstream's result as it came on the wire (parsed, and its bytes), or the
+        fixed code of a failure."""
         import mcp.types as types
+        from mcp.shared.exceptions import MCPError
 
         params: dict[str, Any] = {"name": name, "arguments": arguments}
-        trace = {k: v for k, v in (meta or {}).items() if k in ("traceparent", "tracestate")}
         if trace:
-            params["_meta"] = trace
+            params["_meta"] = dict(trace)
         request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
         try:
             async with asyncio.timeout(self.options.upstream_timeout_s):
-                return await raw_request(self.upstream.session, request)
+                return await raw_exchange(self.upstream.session, request)
         except TimeoutError:
             return "UPSTREAM_TIMEOUT"
+        except MCPError as exc:
+            if exc.code == _wire.OVERSIZED:
+                _log.warning("upstream tools/call %s: %s", name, exc.error.message)
+                return "PAYLOAD_TOO_LARGE"
+            _log.warning("upstream tools/call %s failed: %s", name, type(exc).__name__)
+            return "UPSTREAM_ERROR"
         except Exception as exc:  # a protocol error or a broken upstream: its text stays here
             _log.warning("upstream tools/call %s failed: %s", name, type(exc).__name__)
             return "UPSTREAM_ERROR"
@@ -901,6 +1051,7 @@ async def serve(
     :data:`WORKER_CHECK_SECONDS`."""
     from mcp import Client as McpClient
 
+    _wire.install()
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
     options = options_from(args)
     for line in settings_lines(args, config):
@@ -951,6 +1102,8 @@ async def serve(
                     say(line)
                 if not names:
                     raise ConfigError(no_tools_served(contracts, args.server, config.contracts_dir))
+            except ListingError as exc:
+                refused = ConfigError(f"{where}: {exc}")
             except ConfigError as exc:
                 # Raised here, the MCP client's task group would wrap it in an ExceptionGroup:
                 # leave the context first, so the command prints its one line.
