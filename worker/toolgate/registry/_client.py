@@ -114,7 +114,10 @@ class RegistryClient:
         timeout: float = 10.0,
     ) -> None:
         if not 0 < timeout <= 300:
-            raise ConfigError(f"registry timeout {timeout!r}: expected 0 < seconds <= 300")
+            raise ConfigError(
+                f"TOOLGATE_REGISTRY_TIMEOUT_SECONDS={timeout!r} (registry.timeout_seconds): "
+                "expected 0 < seconds <= 300"
+            )
         if basic_auth_file and bearer_token_file:
             raise ConfigError(
                 "TOOLGATE_REGISTRY_BASIC_AUTH_FILE and TOOLGATE_REGISTRY_BEARER_TOKEN_FILE: set one, not both"

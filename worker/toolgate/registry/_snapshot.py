@@ -366,7 +366,10 @@ class RegistrySource:
         on_state: Callable[[bool], None] | None = None,
     ) -> None:
         if not 0 < poll_seconds <= 3600:
-            raise ConfigError(f"TOOLGATE_REGISTRY_POLL_SECONDS={poll_seconds}: expected 0 < seconds <= 3600")
+            raise ConfigError(
+                f"TOOLGATE_REGISTRY_POLL_SECONDS={poll_seconds!r} (registry.poll_seconds): "
+                "expected 0 < seconds <= 3600"
+            )
         set_subject(set_name)  # a bad name fails here, naming the setting
         self.client = client
         self.root = root
