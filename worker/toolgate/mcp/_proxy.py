@@ -627,6 +627,7 @@ class Proxy:
                     source=f"mcp:{self.server_name}",
                     traceparent=traceparent if isinstance(traceparent, str) else None,
                     tracestate=tracestate if isinstance(tracestate, str) else None,
+                    contract_generation=self.contracts.generation or None,
                 )
                 answer = await self.client.answer(request)
             except AnswerTimeout:
