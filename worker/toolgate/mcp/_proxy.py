@@ -861,10 +861,17 @@ def settings_lines(args: argparse.Namespace, config: Config) -> list[str]:
     topics = config.topics
     return [
         f"broker {config.bootstrap} (from {bootstrap_from})",
-        f"contracts {Path(config.contracts_dir).resolve()} (from {contracts_from})",
+        f"contracts {_contracts_text(config.contracts_dir)} (from {contracts_from})",
         f"topics requests={topics.requests} intake={topics.intake} agent={topics.agent}; "
         f"worker group {config.group_id}",
     ]
+
+
+def _contracts_text(contracts: str) -> str:
+    """A folder as its absolute path; a source (``kafka:``, ``registry+URL``) as it is given."""
+    if contracts.startswith(("kafka:", "registry+")):
+        return contracts
+    return str(Path(contracts).resolve())
 
 
 def _say(line: str) -> None:
@@ -878,18 +885,21 @@ async def serve(
     *,
     admin_factory: Callable[[], Any] | None = None,
     say: Callable[[str], None] = _say,
+    contracts: ContractSet | None = None,
 ) -> None:
     """Connect upstream and to Kafka, then serve the host until it disconnects (stdio) or
     the process is stopped (HTTP). ``admin_factory`` builds a Kafka admin client (in the
     event loop) that counts the worker group's members at start-up and every
-    :data:`WORKER_CHECK_SECONDS`."""
+    :data:`WORKER_CHECK_SECONDS`. ``contracts``: the set to serve when the caller read it
+    (the contracts topic, ``--contracts kafka:``); else the folder or registry snapshot's."""
     from mcp import Client as McpClient
 
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
     options = options_from(args)
     for line in settings_lines(args, config):
         say(line)
-    contracts = load_contracts(config.contracts_dir)  # a registry set's with its generation
+    if contracts is None:
+        contracts = load_contracts(config.contracts_dir)  # a registry set's with its generation
     refused: ConfigError | None = None
     target = upstream_target(args)
     where = (
