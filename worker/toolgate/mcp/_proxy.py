@@ -315,6 +315,8 @@ class Proxy:
 
     ``workers`` counts the members of the worker group (None: not checked): while it says
     none, a call is answered ``GATE_TIMEOUT`` at once rather than after ``--timeout``.
+    ``serving`` says which tools the group's live workers decide (the members topic; None:
+    not known): a call of a tool none of them serves is answered ``TOOL_NOT_SERVED`` at once.
     """
 
     def __init__(
@@ -327,6 +329,7 @@ class Proxy:
         keyring: Keyring | None = None,
         options: ProxyOptions | None = None,
         workers: Callable[[], Awaitable[int]] | None = None,
+        serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
     ) -> None:
         self.server_name = server
         self.upstream = upstream
@@ -340,6 +343,8 @@ class Proxy:
         self.stats = ProxyStats()
         self.workers = workers
         self.no_workers = False
+        self.serving = serving
+        self.group_tools: frozenset[str] | None = None  # what the live workers serve (None: unknown)
         self._signers: dict[str, Signer | None] = {}
         self._slots = asyncio.Semaphore(self.options.max_concurrent)
         self._queued = 0
@@ -540,6 +545,12 @@ class Proxy:
                 "the worker group %r has %d member(s): calls are served", self.client.config.group_id, count
             )
         self.no_workers = count == 0
+        if self.serving is not None:
+            try:
+                self.group_tools = await self.serving()
+            except Exception as exc:  # unknown: calls go to the workers as before
+                _log.warning("reading the worker group's contract sets failed: %s", type(exc).__name__)
+                self.group_tools = None
         return count
 
     async def watch_workers(self, every_s: float = WORKER_CHECK_SECONDS) -> None:
@@ -562,6 +573,8 @@ class Proxy:
             return error_result("INVALID_ARGUMENTS", False, lines=lines)
         if self.no_workers:
             return self._fixed("GATE_TIMEOUT")
+        if self.group_tools is not None and served.contract.spec.tool not in self.group_tools:
+            return self._fixed("TOOL_NOT_SERVED")  # no live worker decides it: nothing would answer
         if self._queued >= self.options.max_queued:
             return self._fixed("PROXY_BUSY")
         self._queued += 1
@@ -886,6 +899,7 @@ async def serve(
     admin_factory: Callable[[], Any] | None = None,
     say: Callable[[str], None] = _say,
     contracts: ContractSet | None = None,
+    serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
 ) -> None:
     """Connect upstream and to Kafka, then serve the host until it disconnects (stdio) or
     the process is stopped (HTTP). ``admin_factory`` builds a Kafka admin client (in the
@@ -937,6 +951,7 @@ async def serve(
                 keyring=keyring,
                 options=options,
                 workers=workers if admin is not None else None,
+                serving=serving,
             )
             proxies.append(proxy)
             try:
