@@ -1,6 +1,6 @@
 """A real schema registry for the registry tests, and contract folders to publish into it.
 
-The registry is the local Apicurio Registry (``ops/registry/registry.sh start``, its
+The registry is the local Apicurio Registry (``ops/registry/registry.sh ensure``, its
 Confluent-compatible API on 127.0.0.1:18081) unless ``TOOLGATE_REGISTRY_URL`` names another.
 Without one answering the tests are skipped, or fail when ``TOOLGATE_REQUIRE_REGISTRY=1``
 (``make test`` sets it). Each test publishes tools of its own (``rs_<uuid>``): the registry is

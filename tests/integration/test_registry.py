@@ -306,7 +306,7 @@ class TestOutageWhileRunning:
         self, private: PrivateRegistry, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
         """Down: polls keep the snapshot, logged once; back (empty, in memory): still kept;
-        republished: a new version is picked up again."""
+        republished above the loaded generation: a new version is picked up again."""
         client = RegistryClient(private.url, timeout=3)
         tool = new_tool()
         write_version(tmp_path / "a", tool, "v1")
@@ -331,6 +331,8 @@ class TestOutageWhileRunning:
         write_version(
             tmp_path / "a", tool, "v1.1", decisions=["approved", "rejected", "pending", "withdrawn"]
         )
-        publish(ContractSet.load(tmp_path / "a"), client)
+        # The registry lost its markers: publish above the generation the readers hold, as the
+        # runbook says (they never go back to an older one).
+        publish(ContractSet.load(tmp_path / "a"), client, generation=source.generation + 1)
         assert source.poll() is True
         assert set(_keys(ContractSet.load(current), tool)) == {f"{tool}@v1", f"{tool}@v1.1"}

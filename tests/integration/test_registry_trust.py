@@ -21,7 +21,7 @@ import pytest
 from toolgate.gate._contracts import ContractSet, ContractSpec, contract_digest
 from toolgate.gate._gate import Gate
 from toolgate.gate._published import PublishedVersion, canonical_bytes, sign_marker
-from toolgate.registry import RegistryClient, subject_of
+from toolgate.registry import RegistryClient, RegistrySource, subject_of
 from toolgate.registry._layout import KEYWORD, marker_text, set_subject
 from toolgate.registry._snapshot import load_contracts
 
@@ -52,6 +52,14 @@ def _published(client: RegistryClient, tmp_path: Path) -> str:
     write_version(tmp_path / "authored", tool, "v1")
     publish_set(ContractSet.load(tmp_path / "authored"), client)
     return tool
+
+
+def _published_and_read(client: RegistryClient, tmp_path: Path) -> tuple[str, RegistrySource]:
+    """:func:`_published`, and a source that has loaded it."""
+    tool = _published(client, tmp_path)
+    source = reader(client, tmp_path / "snapshots")
+    source.start()
+    return tool, source
 
 
 def _drop_rules(client: RegistryClient, tool: str) -> str:
@@ -103,9 +111,7 @@ class TestForeignChange:
         self, client: RegistryClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
         """The running source, a new one and pull refuse it; the bind rule still rejects CR-9999."""
-        tool = _published(client, tmp_path)
-        running = reader(client, tmp_path / "running")
-        running.start()
+        tool, running = _published_and_read(client, tmp_path)
         assert not _foreign_approval_accepted(running.current, tool)
         where = _drop_rules(client, tool)
         caplog.set_level(logging.INFO, "toolgate.registry")
@@ -147,9 +153,7 @@ class TestIgnored:
         self, client: RegistryClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
         """A raw JSON Schema in the tool's subject: one warning naming subject and version."""
-        tool = _published(client, tmp_path)
-        source = reader(client, tmp_path / "snap")
-        source.start()
+        tool, source = _published_and_read(client, tmp_path)
         subject = subject_of(tool, 1)
         document = json.loads(client.schema(subject, client.versions(subject)[-1]))
         del document[KEYWORD]  # the same schema bare: what a serde's auto-registration writes

@@ -115,6 +115,13 @@ def tampered(registry: MemoryRegistry, subject: str, *, recompute: bool) -> str:
     return f"{subject} version {len(registry.store[subject])}"
 
 
+def shadowed(registry: RegistryClient, tmp_path: Path) -> None:
+    """Publish the fixture's folder again with review_status v1 made shadow: the next generation."""
+    contract = tmp_path / "contracts" / "review_status" / "v1" / "contract.yaml"
+    contract.write_text(contract.read_text().replace("status: active", "status: shadow"))
+    publish(ContractSet.load(tmp_path / "contracts"), registry, publisher())
+
+
 @pytest.fixture
 def registry(tmp_path: Path) -> MemoryRegistry:
     """A registry holding review_status v1 published by the sample publisher (generation 1)."""
@@ -147,10 +154,11 @@ class TestPublish:
 
     def test_status_change_is_next_generation(self, registry: MemoryRegistry, tmp_path: Path) -> None:
         """A status change registers the signed version again and marker generation 2."""
-        contract = tmp_path / "contracts" / "review_status" / "v1" / "contract.yaml"
-        contract.write_text(contract.read_text().replace("status: active", "status: shadow"))
-        done = publish(ContractSet.load(tmp_path / "contracts"), registry, publisher())
-        assert [d.action for d in done] == ["statuses", "set"]
+        shadowed(registry, tmp_path)
+        subjects = [
+            json.loads(text)[KEYWORD]["statuses"] for text in registry.store["review_status-v1-value"]
+        ]
+        assert subjects == [{"0": "active"}, {"0": "shadow"}]
         fetched = fetch_set(registry, sample_keyring())
         assert fetched.marker.generation == 2
         assert "status: shadow" in fetched.versions[0].files["contract.yaml"]
@@ -216,10 +224,8 @@ class TestReaderRefuses:
         """A registration whose content changes after a reader read it is refused, even when signed."""
         reader = source(registry, tmp_path / "snap")
         reader.start()
-        contract = tmp_path / "contracts" / "review_status" / "v1" / "contract.yaml"
-        contract.write_text(contract.read_text().replace("status: active", "status: shadow"))
         other = MemoryRegistry()
-        publish(ContractSet.load(tmp_path / "contracts"), other, publisher())
+        shadowed(other, tmp_path)
         registry.store["review_status-v1-value"][0] = other.store["review_status-v1-value"][0]
         registry.register("noise-v1-value", "{}", what="noise")
         problems: list[Problem] = []
@@ -318,9 +324,7 @@ class TestCompleteSetsOnly:
         """A registry rebuilt with an older generation does not roll the loaded set back."""
         reader = source(registry, tmp_path / "snap")
         reader.start()
-        contract = tmp_path / "contracts" / "review_status" / "v1" / "contract.yaml"
-        contract.write_text(contract.read_text().replace("status: active", "status: shadow"))
-        publish(ContractSet.load(tmp_path / "contracts"), registry, publisher())
+        shadowed(registry, tmp_path)
         assert reader.poll()
         assert reader.generation == 2
         rebuilt = MemoryRegistry()
@@ -337,9 +341,7 @@ class TestRefreshNow:
         """A set published after the last poll is loaded by refresh_now, not at the next poll."""
         reader = source(registry, tmp_path / "snap")
         reader.start()
-        contract = tmp_path / "contracts" / "review_status" / "v1" / "contract.yaml"
-        contract.write_text(contract.read_text().replace("status: active", "status: shadow"))
-        publish(ContractSet.load(tmp_path / "contracts"), registry, publisher())
+        shadowed(registry, tmp_path)
         assert reader.refresh_now(time.monotonic() + 5)
         assert reader.generation == 2
 

@@ -221,6 +221,35 @@ def _publish_to_topic(contracts: Any, key: Any, args: argparse.Namespace, config
     )
 
 
+def _status_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--group", metavar="ID", help="the consumer group to show (default TOOLGATE_GROUP_ID)")
+
+
+def _contracts_status(args: argparse.Namespace, config: Config) -> int:
+    from datetime import UTC, datetime
+
+    from toolgate.service._kafka import AiokafkaClients
+    from toolgate.service._members import disagreeing, live_members, read_members
+
+    group = args.group or config.group_id
+    now = datetime.now(UTC)
+    members = live_members(asyncio.run(read_members(config, AiokafkaClients(config))), group, now)
+    if not members:
+        print(f"group {group}: no live member on {config.topics.members}")
+        return EXIT_PROBLEM
+    sets = sorted({m.label for m in members})
+    split = disagreeing(members)
+    verdict = f"{len(sets)} contract sets: THEY DISAGREE" if split else f"one contract set, {sets[0]}"
+    print(f"group {group}: {len(members)} live members, {verdict}")
+    for m in members:
+        age = max(0.0, (now - m.at).total_seconds())
+        print(
+            f"  {m.member}  {m.label}  generation {m.generation}  {len(m.tools)} tools "
+            f"({', '.join(m.tools)})  heard {age:.0f} s ago"
+        )
+    return EXIT_PROBLEM if split else EXIT_OK
+
+
 def _contracts_pull(args: argparse.Namespace, config: Config) -> int:
     from toolgate.authoring._publish import pull
     from toolgate.registry._connect import publishers_keyring
@@ -364,6 +393,22 @@ COMMANDS: tuple[Command, ...] = (
         _contracts_publish,
         ("contracts", "keyring", "bootstrap"),
         _publish_arguments,
+    ),
+    Command(
+        ("contracts", "status"),
+        "list each live worker of the group and the contract set it decides with",
+        "Read the members topic (TOOLGATE_TOPIC_MEMBERS) to its end and list every live\n"
+        "worker of the group (heard from within three TOOLGATE_MEMBERS_REFRESH_SECONDS)\n"
+        "with the contract set it decides with: its label g<generation>-<digest>, the\n"
+        "tg-contract-set header of its decisions, and its tools. Exit 1 when the\n"
+        "workers disagree (more than one set) or none is live; 0 otherwise.",
+        (
+            "toolgate contracts status",
+            "toolgate contracts status --group toolgate --bootstrap kafka:9092",
+        ),
+        _contracts_status,
+        ("bootstrap",),
+        _status_arguments,
     ),
     Command(
         ("contracts", "pull"),

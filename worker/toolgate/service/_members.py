@@ -1,5 +1,6 @@
-"""The group's view: what each live worker decides with (docs/design.md, One contract set for
-the group).
+"""The group's view: what each live worker decides with.
+
+See docs/design.md, One contract set for the group.
 
 Each worker writes a :class:`MemberRecord` to the compacted members topic
 (TOOLGATE_TOPIC_MEMBERS), keyed by its member id, when it loads a contract set and every
