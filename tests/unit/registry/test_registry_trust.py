@@ -401,3 +401,37 @@ def _keyring(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "ring.toml"
     path.write_text(body)
     return path
+
+
+class TestReadersState:
+    """The keyring and the digests read before are the reader's state on disk."""
+
+    def test_keyring_change_taken_up(self, registry: MemoryRegistry, tmp_path: Path) -> None:
+        """A publisher removed from the keyring file signs no new set; put back, its set loads."""
+        ring = tmp_path / "readers.toml"
+        shutil.copy(KEYRING, ring)
+        reader = RegistrySource(registry, tmp_path / "snap", 1, Keyring.load(ring), keyring_file=ring)
+        reader.start()
+        trusted = ring.read_text()
+        ring.write_text(trusted.split("[publishers.sample-publisher]")[0])
+        shadowed(registry, tmp_path)
+        assert not reader.poll()
+        assert reader.generation == 1
+        ring.write_text(trusted + "\n")  # another size: seen as changed
+        assert reader.poll()
+        assert reader.generation == 2
+
+    def test_unreadable_seen_file_starts_afresh(
+        self, registry: MemoryRegistry, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A damaged registrations.json is named in one warning and rebuilt."""
+        (tmp_path / "snap").mkdir()
+        (tmp_path / "snap" / "registrations.json").write_text("{not json")
+        caplog.set_level(logging.WARNING, "toolgate.registry")
+        source(registry, tmp_path / "snap").start()
+        assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+            str(tmp_path / "snap" / "registrations.json")
+        ]
+        assert "review_status-v1-value/1" in json.loads(
+            (tmp_path / "snap" / "registrations.json").read_text()
+        )
