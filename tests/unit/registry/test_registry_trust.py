@@ -255,6 +255,19 @@ class TestReaderRefuses:
         done = publish(ContractSet.load(tmp_path / "contracts"), registry, publisher())
         assert [d.action for d in done] == ["unchanged"]
 
+    def test_publish_signs_a_registry_filled_before_signing(self, tmp_path: Path) -> None:
+        """Unsigned registrations and no marker: publish registers the signed versions and marker 1."""
+        registry = MemoryRegistry()
+        publish(ContractSet.load(review_folder(tmp_path)), registry, publisher())
+        document = json.loads(registry.store["review_status-v1-value"][0])
+        del document[KEYWORD]["published"]
+        registry.store = {"review_status-v1-value": [json.dumps(document)]}
+        with pytest.raises(EmptyRegistry):
+            fetch_set(registry, sample_keyring())
+        done = publish(ContractSet.load(tmp_path / "contracts"), registry, publisher())
+        assert [d.action for d in done] == ["statuses", "set"]
+        assert fetch_set(registry, sample_keyring()).marker.generation == 1
+
 
 class TestReaderIgnores:
     """What a reader ignores it says once per subject and version."""
