@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from toolgate._config import Config
+from toolgate.authoring._publish import Published
 from toolgate.gate._contracts import ContractSet
 from toolgate.registry import RegistryClient
 
@@ -113,6 +114,11 @@ def _info(tool: str, version: str) -> Callable[[str], bool]:
     )
 
 
+def _generation(done: list[Published]) -> int:
+    """The generation of the set marker a publish wrote."""
+    return int(next(item.key for item in done if item.action == "set").removeprefix("generation "))
+
+
 def _gauge(text: str, name: str) -> float | None:
     match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
     return float(match[1]) if match else None
@@ -128,11 +134,12 @@ class TestWorkerFromRegistry:
         tool = new_tool()
         shutil.copytree(CONTRACTS, tmp_path / "a")  # the set: the bundled contracts and one tool more
         write_version(tmp_path / "a", tool, "v1")
-        publish_contracts(ContractSet.load(tmp_path / "a"), client)
+        first = _generation(publish_contracts(ContractSet.load(tmp_path / "a"), client))
         worker = _Worker(config, f"registry+{client.url}", tmp_path / "snapshots", tmp_path / "worker.log")
         try:
             text = worker.wait_for(_info(tool, "1"), f"{tool} v1 loaded")
             assert _gauge(text, "toolgate_contracts_from_snapshot") == 0
+            assert _gauge(text, "toolgate_contract_set_generation") == first  # the set marker's
             items = samples(12)
             asyncio.run(publish(config, items))
             decided = asyncio.run(wait_for_count(config, config.topics.audit, len(items), 90))
@@ -140,8 +147,9 @@ class TestWorkerFromRegistry:
             write_version(
                 tmp_path / "a", tool, "v1.1", decisions=["approved", "rejected", "pending", "withdrawn"]
             )
-            publish_contracts(ContractSet.load(tmp_path / "a"), client)
-            worker.wait_for(_info(tool, "1.1"), f"{tool} v1.1 loaded without a restart")
+            second = _generation(publish_contracts(ContractSet.load(tmp_path / "a"), client))
+            text = worker.wait_for(_info(tool, "1.1"), f"{tool} v1.1 loaded without a restart")
+            assert (second, _gauge(text, "toolgate_contract_set_generation")) == (first + 1, second)
         finally:
             worker.stop()
         assert worker.proc.returncode == 0, worker.log.read_text()[-3000:]
