@@ -92,7 +92,8 @@ class Registry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     publish and pull; the files hold HTTP basic ``user:password`` or a bearer token (one, not
     both); ``ca_file`` the CAs for https (else the system's). The worker keeps the last
     complete set it loaded in ``snapshot_dir`` and checks the registry for new versions every
-    ``poll_seconds``.
+    ``poll_seconds``. ``set_name`` names the set: its signed markers are the subject
+    ``<set_name>-set-value``.
     """
 
     url: str | None = None
@@ -102,6 +103,7 @@ class Registry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     snapshot_dir: str = "registry-snapshot"
     poll_seconds: float = 10.0
     timeout_seconds: float = 10.0
+    set_name: str = "toolgate"
 
 
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

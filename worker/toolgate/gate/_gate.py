@@ -107,9 +107,9 @@ class Gate:
     # Set by the Kafka service: the intake partition Kafka's default partitioner (murmur2)
     # gives a key, so that a result found elsewhere is named misrouted. None: not said.
     home_partition: Callable[[bytes], int] | None = None
-    # Set by the Kafka service from the group's view (docs/design.md, One contract set for
-    # the group): what the other live members decide with. A tool or version this set lacks
-    # but the group may have is CONTRACTS_BEHIND (retryable), never a final UNKNOWN_*.
+    # Set by the Kafka service from the group's view: what the other live members decide
+    # with (docs/design.md, One contract set for the group). A tool or version this set
+    # lacks but the group may have is CONTRACTS_BEHIND (retryable), never a final UNKNOWN_*.
     group: GroupHint | None = None
 
     def __init__(self, contracts: ContractSet, keyring: Keyring | None = None) -> None:

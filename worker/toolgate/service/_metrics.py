@@ -240,6 +240,17 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.group_disagreement = Gauge(
+            "toolgate_contracts_group_disagreement",
+            "1 while the live workers of this worker's group (the members topic) decide with more "
+            "than one contract set; 0 when they agree (or this worker is alone).",
+            registry=r,
+        )
+        self.group_members = Gauge(
+            "toolgate_contracts_group_members",
+            "Live workers of this worker's group on the members topic, itself included.",
+            registry=r,
+        )
         self.contracts_from_snapshot = Gauge(
             "toolgate_contracts_from_snapshot",
             "1 while the contracts are the last snapshot on disk because the schema registry "

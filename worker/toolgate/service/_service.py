@@ -59,6 +59,7 @@ from toolgate.service._kafka import (
     partition_of,
     partitions_of,
 )
+from toolgate.service._members import GroupView, member_id
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._otel_spans import DecisionTracer, tracer_from_env
 from toolgate.service._partition import Collaborators, OwnedPartition, PartitionSettings
@@ -241,6 +242,10 @@ class Worker:
             lambda: self.gate.contracts,
             clock=self.options.monotonic,
         )
+        self.member = member_id(config)
+        self.group_view: GroupView | None = None
+        self._member_due = True  # publish what this worker decides with at the next turn
+        self._member_at = 0.0
         self._uses = self._collaborators()
 
     def _collaborators(self) -> Collaborators:
@@ -366,6 +371,8 @@ class Worker:
         self.gate = gate
         gate.home_partition = self._home_partition
         self._export_contracts(gate)
+        self._member_due = True
+        self._group_changed()
         log.info(
             "contracts reloaded",
             extra={
@@ -492,9 +499,38 @@ class Worker:
             self.config.topics.requests, self._apply_request, self._clients, owned=True
         )
         await self._request_reader.start()
+        self.group_view = await GroupView.open(
+            self.config, self._clients, self.member, self.clock, self._group_changed
+        )
+        await self._refresh_member()
         # Everything alive now (contracts, compiled schemas) lives as long as the process:
         # keep it out of the collector's generations and its pauses.
         gc.freeze()
+
+    def _group_changed(self) -> None:
+        """The members topic moved (or this worker's set did): the gate's hint and the metrics."""
+        view = self.group_view
+        if view is None:
+            return
+        self.gate.group, split = view.check(self.gate.contracts)
+        self.metrics.group_disagreement.set(1 if split else 0)
+        self.metrics.group_members.set(len(view.live()))
+
+    async def _refresh_member(self) -> None:
+        """Publish this worker's record when its set changed or its refresh period passed."""
+        view = self.group_view
+        if view is None:
+            return
+        now = self.options.monotonic()
+        if not self._member_due and now - self._member_at < self.config.members_refresh_seconds:
+            return
+        self._member_due = False
+        self._member_at = now
+        try:
+            await view.publish(self.gate.contracts)
+        except KafkaError as exc:
+            log.warning("members topic write failed; retried next period", extra={"error": repr(exc)[:300]})
+        self._group_changed()  # members whose records aged out are no longer live
 
     def _apply_request(self, key: bytes | None, value: bytes | None) -> None:
         """A requests-topic record; a tombstone also ends the request's accepted attempts."""
@@ -674,6 +710,7 @@ class Worker:
             await self._check_progress()
             if self._reload_requested or self._contracts_changed():
                 self.reload_contracts()
+            await self._refresh_member()
             for owned in partitions.values():
                 if owned.producer is None:
                     owned.kick()  # taken over again (its take-over failed)
@@ -1070,6 +1107,10 @@ class Worker:
         self._partitions.clear()
         if self._request_reader is not None:
             await self._request_reader.stop()
+        if self.group_view is not None:
+            with contextlib.suppress(KafkaError):
+                await self.group_view.stop()
+            self.group_view = None
         if self._health is not None:
             await self._health.stop()
         self.metrics.ready.set(0)
