@@ -73,6 +73,7 @@ def _run_seeds(job: tuple[list[int], str | None, bool]) -> list[tuple[int, str |
         counts["oracle:checked"] = outcome.checked  # summed with the faults, printed apart
         counts["oracle:excused"] = outcome.excused
         counts["oracle:changelogs"] = outcome.changelogs
+        counts["oracle:contracts"] = outcome.contracts
         rows.append((seed, v.invariant if v else None, v.detail if v else "", counts))
         if v is not None and first:
             break
@@ -269,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--profile",
-        choices=["mixed", "take-over", "restore", "requests-race", "outage"],
+        choices=["mixed", "take-over", "rollout", "restore", "requests-race", "outage"],
         help="run every schedule with this profile instead of going round them all",
     )
     parser.add_argument("--shrink-seconds", type=float, default=30.0, help="time to shrink each failure")
@@ -310,12 +311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         checked, excused = faults.pop("oracle:checked", 0), faults.pop("oracle:excused", 0)
         changelogs = faults.pop("oracle:changelogs", 0)
+        contracts = faults.pop("oracle:contracts", 0)
         print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
         print(
             f"oracle: {checked} committed decisions compared with the gate's verdict; "
             f"{excused} fresh attempts excused (their node could not see them: its bounded wait ran "
             "out, or it held an earlier attempt); "
-            f"{changelogs} state changelog partitions equal to their owner's ledger after healing"
+            f"{changelogs} state changelog partitions equal to their owner's ledger after healing; "
+            f"{contracts} decisions of results whose contract was published before them"
         )
         shrunk = 0
         for seed, invariant, detail in failed:

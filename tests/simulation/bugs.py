@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, RequestTimedOutError
 from toolgate.gate._batch import AcceptedView, Batch, decide_batch
-from toolgate.gate._records import Message, Origin
+from toolgate.gate._records import CONTRACT_SET_HEADER, Message, Origin
 from toolgate.service._kafka import Producer, TopicPartition
 from toolgate.service._partition import OpenTransaction
 from toolgate.service._store import AcceptedLedger, TopicReader
@@ -247,6 +249,81 @@ class _FailedReadAsCaughtUp(SimWorker):
     reader_class = _FailedReadCaughtUp
 
 
+class _UnknownWithoutCatchingUp(SimWorker):
+    """A result of a tool or version the worker's set lacks is decided at once with that
+    set: no catch-up on the contract source first."""
+
+    async def _contracts_behind(self, batch: Batch, decide: Callable[[], Batch]) -> Batch:
+        return batch
+
+
+class _StaleEndReader(TopicReader):
+    """The contracts catch-up reads to the end offsets it saw the first time (at start-up),
+    not to those of now: a set published since is not waited for."""
+
+    _stale: dict[TopicPartition, int] | None = None
+
+    async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
+        assert self._offsets is not None
+        if self._stale is None:
+            self._stale = await self._offsets.end_offsets(tps)
+        targets = self._stale
+
+        def reached() -> bool:
+            return all(self._positions.get(tp, 0) >= end for tp, end in targets.items())
+
+        async with self._progress:
+            try:
+                await asyncio.wait_for(self._progress.wait_for(reached), wait_seconds)
+            except TimeoutError:
+                return False
+        return True
+
+
+class _CatchUpToStaleEnd(SimWorker):
+    contracts_reader_class = _StaleEndReader
+
+
+class _HeaderNamesTakeOverSet(SimPartition):
+    """The records of a decision name the contract set the partition was taken over with,
+    not the set that decided the batch (a label cached at the take-over)."""
+
+    label: bytes | None = None
+
+    async def take_over(self) -> None:
+        await super().take_over()
+        self.label = self.uses.gate().contracts.label.encode()
+
+    def _decide(self, records: list[Any], keys: list[str]) -> Batch:
+        batch = super()._decide(records, keys)
+        label = self.label
+        if label is not None:
+            batch.records = [
+                msgspec.structs.replace(
+                    r, headers=[(k, label if k == CONTRACT_SET_HEADER else v) for k, v in r.headers]
+                )
+                for r in batch.records
+            ]
+        return batch
+
+
+class _OldSetAfterBound(SimWorker):
+    """A contracts catch-up that ran out its bound still behind decides with the old set as
+    if the issuer had named no generation: a final UNKNOWN_CONTRACT_VERSION where the
+    worker knew it was behind and had to answer CONTRACTS_BEHIND (retryable)."""
+
+    async def _contracts_behind(self, batch: Batch, decide: Callable[[], Batch]) -> Batch:
+        decided = await super()._contracts_behind(batch, decide)
+        if not any(d.verdict.code == "CONTRACTS_BEHIND" for d in decided.decisions):
+            return decided
+        gate = self.gate
+        gate._not_behind = lambda seen: None  # type: ignore[method-assign]
+        try:
+            return decide()
+        finally:
+            del gate._not_behind
+
+
 class _OffsetBeforeFence(SimPartition):
     """The take-over reads the committed offset before its producer's start fences the
     previous owner: a commit of that owner landing in between is not seen, and its batch
@@ -323,4 +400,9 @@ BUGS: dict[str, type[SimWorker]] = {
     "failed-read-as-caught-up": _FailedReadAsCaughtUp,
     "retry-drops-state-records": _worker(_RetryDropsStateRecords),
     "retry-forgets-ledger": _worker(_RetryForgetsLedger),
+    # contract publication and the contracts catch-up (the rollout profile)
+    "unknown-without-catching-up": _UnknownWithoutCatchingUp,
+    "catch-up-to-stale-end": _CatchUpToStaleEnd,
+    "header-names-wrong-set": _worker(_HeaderNamesTakeOverSet),
+    "old-set-after-bound": _OldSetAfterBound,
 }

@@ -14,7 +14,9 @@ reference model of requests and answers that shares no code with the worker's st
 - **answers**: the attempts with a committed acceptance, read from the committed audit
   events of earlier transactions, plus those accepted before the record in its own
   transaction (one transaction decides one partition's records in offset order).
-- **now**: the decision's own ``decided_at`` (the worker's virtual clock).
+- **now**: the decision's own ``decided_at`` (the worker's virtual clock);
+- **contracts**: the contract set the node decided with (a published set once it loaded
+  it); whether that set was the one it must have had is invariant 17's to say.
 
 The committed decision must be that verdict: outcome, code, request id and attempt.
 """
@@ -51,11 +53,14 @@ failed_wait: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("f
 
 @dataclass(frozen=True)
 class Seen:
-    """The request a node must have decided one record with, and whether its wait for
-    its requests had timed out."""
+    """The request a node must have decided one record with, whether its wait for its
+    requests had timed out, the gate (contract set) it decided with, and whether its
+    contract source could not be read to its end during its last contracts catch-up."""
 
     request: RequestRecord | None
     waited_out: bool
+    gate: Gate | None = None
+    behind: bool = False
 
 
 class Oracle:
@@ -98,9 +103,12 @@ class Oracle:
         keys: list[str],
         applied: set[int],
         must: int,
+        gate: Gate | None = None,
+        behind: bool = False,
     ) -> None:
-        """A node decides ``records`` of ``tp`` having applied the requests offsets
-        ``applied``, and owing every one below ``must``: remember what each must see."""
+        """A node decides ``records`` of ``tp`` with ``gate``, having applied the requests
+        offsets ``applied``, and owing every one below ``must``: remember what each must
+        see (``behind``: its contract source could not be read to its end)."""
         offsets = applied | set(range(must))
         out = waited_out.get()
         count = len(self.broker.logs[self.topics.intake])
@@ -109,7 +117,7 @@ class Oracle:
             request = None
             if key and (record.key is None or partition_for(record.key, count) == tp.partition):
                 request = self.request(tp.partition, offsets, key)
-            self.seen[(node, origin)] = Seen(request, out)
+            self.seen[(node, origin)] = Seen(request, out, gate, behind)
 
     # --- verdicts ----------------------------------------------------------------------
 
@@ -169,7 +177,7 @@ class Oracle:
         )
         request = seen.request
         batch = decide_batch(
-            self.gate,
+            seen.gate or self.gate,
             [message],
             lambda key: request if request is not None and key == request.request_id else None,
             view,

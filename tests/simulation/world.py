@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import json
 import logging
 import random
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -34,7 +35,9 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError,
 from toolgate._config import Config
 from toolgate.gate._batch import Batch
 from toolgate.gate._gate import Gate
+from toolgate.gate._records import CONTRACT_SET_HEADER
 from toolgate.service import _service
+from toolgate.service._contract_source import ContractSource
 from toolgate.service._kafka import Producer, partition_of
 from toolgate.service._metrics import Metrics
 from toolgate.service._partition import OpenTransaction, OwnedPartition
@@ -42,6 +45,16 @@ from toolgate.service._service import Worker, WorkerOptions
 from toolgate.service._store import TopicReader, reading
 
 from tests.fakes.kafka import FakeBroker, FakeClients, FakeConsumer, FakeProducer
+from tests.simulation.contracts import (
+    ADAPTER_VERSION,
+    GENERATION,
+    SET_KEY,
+    VERSION_KEY,
+    SimContractSource,
+    contracts_wait,
+    marker_record,
+    version_record,
+)
 from tests.simulation.loop import Choices, SimLoop, Stuck
 from tests.simulation.oracle import Oracle, catching_up, failed_wait, wait_failures
 from tests.unit.builders import NOW, message, review_request, review_value
@@ -111,7 +124,13 @@ _NODE = [("crash", P_CRASH), ("pause", P_PAUSE), ("rebalance", P_REBALANCE), ("o
 # Calls a profile may aim at apart from their operation: ``catch_up`` is the end-offsets
 # lookup of a request catch-up (a result waiting for its request), drawn as that operation's
 # faults unless the profile names it.
-_AS = {"catch_up": "end_offsets"}
+_AS = {"catch_up": "end_offsets", "contracts": "end_offsets", "contracts_read": "read"}
+# A contracts source's calls (``rollout``): its catch-up's end-offsets lookup and its polls.
+_CONTRACTS_AIMS = {"end_offsets": "contracts", "read": "contracts_read"}
+CONTRACTS_CATCH_UP_S = 1.0  # the workers' bound on a contracts catch-up
+CONTRACTS_FAILING_S = 5.0  # a failed call of a contracts source: it may lag this long (its backoff)
+# The client whose call the hook is deciding (the broker's injected failures are noted by it).
+calling: contextvars.ContextVar[Any] = contextvars.ContextVar("calling", default=None)
 
 Events = tuple[tuple[str, ...], tuple[float, ...]]
 
@@ -133,7 +152,10 @@ class Profile:
       end-offsets lookup and sends fail more often (a failed wait must raise; a batch
       decided again after an abort must write its state again);
     - ``outage``: the broker refuses every call for 20 s to 3 min, then serves; it starts
-      at a commit, a send, or a result's wait for its request (``catch_up``).
+      at a commit, a send, or a result's wait for its request (``catch_up``);
+    - ``rollout``: the faults of ``mixed``, and a contract version published to the
+      contracts topic while results for it flow: the topic's reads lag, fail or are cut
+      off, and the workers' contracts catch-up meets them (tests/simulation/contracts.py).
     """
 
     name: str
@@ -148,6 +170,11 @@ class Profile:
     wake_zombie: float = 0.0
     # operation -> (probability, most milliseconds) of its latency, instead of the default
     latency: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # A contract version is published while results for it are written; when the set marker
+    # is written, the contracts topic's reads stall for a while (lag) or until healed (cut).
+    publish: bool = False
+    contracts_lag: float = 0.0
+    contracts_cut: float = 0.0
 
     def events(self) -> dict[str, Events]:
         """operation -> (event names, their probabilities) drawn at each call of it."""
@@ -174,10 +201,20 @@ TAKE_OVER = Profile(
     },
     wake_zombie=0.9,
 )
+ROLLOUT = Profile(
+    "rollout",
+    # The source's catch-up lookup fails (the batch is decided again later), its polls are
+    # slow (a result of the new version is often fetched before the source read the marker).
+    boost={"contracts": {"end_offsets_error": 0.1}},
+    latency={"contracts_read": (0.7, 150)},
+    publish=True,
+    contracts_lag=0.3,
+    contracts_cut=0.1,
+)
 PROFILES: tuple[Profile, ...] = (
     Profile("mixed"),
     TAKE_OVER,
-    Profile("mixed"),
+    ROLLOUT,
     Profile(
         "restore",
         boost={
@@ -193,9 +230,9 @@ PROFILES: tuple[Profile, ...] = (
     # the one record its catch-up still has to read.
     Profile(
         "requests-race",
-        boost={"catch_up": {"end_offsets_error": 0.15}, "send": {"send_error": 0.1}},
+        boost={"catch_up": {"end_offsets_error": 0.3}, "send": {"send_error": 0.1}},
         traffic="races",
-        latency={"read": (0.6, 60)},
+        latency={"read": (0.8, 100)},
     ),
     Profile(
         "outage",
@@ -212,7 +249,7 @@ FORCED_PROFILE: str | None = None
 
 def profile_of(seed: int) -> Profile:
     """The profile of a seed: consecutive seeds go round :data:`PROFILES` (seven: two
-    ``mixed``, two ``take-over``, the rarest states to reach, one of each other)."""
+    ``take-over``, the rarest states to reach, one of each other)."""
     if FORCED_PROFILE is not None:
         return next(p for p in PROFILES if p.name == FORCED_PROFILE)
     return PROFILES[seed % len(PROFILES)]
@@ -272,6 +309,8 @@ class SimWorker(Worker):
 
     # A planted bug's request reader (tests/simulation/bugs.py); None: the worker's own.
     reader_class: type[TopicReader] | None = None
+    # A planted bug's contracts topic reader; None: the worker's own.
+    contracts_reader_class: type[TopicReader] | None = None
 
     async def _start_readers(self) -> None:
         await super()._start_readers()
@@ -280,6 +319,25 @@ class SimWorker(Worker):
         if self.reader_class is not None:
             reader.__class__ = self.reader_class
         catching_up(reader, self.world.oracle.request_ends, self._caught_up)
+        source = self.contracts_catch_up.source
+        if isinstance(source, SimContractSource):
+            await source.start(CONTRACTS_CATCH_UP_S)
+            self._watch_contracts_catch_up()
+
+    def _watch_contracts_catch_up(self) -> None:
+        """Note in the deciding task when its contracts catch-up began and ended."""
+        seam = self.contracts_catch_up
+        original = seam.catch_up
+        loop = self.world.loop
+
+        async def catch_up(deadline: float, *, behind: Callable[[Any], bool] | None = None) -> Any:
+            began = loop.time()
+            try:
+                return await original(deadline, behind=behind)
+            finally:
+                contracts_wait.set((began, loop.time()))
+
+        seam.catch_up = catch_up  # type: ignore[method-assign]
 
     def _caught_up(self, ends: dict[int, int]) -> None:
         for partition, end in ends.items():
@@ -325,6 +383,10 @@ class SimPartition(OwnedPartition):
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
         self.node.worker.world.before_decision(self.node, self, records, keys)
         return super()._decide(records, keys)
+
+    async def decide_and_commit(self, records: list[Any]) -> None:
+        contracts_wait.set(None)  # this batch's contracts catch-up, if it has one
+        await super().decide_and_commit(records)
 
     async def _start_producer(self) -> Producer:
         producer = await super()._start_producer()
@@ -390,6 +452,8 @@ class SimBroker(FakeBroker):
             super().check(operation)
         except BaseException:
             note_failure(operation)
+            if getattr(calling.get(), "sim_contracts", False):
+                self.world.contracts_failed()
             raise
 
     def _end(self, txn_id: int, state: str) -> None:
@@ -456,6 +520,28 @@ def traffic(seed: int, requests: int = 6, kind: str = "mixed") -> Traffic:
     return Traffic(events)
 
 
+def rollout(plan: Traffic, seed: int) -> Traffic:
+    """``plan`` with a contract version published to the contracts topic (its version
+    record, then the set marker) and results of the adapter version only it decides,
+    written around the publication; half of those written after it name the published
+    generation (``tg-contract-generation``), as an issuer that saw it does."""
+    rnd = random.Random(seed ^ 0xC0417AC7)
+    at = rnd.uniform(0.3, 2.5)
+    events = list(plan.events)
+    events.append((at - rnd.uniform(0.0, 0.3), "version", 0, 0))
+    events.append((at, "marker", 0, 0))
+    first: dict[int, float] = {}
+    for t, kind, i, _ in plan.events:
+        if kind == "request":
+            first.setdefault(i, t)
+    for i, t in sorted(first.items()):
+        if rnd.random() < 0.6:
+            when = max(t, at + rnd.uniform(-0.6, 1.2))
+            events.append((when, "v2g" if when > at and rnd.random() < 0.5 else "v2", i, 1))
+    events.sort(key=lambda e: e[0])
+    return Traffic(events)
+
+
 def rid(i: int) -> str:
     return f"req.sim{i:04d}"
 
@@ -483,6 +569,7 @@ class World:
         for name in (T.requests, T.intake, T.agent, T.audit, T.state):
             broker.create_topic(name, PARTITIONS)
         broker.create_topic(T.quarantine, 1)
+        broker.create_topic(T.contracts, 1)
         broker.hook = self._hook
         broker.own_listeners = True
         self.nodes: list[Node] = []
@@ -490,6 +577,8 @@ class World:
         self.events = self.profile.events()
         self.faults: collections.Counter[str] = collections.Counter()
         self.outage_until = 0.0  # the broker refuses every call until then (virtual time)
+        self.outage_from = 0.0
+        self.cut: list[float] | None = None  # the contracts topic cut off until healed
         self.outages = 0
         self.served: asyncio.Future[None] | None = None  # set when an outage ends
         self.healed_at = 0.0
@@ -513,6 +602,15 @@ class World:
         self.outcome_of: dict[str, str] = {}  # intake origin -> its committed decision's outcome
         self.excused = 0  # fresh attempts their deciding node could not see (check_progress)
         self.changelogs_checked = 0  # partitions whose changelog (not empty) equalled the owner's ledger
+        # contract publication (``rollout``): the write sequence of the set marker; the
+        # results that name the published generation (tg-contract-generation); virtual time
+        # spans in which the contracts topic could not be read to its end (stalled, failing,
+        # or the broker refusing); results whose rejection as behind or unknown those excuse
+        self.published: int | None = None
+        self.names_generation: set[str] = set()
+        self.contracts_unreadable: list[list[float]] = []
+        self.contracts_excused: set[str] = set()
+        self.contracts_checked = 0  # committed decisions of results published before them
         # intake origin -> (kind, request index, write sequence); requests records' sequences
         self.written: dict[str, tuple[str, int, int]] = {}
         self.requests_written: dict[tuple[int, int], int] = {}  # (partition, offset) -> sequence
@@ -559,7 +657,18 @@ class World:
             restore_hook=self._restore_hook,
             # The sweep's and the stall watchdog's clock: virtual time, as every other wait.
             monotonic=self.loop.time,
+            # No contract source but the published one's (``rollout``): the folder's is not
+            # read (no file system in a schedule), and reloads come from the topic only.
+            contract_source=_NO_SOURCE,
+            contracts_catch_up_seconds=CONTRACTS_CATCH_UP_S,
         )
+        gate_factory = None
+        if self.profile.publish:
+            source = SimContractSource(
+                T.contracts, clients, self.gate, reader_class=self.worker_class.contracts_reader_class
+            )
+            options.contract_source = source
+            gate_factory = source.gate
         loop = self.loop
         worker = self.worker_class(
             CONFIG,
@@ -568,6 +677,7 @@ class World:
             options=options,
             metrics=_metrics(),
             clients=clients,
+            gate_factory=gate_factory,
         )
         node = Node(len(self.nodes), clients, worker)
         worker.node = node
@@ -676,15 +786,14 @@ class World:
             await self._hook(operation, clients, client)
             return
         choices = self.choices
+        aim = self._aim(operation, client)
+        calling.set(client)
         if self.profile.wake_zombie and operation == "init" and not self.healed and self._wake_zombie(client):
             # The take-over's start reaches the broker a moment later: the zombie's commit,
             # on its way, comes first or not.
             await asyncio.sleep(0.001 * choices.draw(30, 0.9, "take-over delayed"))
         if not self.healed:
-            aim = operation
-            if operation == "end_offsets" and wait_failures.get() is not None and "catch_up" in self.events:
-                aim = "catch_up"
-            events = self.events.get(aim) or self.events[""]
+            events = self.events.get(aim) or self.events.get(operation) or self.events[""]
             event = choices.pick(
                 events[1], lambda i: f"{events[0][i - 1]} at {operation} of node {node.index}"
             )
@@ -706,7 +815,9 @@ class World:
                         member.rebalance_pending = True
                 elif kind not in ("crash", "pause", "outage") and self._inject(kind, client, node):
                     self.faults[kind] += 1
-        p_latency, top = self.profile.latency.get(operation, (P_LATENCY, LATENCY_MS))
+        p_latency, top = self.profile.latency.get(aim) or self.profile.latency.get(
+            operation, (P_LATENCY, LATENCY_MS)
+        )
         latency = choices.draw(top + 1, p_latency, "latency")
         if latency:
             await asyncio.sleep(latency / 1000)
@@ -714,6 +825,50 @@ class World:
             await asyncio.sleep(0)
         if node.state != "live":  # paused or killed while the call was on its way
             await self._hook(operation, clients, client)
+
+    def _aim(self, operation: str, client: Any) -> str:
+        """What a profile may aim faults and latencies at: a result's wait for its request
+        (``catch_up``), a contracts source's lookups and polls (``contracts``,
+        ``contracts_read``), else the operation itself."""
+        if operation == "end_offsets" and wait_failures.get() is not None:
+            return "catch_up"
+        if getattr(client, "sim_contracts", False):
+            return _CONTRACTS_AIMS.get(operation, operation)
+        return operation
+
+    def contracts_failed(self) -> None:
+        """A call of a contracts source failed: it may lag while it backs off."""
+        now = self.loop.time()
+        self.contracts_unreadable.append([now, now + CONTRACTS_FAILING_S])
+
+    def contracts_unread(self, began: float, ended: float) -> bool:
+        """Whether the contracts topic could not be read to its end at some time between
+        ``began`` and ``ended`` (stalled, failing, or the broker refusing)."""
+        spans = list(self.contracts_unreadable)
+        if self.outages:  # its refused reads back off up to that long after it
+            spans.append([self.outage_from, self.outage_until + CONTRACTS_FAILING_S])
+        return any(start <= ended and (end < 0 or end >= began) for start, end in spans)
+
+    def _publish(self, sequence: int) -> None:
+        """The set marker is written: from now on its version decides. Its readers may lag
+        (the topic's reads stall a while) or be cut off (until the world heals)."""
+        self.published = sequence
+        lag = self.choices.draw(30, self.profile.contracts_lag, "contracts lag")
+        cut = not lag and self.choices.chance(self.profile.contracts_cut, "contracts cut off")
+        if not (lag or cut):
+            return
+        self.faults["contracts_lag" if lag else "contracts_cut"] += 1
+        span = [self.loop.time(), -1.0]
+        self.contracts_unreadable.append(span)
+        self.broker.stall(T.contracts)
+        if lag:
+            self.loop.call_later(0.05 * lag, self._serve_contracts, span)
+        else:
+            self.cut = span
+
+    def _serve_contracts(self, span: list[float]) -> None:
+        span[1] = self.loop.time()
+        self.broker.unstall(T.contracts)
 
     def _wake_zombie(self, producer: Any) -> bool:
         """A node paused with a transaction open on the transactional id ``producer`` is
@@ -744,6 +899,7 @@ class World:
         self.faults["outage"] += 1
         low, high = OUTAGE_S
         seconds = low + (high - low) * self.choices.draw(101, 1.0, "outage for") / 100
+        self.outage_from = self.loop.time()
         self.outage_until = self.loop.time() + seconds
         served = self.served = self.loop.create_future()
 
@@ -843,14 +999,30 @@ class World:
             elif kind == "tombstone":
                 written = self.broker.append(T.requests, None, key=key)
                 self.requests_written[(written.partition, written.offset)] = sequence
+            elif kind == "version":
+                self.broker.append(T.contracts, version_record(), key=VERSION_KEY)
+            elif kind == "marker":
+                self.broker.append(T.contracts, marker_record(), key=SET_KEY)
+                self._publish(sequence)
             else:
                 data = {"decision": "rejected"} if kind == "bad" else {}
                 value = dict(review_value(**data), request_id=rid(i))
                 if kind == "bad":
                     value["data"]["reviewed_by"] = 7  # the schema refuses it
-                msg = message(value, key=key, tg_request_id=rid(i))
+                msg = message(
+                    value,
+                    key=key,
+                    tg_request_id=rid(i),
+                    # a result of the adapter only the published version decides; "v2g": its
+                    # issuer saw the published generation
+                    tg_adapter_version=ADAPTER_VERSION if kind in ("v2", "v2g") else "1.0.0",
+                    tg_contract_generation=str(GENERATION) if kind == "v2g" else None,
+                )
                 written = self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
-                self.written[f"{T.intake}/{written.partition}/{written.offset}"] = (kind, i, sequence)
+                origin = f"{T.intake}/{written.partition}/{written.offset}"
+                self.written[origin] = ("v2" if kind == "v2g" else kind, i, sequence)
+                if kind == "v2g":
+                    self.names_generation.add(origin)
 
     # --- invariants ------------------------------------------------------------------
 
@@ -886,6 +1058,7 @@ class World:
                 f"returned although its {', '.join(failed)} call failed",
             )
         owed = node.required.get(partition, {}).get(T.requests, set())
+        wait = contracts_wait.get()
         self.oracle.capture(
             node.index,
             owned.tp,
@@ -893,6 +1066,9 @@ class World:
             keys,
             node.applied.get((T.requests, partition), set()) | owed,
             node.must.get(partition, 0),
+            owned.uses.gate(),
+            # Its source could not be read to its end during its catch-up, or it was paused.
+            node.stale or (wait is not None and self.contracts_unread(*wait)),
         )
         if node.stale or node.state != "live" or self._fenced(owned):
             return
@@ -1047,6 +1223,8 @@ class World:
             if r.txn == txn_id and not r.control
         ]
         decisions = [e for e in decisions if e.get("kind") == "decision"]
+        node = self.txn_node.get(txn_id)
+        self.check_contract_sets(txn_id, node, decisions)
         acceptances = self.acceptances
         self.oracle.verdicts(
             self.txn_node.get(txn_id),
@@ -1068,6 +1246,60 @@ class World:
                     f"partition {tp.partition} committed to {offset} with {undecided[:5]} undecided "
                     f"(transaction {txn_id} of {txn.transactional_id})",
                 )
+
+    def check_contract_sets(self, txn_id: int, node: int | None, decisions: list[dict[str, Any]]) -> None:
+        """Each decision names the contract set that made it (invariant 18: every agent,
+        quarantine and audit record of the transaction carries the label of the set the
+        node decided its batch with), and no valid result is rejected as unknown once its
+        contract was published before it (invariant 17: a result of the published version,
+        written after the set marker, is rejected ``UNKNOWN_*`` or ``CONTRACTS_BEHIND`` only
+        when its node's source could not be read to its end during its catch-up, and then,
+        when the result named the published generation, only ``CONTRACTS_BEHIND``)."""
+        if not decisions or node is None:
+            return
+        seen = [self.oracle.seen.get((node, event["origin"])) for event in decisions]
+        labels = {s.gate.contracts.label for s in seen if s is not None and s.gate is not None}
+        if len(labels) == 1:
+            (label,) = labels
+            for topic in (T.agent, T.quarantine, T.audit):
+                for part in self.broker.logs[topic]:
+                    for r in part:
+                        if r.txn != txn_id or r.control:
+                            continue
+                        named = dict(r.headers).get(CONTRACT_SET_HEADER, b"").decode()
+                        if named != label:
+                            self.fail(
+                                "each decision names the set that made it",
+                                f"a {topic} record of node {node}'s transaction names {named or 'no set'} "
+                                f"but its batch was decided with {label}",
+                            )
+        published = self.published
+        if published is None:
+            return
+        for event, view in zip(decisions, seen, strict=True):
+            origin = event["origin"]
+            kind, _, sequence = self.written.get(origin, ("", 0, -1))
+            if kind != "v2" or sequence < published:
+                continue
+            self.contracts_checked += 1
+            code = event.get("code")
+            if event["outcome"] != "rejected" or code not in _BEHIND_CODES:
+                continue
+            names = origin in self.names_generation
+            if view is not None and view.behind:
+                if names and code != "CONTRACTS_BEHIND":
+                    self.fail(
+                        "a set that knows it is behind answers retryable",
+                        f"{origin} named generation {GENERATION}, and node {node}'s source could not "
+                        f"catch up: rejected {code} (final) instead of CONTRACTS_BEHIND",
+                    )
+                self.contracts_excused.add(origin)
+                continue
+            self.fail(
+                "no valid result is rejected as unknown once its contract was published before it",
+                f"{origin} (written after the set marker{', naming its generation' if names else ''}) "
+                f"rejected {code} by node {node}, whose contracts source could be read to its end",
+            )
 
     def _count_decisions(self, txn_id: int) -> None:
         for topic in (T.audit, T.quarantine):
@@ -1161,7 +1393,7 @@ class World:
             outcome = self.outcome_of.get(origin)
             if kind == "bad" and outcome != "rejected":
                 self.fail("every invalid result has its rejection", f"{origin}: {outcome}")
-            if kind != "result" and outcome not in (None, "rejected"):
+            if kind not in ("result", "v2") and outcome not in (None, "rejected"):
                 self.fail("a success answers a valid result", f"{origin} ({kind}): {outcome}")
         for p, log in enumerate(self.broker.logs[T.requests]):
             last: dict[bytes, Any] = {}
@@ -1174,15 +1406,20 @@ class World:
                 request_id = key.decode()
                 attempt = int(json.loads(record.value)["attempt"])
                 since = self.requests_written[(p, record.offset)]
+                # A result of the published version is valid once its set marker came first.
+                published = -1 if self.published is None else self.published
                 fresh = [
                     origin
                     for origin, (kind, i, sequence) in self.written.items()
-                    if kind == "result" and rid(i) == request_id and sequence > since
+                    if rid(i) == request_id
+                    and sequence > since
+                    and (kind == "result" or (kind == "v2" and 0 <= published <= sequence))
                 ]
                 if not fresh or self.successes[(request_id, attempt)] == 1:
                     continue
                 if self.successes[(request_id, attempt)] == 0 and all(
-                    self.oracle.sanctioned(origin, attempt) for origin in fresh
+                    self.oracle.sanctioned(origin, attempt) or origin in self.contracts_excused
+                    for origin in fresh
                 ):
                     self.excused += 1
                     continue
@@ -1197,7 +1434,10 @@ class World:
     async def main(self) -> None:
         for _ in range(NODES):
             self.start_node()
-        writer = asyncio.ensure_future(self.write_traffic(traffic(self.seed, kind=self.profile.traffic)))
+        plan = traffic(self.seed, kind=self.profile.traffic)
+        if self.profile.publish:
+            plan = rollout(plan, self.seed)
+        writer = asyncio.ensure_future(self.write_traffic(plan))
         if self.profile.outage:  # at a commit or a send (drawn there), else at the end of the faults
             self.loop.call_later(FAULT_PHASE_S - 0.1, lambda: None if self.outages else self._outage())
         await self._wait(FAULT_PHASE_S)
@@ -1206,6 +1446,8 @@ class World:
             await self._wait(1.0)
         self.healed = True
         self.healed_at = self.loop.time()
+        if self.cut is not None:
+            self._serve_contracts(self.cut)
         for node in self.nodes:
             if node.state == "paused":
                 self._resume(node)
@@ -1240,6 +1482,7 @@ class World:
 
 
 _METRICS: list[Metrics] = []
+_NO_SOURCE = ContractSource([])
 
 
 def _metrics() -> Metrics:
@@ -1248,6 +1491,9 @@ def _metrics() -> Metrics:
     if not _METRICS:
         _METRICS.append(Metrics())
     return _METRICS[0]
+
+
+_BEHIND_CODES = frozenset({"UNKNOWN_TOOL", "UNKNOWN_CONTRACT_VERSION", "CONTRACTS_BEHIND"})
 
 
 def note_failure(operation: str) -> None:
@@ -1278,6 +1524,7 @@ class Outcome:
     checked: int = 0  # committed decisions the oracle compared with the gate's verdict
     excused: int = 0  # fresh attempts their deciding node could not see (World.check_progress)
     changelogs: int = 0  # partitions whose changelog, not empty, equalled their owner's ledger at the end
+    contracts: int = 0  # committed decisions of results whose contract was published before them
 
 
 @contextlib.contextmanager
@@ -1334,4 +1581,5 @@ def run_schedule(
         world.oracle.checked,
         world.excused,
         world.changelogs_checked,
+        world.contracts_checked,
     )

@@ -86,6 +86,8 @@ class TestSchedules:
         # The pipelined loop's states: a partition paused with its queue full, and one revoked
         # while its transaction is in flight.
         kinds |= {"queue_full", "revoke_in_flight"}
+        # The rollout profile's contracts topic: its reads lag, or are cut off until healed.
+        kinds |= {"contracts_lag", "contracts_cut"}
         assert {kind for kind in kinds if not faults.get(kind)} == set(), out[-4000:]
         seeds = range(FIRST_SEED, FIRST_SEED + SCHEDULES)
         assert {profile_of(seed).name for seed in seeds} == {p.name for p in PROFILES}
@@ -99,6 +101,11 @@ class TestSchedules:
         match = re.search(r"(\d+) state changelog partitions equal to their owner's ledger", out)
         assert match is not None, out[-4000:]
         assert int(match[1]) >= SCHEDULES
+        # Results of a published contract version, written after its set marker, were decided
+        # and committed, and checked against the set that decided them (invariants 17, 18).
+        match = re.search(r"(\d+) decisions of results whose contract was published before them", out)
+        assert match is not None, out[-4000:]
+        assert int(match[1]) >= SCHEDULES // len(PROFILES)
 
     def test_a_seed_runs_the_same_schedule_every_time(self, gate: Gate) -> None:
         """The same seed makes the same choices and injects the same faults."""
@@ -193,6 +200,35 @@ class TestWaitsAndAbortedState:
                 for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
             )
         assert found, f"{invariant!r} broken in none of {BUG_BOUND} schedules"
+
+
+UNKNOWN_AFTER_PUBLISHED = "no valid result is rejected as unknown once its contract was published before it"
+
+
+class TestContractPublication:
+    """A contract version published to the contracts topic while its results flow: no
+    valid result is rejected as unknown once its contract was published before it, a
+    worker that knows it is behind answers retryable, and each decision names the set that
+    made it. Each planted bug of the contracts catch-up is found by the invariant of its
+    class."""
+
+    @pytest.mark.parametrize(
+        ("bug", "invariant"),
+        [
+            ("unknown-without-catching-up", UNKNOWN_AFTER_PUBLISHED),
+            ("catch-up-to-stale-end", UNKNOWN_AFTER_PUBLISHED),
+            ("header-names-wrong-set", "each decision names the set that made it"),
+            ("old-set-after-bound", "a set that knows it is behind answers retryable"),
+        ],
+    )
+    def test_the_planted_bug_breaks_its_invariant(
+        self, bug_hunt: dict[str, tuple[int, str] | None], bug: str, invariant: str
+    ) -> None:
+        """The first schedule that finds the planted bug breaks the contracts invariant it
+        was planted for."""
+        hit = bug_hunt.get(bug)
+        assert hit is not None, f"{bug} not found in {BUG_BOUND} schedules"
+        assert hit[1] == invariant
 
 
 class TestPlantedBugs:
