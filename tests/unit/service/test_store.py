@@ -31,6 +31,8 @@ def request_bytes(rid: str, minutes: int = 5, **extra: object) -> bytes:
 
 
 class TestRequestTable:
+    """Requests are decoded strictly, held until their tombstone or expiry, and bounded."""
+
     def test_record_then_tombstone(self) -> None:
         """A request record is held until its tombstone."""
         table = RequestTable()
@@ -215,6 +217,8 @@ class TestTopicReaderFromATime:
 
 
 class TestRequestTableReads:
+    """Membership and expiry are read from the stored form, no record rebuilt."""
+
     def test_membership_and_expiry_without_rebuilding(self) -> None:
         """``in`` and expires_at() answer from the stored form, equal to the rebuilt record's."""
         table = RequestTable()

@@ -84,6 +84,8 @@ def _applied(raw: bytes) -> tuple[RequestRecord, RequestTable]:
 
 
 class TestPackedForm:
+    """A packed request rebuilds to the record it was applied as, with its home partition."""
+
     @_ci
     @given(requests())
     def test_get_returns_the_record_applied(self, raw: bytes) -> None:
@@ -174,6 +176,8 @@ operations = st.lists(
 
 
 class TestExpiryIndex:
+    """Expiry through the index evicts exactly what a full scan would, decoded or packed."""
+
     @_ci
     @given(operations, st.integers(2, 20))
     def test_sweeps_match_a_full_scan(self, ops: list[tuple[object, ...]], cap: int) -> None:
