@@ -127,6 +127,10 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     # activated, a mounted ConfigMap or Secret updated in place); a change reloads them as
     # SIGHUP does. 0: only on SIGHUP. At most a day. TOOLGATE_CONTRACTS_WATCH_SECONDS.
     contracts_watch_seconds: Annotated[float, msgspec.Meta(ge=0, le=86_400)] = 2.0
+    # The names of the variables of its own environment `toolgate mcp-proxy` passes to a stdio
+    # upstream, comma-separated (beside any --upstream-env NAME): never the whole environment.
+    # TOOLGATE_MCP_UPSTREAM_ENV.
+    mcp_upstream_env: str = ""
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)
