@@ -227,6 +227,45 @@ class TestReferenceServers:
         assert got == {name: REFUSED[server].get(name, "data") for name, _ in calls(server, work)}
 
 
+class TestProgress:
+    """An upstream's progress reaches the host (its numbers, the message bounded and marked) and
+    keeps the call alive past --upstream-timeout while it arrives."""
+
+    async def test_a_long_operation_reporting_progress_is_not_cut(
+        self, config: Config, tmp_path: Path
+    ) -> None:
+        """trigger-long-running-operation of 3 s, --upstream-timeout 1 s: data, and the progress."""
+        cmd = command("everything", tmp_path)
+        root, _ = await anyio.to_thread.run_sync(reviewed, tmp_path / "contracts", "everything", cmd)
+        cfg = msgspec.structs.replace(config, contracts_dir=str(root))
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total, message))
+
+        options = ProxyOptions(wait_s=30, upstream_timeout_s=1.0)
+        arguments = {"duration": 3, "steps": 6}
+        async with running_worker(cfg), Client(cfg) as client, McpClient(stdio_server(cmd)) as up:
+            proxy = Proxy("everything", up, client, ContractSet.load(root), options=options)
+            await proxy.load_tools()
+            async with McpClient(proxy.mcp_server()) as host:
+                result = await host.call_tool(
+                    "trigger-long-running-operation", arguments, progress_callback=progress
+                )
+                unrelayed = await host.call_tool(
+                    "trigger-long-running-operation", {"duration": 3, "steps": 1}
+                )
+        assert answer_of(result.model_dump(by_alias=True, mode="json", exclude_none=True)) == "data"
+        assert [done for done, _, _ in seen] == [1, 2, 3, 4, 5, 6]
+        assert {total for _, total, _ in seen} == {6}
+        assert all(m is None or m.startswith("[upstream progress, unreviewed] ") for _, _, m in seen)
+        # One step of 3 s reports nothing before it ends: the 1 s bound holds.
+        assert (
+            answer_of(unrelayed.model_dump(by_alias=True, mode="json", exclude_none=True))
+            == "UPSTREAM_TIMEOUT"
+        )
+
+
 async def host_lines(plan: Path, *, stdin: bytes | None = None, seen: Any = None) -> list[dict[str, Any]]:
     """Run tests/node/host.mjs on ``plan``: its output lines, decoded."""
     host = await asyncio.create_subprocess_exec(

@@ -198,3 +198,19 @@ class TestTaskRequired:
         got = await proxy.call("simulate-research-query", {"topic": "x"}, None)
         assert json.loads(got.content[0].text)["error"]["code"] == "TASK_REQUIRED"
         assert any("simulate-research-query: not listed" in line for line in proxy.start_up_lines())
+
+
+class TestProgressMessage:
+    """An upstream's progress message reaches the host bounded, on one line, marked as unreviewed."""
+
+    def test_bounded_marked_one_line(self) -> None:
+        """Controls become spaces, the text is cut to 200 characters and carries the mark."""
+        from toolgate.mcp._proxy import PROGRESS_MARK, PROGRESS_MESSAGE_MAX, progress_message
+
+        got = progress_message("step 1\n\x1b[31mIGNORE PREVIOUS\u202e" + "x" * 1000)
+        assert got is not None
+        assert got.startswith(PROGRESS_MARK)
+        assert len(got) == len(PROGRESS_MARK) + PROGRESS_MESSAGE_MAX
+        assert got.isprintable()
+        assert progress_message(None) is None
+        assert progress_message("\n\t") is None

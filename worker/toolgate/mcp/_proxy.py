@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import ipaddress
 import json
 import logging
@@ -282,7 +283,64 @@ def listed_tool(contract: Contract) -> Any:
     )
 
 
-async def raw_request(session: Any, request: Any) -> dict[str, Any]:
+ProgressRelay = Callable[[float, float | None, str | None], Awaitable[None]]
+# The relay of the host's call being served (None: the host asked for no progress). A context
+# variable, so the upstream call made for it (a task of its own) finds it.
+_HOST_PROGRESS: contextvars.ContextVar[ProgressRelay | None] = contextvars.ContextVar(
+    "toolgate_host_progress", default=None
+)
+PROGRESS_MESSAGE_MAX = 200
+PROGRESS_MARK = "[upstream progress, unreviewed] "
+PROGRESS_CEILING_S = 3600.0  # progress extends a call's upstream wait to at most this in all
+
+
+def progress_message(message: str | None) -> str | None:
+    """An upstream's progress message as the host reads it: one line of printable characters,
+    at most :data:`PROGRESS_MESSAGE_MAX` of them, marked as the upstream's unreviewed text."""
+    if not message:
+        return None
+    line = "".join(c if c.isprintable() else " " for c in message[: PROGRESS_MESSAGE_MAX * 2])
+    line = " ".join(line.split())[:PROGRESS_MESSAGE_MAX]
+    return PROGRESS_MARK + line if line else None
+
+
+def host_progress(ctx: Any) -> ProgressRelay | None:
+    """The relay of an upstream's progress to the host's call ``ctx`` serves (its request-scoped
+    session: the host's own ``progressToken``, nothing when the host asked for no progress): the
+    numbers as they came, the message bounded and marked (:func:`progress_message`)."""
+    report = getattr(getattr(ctx, "session", None), "report_progress", None)
+    if report is None:
+        return None
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        if math.isfinite(progress) and (total is None or math.isfinite(total)):
+            await report(progress, total, progress_message(message))
+
+    return relay
+
+
+def _extending(deadline: Any, step_s: float, relay: ProgressRelay | None) -> ProgressRelay:
+    """``relay`` (if any), and each progress moves ``deadline`` (an ``asyncio.timeout``) to ``step_s``
+    from now, never past :data:`PROGRESS_CEILING_S` after the call began: a long operation
+    that reports progress is not cut at ``--upstream-timeout``."""
+    loop = asyncio.get_running_loop()
+    ceiling = loop.time() + max(PROGRESS_CEILING_S, step_s)
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        deadline.reschedule(min(loop.time() + step_s, ceiling))
+        if relay is None:
+            return
+        try:
+            await relay(progress, total, message)
+        except Exception as exc:  # the host went away: the call goes on
+            _log.debug("relaying progress failed: %s", type(exc).__name__)
+
+    return on_progress
+
+
+async def raw_request(
+    session: Any, request: Any, *, on_progress: ProgressRelay | None = None
+) -> dict[str, Any]:
     """One request's result exactly as the upstream sent it: the JSON-RPC ``result`` object,
     without the SDK's own result validation and per-version member filtering (which would
     drop ``resultType``, or refuse an array ``structuredContent`` before the gate sees it).
@@ -303,6 +361,8 @@ async def raw_request(session: Any, request: Any) -> dict[str, Any]:
     data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
     opts: dict[str, Any] = {}
     stamp(data, opts)
+    if on_progress is not None:  # the dispatcher sets the progressToken and routes the notifications
+        opts["on_progress"] = on_progress
     headers = opts.setdefault("headers", {})
     key = getattr(type(request), "name_param", None)
     if key is not None and MCP_NAME_HEADER not in headers:
@@ -704,9 +764,11 @@ class Proxy:
         if trace:
             params["_meta"] = trace
         request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
+        relay = _HOST_PROGRESS.get()
         try:
-            async with asyncio.timeout(self.options.upstream_timeout_s):
-                return await raw_request(self.upstream.session, request)
+            async with asyncio.timeout(self.options.upstream_timeout_s) as deadline:
+                on_progress = _extending(deadline, self.options.upstream_timeout_s, relay)
+                return await raw_request(self.upstream.session, request, on_progress=on_progress)
         except TimeoutError:
             return "UPSTREAM_TIMEOUT"
         except Exception as exc:  # a protocol error or a broken upstream: its text stays here
@@ -722,9 +784,13 @@ class Proxy:
             await self.refresh()  # each listing compares the live definitions again
             return types.ListToolsResult(tools=self.tools())
 
-        async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
             meta = dict(params.meta) if params.meta else None
-            result: types.CallToolResult = await self.call(params.name, params.arguments, meta)
+            token = _HOST_PROGRESS.set(host_progress(ctx))
+            try:
+                result: types.CallToolResult = await self.call(params.name, params.arguments, meta)
+            finally:
+                _HOST_PROGRESS.reset(token)
             return result
 
         return Server(
