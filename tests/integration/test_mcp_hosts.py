@@ -165,6 +165,17 @@ def reviewed(root: Path, server: str, cmd: list[str]) -> tuple[Path, list[dict[s
     return root, tools
 
 
+async def set_up(
+    server: str, config: Config, tmp_path: Path
+) -> tuple[Path, list[str], Path, list[dict[str, Any]], Config]:
+    """The server's folder, its command, its reviewed contracts, its listing, and the
+    configuration naming those contracts."""
+    work = workdir(tmp_path, server)
+    cmd = command(server, work)
+    root, tools = await anyio.to_thread.run_sync(reviewed, tmp_path / "contracts", server, cmd)
+    return work, cmd, root, tools, msgspec.structs.replace(config, contracts_dir=str(root))
+
+
 def answer_of(result: dict[str, Any]) -> str:
     """``data`` when the result carries the tool's data, else the proxy's code."""
     if result.get("isError"):
@@ -181,10 +192,7 @@ class TestReferenceServers:
     @pytest.mark.parametrize("server", SERVERS)
     async def test_python_sdk_host(self, server: str, config: Config, tmp_path: Path) -> None:
         """The MCP SDK's client, through the in-process proxy, gets data or the documented refusal."""
-        work = workdir(tmp_path, server)
-        cmd = command(server, work)
-        root, tools = await anyio.to_thread.run_sync(reviewed, tmp_path / "contracts", server, cmd)
-        cfg = msgspec.structs.replace(config, contracts_dir=str(root))
+        work, cmd, root, tools, cfg = await set_up(server, config, tmp_path)
         got: dict[str, str] = {}
         env = {"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}
         target = with_upstream_env(stdio_server(cmd), ["MEMORY_FILE_PATH"], env)
@@ -204,10 +212,7 @@ class TestReferenceServers:
     @pytest.mark.parametrize("server", SERVERS)
     async def test_typescript_sdk_host(self, server: str, config: Config, tmp_path: Path) -> None:
         """The TypeScript SDK's client, starting toolgate mcp-proxy as its server, gets the same."""
-        work = workdir(tmp_path, server)
-        cmd = command(server, work)
-        root, tools = await anyio.to_thread.run_sync(reviewed, tmp_path / "contracts", server, cmd)
-        cfg = msgspec.structs.replace(config, contracts_dir=str(root))
+        work, cmd, root, tools, cfg = await set_up(server, config, tmp_path)
         plan = {
             "command": str(BIN / "toolgate"),
             "args": ["mcp-proxy", "--server", server, "--upstream-command", shlex.join(cmd)],

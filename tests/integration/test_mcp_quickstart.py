@@ -178,18 +178,17 @@ async def _host_entry(cwd: Path, env: dict[str, str]) -> tuple[dict[str, Any], l
     server = StdioServerParameters(
         command=here(entry["command"]), args=[here(a) for a in entry["args"]], env=server_env
     )
-    with anyio.fail_after(120):
-        async with McpClient(server) as host:
-            listed = [tool.name for tool in (await host.list_tools()).tools]
-            result = await host.call_tool("get_current_time", {"timezone": "Europe/Paris"})
-    dumped: dict[str, Any] = result.model_dump(by_alias=True, mode="json")
-    return dumped, listed
+    return await _call_time(server)
 
 
 async def _host(line: str, cwd: Path, env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
     """An MCP host (the SDK's client) that starts the documented server command and calls the tool."""
     argv = shlex.split(line)
-    server = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd))
+    return await _call_time(StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd)))
+
+
+async def _call_time(server: StdioServerParameters) -> tuple[dict[str, Any], list[str]]:
+    """Start ``server`` as a host does, list its tools and call get_current_time for Paris."""
     with anyio.fail_after(120):
         async with McpClient(server) as host:
             listed = [tool.name for tool in (await host.list_tools()).tools]
