@@ -108,7 +108,7 @@ def advertised(tmp_path: Path, server: str) -> dict[str, Any]:
     proxy = Proxy(server, None, cast(Any, None), contracts)
     proxy.evaluate(listing(server))
     out: dict[str, Any] = {}
-    for tool in proxy.tools():
+    for tool in [served.tool for served in proxy.served.values()]:  # the task-only one too
         dumped = tool.model_dump(by_alias=True, mode="json", exclude_none=True)
         out[f"{tool.name} inputSchema"] = dumped["inputSchema"]
         if "outputSchema" in dumped:
