@@ -14,6 +14,7 @@ the ``demo`` contracts folder they make is the test's own.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -42,7 +43,8 @@ def quick_start() -> tuple[list[str], str, list[str]]:
     """(the commands before the review, the review's file, the commands after it), from the page."""
     text = PAGE.read_text(encoding="utf-8")
     section = text.split("## Quick start", 1)[1].split("**Review.**", 1)[0]
-    blocks = re.findall(r"```\n(.*?)```", section, re.DOTALL)
+    fenced = re.findall(r"^```(\w*)\n(.*?)^```$", section, re.DOTALL | re.MULTILINE)
+    blocks = [body for language, body in fenced if not language]  # the commands: no language
     assert len(blocks) >= 2, "the quick start has a block before the review and one after it"
     before, after = ([_command(line) for line in block.splitlines() if line.strip()] for block in blocks[:2])
     review = re.search(r"in `([^`]+/contract\.yaml)`\s+change `status: draft` to `status: active`", section)
@@ -99,8 +101,9 @@ class TestQuickStart:
     def test_the_documented_commands_give_the_host_a_validated_result(
         self, private: tuple[Config, dict[str, str]], tmp_path: Path
     ) -> None:
-        """Five commands and the review: the host lists get_current_time and its call is answered
-        with the structured result the gate decided."""
+        """Five commands and the review: lint exits 0 after the documented edit, and the host (the
+        commands, the page's mcpServers entry, the page's SDK host) gets the structured result the
+        gate decided."""
         config, env = private
         before, review_file, after = quick_start()
         assert len(before) + len(after) <= 5
@@ -117,7 +120,10 @@ class TestQuickStart:
         contract = tmp_path / review_file
         text = contract.read_text()
         assert "\nstatus: draft\n" in text
-        contract.write_text(text.replace("\nstatus: draft\n", "\nstatus: active\n"))
+        contract.write_text(text.replace("\nstatus: draft\n", "\n" + page_block("yaml")))
+        lint = _run("toolgate contracts lint --contracts demo", tmp_path, env)
+        assert lint.returncode == 0, lint.stdout + lint.stderr  # the documented edit settles it
+        assert "0 findings" in lint.stdout
 
         run_line, proxy_line = after
         assert run_line.endswith("&")
@@ -133,6 +139,9 @@ class TestQuickStart:
         try:
             _await_line(log, "state restored", worker, 90)
             result, listed = anyio.run(_host, proxy_line, tmp_path, env)
+            entry, _ = anyio.run(_host_entry, tmp_path, env)
+            (tmp_path / "host.py").write_text(page_block("python"))
+            snippet = _run(f"{VENV_BIN / 'python'} host.py", tmp_path, env)
         finally:
             worker.terminate()
             worker.wait(60)
@@ -142,12 +151,44 @@ class TestQuickStart:
         assert data["timezone"] == "Europe/Paris"
         assert isinstance(data["is_dst"], bool)
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", data["datetime"])
+        assert entry["structuredContent"]["timezone"] == "Europe/Paris"  # the mcpServers entry
+        assert snippet.returncode == 0, snippet.stderr[-2000:]
+        assert "'timezone': 'Europe/Paris'" in snippet.stdout  # the SDK host of the page
+
+
+def page_block(language: str) -> str:
+    """The quick start's first block fenced as ``language``."""
+    section = PAGE.read_text(encoding="utf-8").split("## Quick start", 1)[1].split("**Review.**", 1)[0]
+    found = re.search(rf"^```{language}\n(.*?)^```$", section, re.DOTALL | re.MULTILINE)
+    assert found, f"the quick start has a {language} block"
+    return found.group(1)
+
+
+async def _host_entry(cwd: Path, env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The page's ``mcpServers`` entry, its paths this clone's, started as a host starts it."""
+    entry = json.loads(page_block("json"))["mcpServers"]["time"]
+    clone = str(VENV_BIN.parent.parent)
+
+    def here(text: str) -> str:
+        text = text.replace("/path/to/toolgate/.venv/bin", str(VENV_BIN))
+        return text.replace("/path/to/toolgate/demo", str(cwd / "demo")).replace("/path/to/toolgate", clone)
+
+    # The entry's env, then the private topics and group this test runs on (what the page says to add).
+    server_env = {**entry["env"], **{k: v for k, v in env.items() if k.startswith("TOOLGATE_")}}
+    server = StdioServerParameters(
+        command=here(entry["command"]), args=[here(a) for a in entry["args"]], env=server_env
+    )
+    return await _call_time(server)
 
 
 async def _host(line: str, cwd: Path, env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
     """An MCP host (the SDK's client) that starts the documented server command and calls the tool."""
     argv = shlex.split(line)
-    server = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd))
+    return await _call_time(StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd)))
+
+
+async def _call_time(server: StdioServerParameters) -> tuple[dict[str, Any], list[str]]:
+    """Start ``server`` as a host does, list its tools and call get_current_time for Paris."""
     with anyio.fail_after(120):
         async with McpClient(server) as host:
             listed = [tool.name for tool in (await host.list_tools()).tools]

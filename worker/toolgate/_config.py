@@ -143,6 +143,10 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     # heard from for three times this long is no longer live. At least 1, at most 3600.
     # TOOLGATE_MEMBERS_REFRESH_SECONDS.
     members_refresh_seconds: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 10.0
+    # The names of the variables of its own environment `toolgate mcp-proxy` passes to a stdio
+    # upstream, comma-separated (beside any --upstream-env NAME): never the whole environment.
+    # TOOLGATE_MCP_UPSTREAM_ENV.
+    mcp_upstream_env: str = ""
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)

@@ -333,6 +333,7 @@ BROKER_COMMANDS = [
 def _toolgate(argv: list[str], port: int) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
     env["TOOLGATE_BOOTSTRAP"] = f"127.0.0.1:{port}"
+    env["TOOLGATE_METRICS_PORT"] = "0"  # a free port: 9464 may be make run's demo worker's
     return subprocess.run(
         [sys.executable, "-m", "toolgate.cli", *argv],
         capture_output=True,
@@ -370,6 +371,24 @@ class TestBrokerDown:
             "(is it running? --bootstrap or TOOLGATE_BOOTSTRAP names it)"
         ]
         assert "Traceback" not in done.stderr
+
+    def test_run_while_the_default_metrics_port_is_held(self) -> None:
+        """Another process on 127.0.0.1:9464 (make run's demo worker) changes nothing here."""
+        holder = socket.socket()
+        try:
+            holder.bind(("127.0.0.1", 9464))  # held by this test, or by someone else already
+            holder.listen()
+        except OSError:
+            pass
+        try:
+            done = _toolgate(
+                ["run", "--burst", "--keyring", "contracts/fixtures-keyring.toml"], _closed_port()
+            )
+        finally:
+            holder.close()
+        assert done.returncode == 2, done.stderr
+        assert "address already in use" not in done.stderr
+        assert "cannot reach the Kafka broker" in done.stderr
 
     @pytest.mark.parametrize("case", ["contracts", "config", "keyring"])
     def test_run_bad_input_is_one_json_line(self, case: str, tmp_path: Path) -> None:

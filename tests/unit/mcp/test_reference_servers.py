@@ -4,6 +4,7 @@ and the proxy's start-up, without a broker."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any, cast
@@ -107,7 +108,7 @@ def advertised(tmp_path: Path, server: str) -> dict[str, Any]:
     proxy = Proxy(server, None, cast(Any, None), contracts)
     proxy.evaluate(listing(server))
     out: dict[str, Any] = {}
-    for tool in proxy.tools():
+    for tool in [served.tool for served in proxy.served.values()]:  # the task-only one too
         dumped = tool.model_dump(by_alias=True, mode="json", exclude_none=True)
         out[f"{tool.name} inputSchema"] = dumped["inputSchema"]
         if "outputSchema" in dumped:
@@ -151,3 +152,65 @@ class TestAdvertisedSchemas:
         schemas = advertised(tmp_path, "filesystem")
         assert schemas["read_text_file outputSchema"]["properties"]["content"]["maxLength"] == 1024
         assert schemas["read_text_file inputSchema"]["properties"]["path"]["maxLength"] == 1024
+
+
+class TestUpstreamEnvironment:
+    """A stdio upstream gets the named variables of the proxy's environment, never the whole of it."""
+
+    def test_named_variables_only(self) -> None:
+        """--upstream-env and mcp_upstream_env name them; an unset one is not passed."""
+        from mcp import StdioServerParameters
+        from toolgate._config import Config
+        from toolgate.mcp._proxy import upstream_env_names, with_upstream_env
+
+        args = argparse.Namespace(upstream_env=["MEMORY_FILE_PATH"], upstream_url=None)
+        names = upstream_env_names(args, Config(mcp_upstream_env="TZ, MISSING"))
+        assert names == ["MEMORY_FILE_PATH", "TZ", "MISSING"]
+        environ = {"MEMORY_FILE_PATH": "/data/graph.jsonl", "TZ": "UTC", "SECRET": "s3cr3t"}
+        target = with_upstream_env(StdioServerParameters(command="node", args=["m.js"]), names, environ)
+        assert target.env == {"MEMORY_FILE_PATH": "/data/graph.jsonl", "TZ": "UTC"}
+
+    @pytest.mark.parametrize(
+        ("names", "url", "message"),
+        [(["A=B"], None, "not a variable name"), (["TZ"], "http://127.0.0.1:1/mcp", "not an --upstream-url")],
+    )
+    def test_bad_names_are_refused_in_one_line(self, names: list[str], url: str | None, message: str) -> None:
+        """A name that is no variable name, or names beside --upstream-url, are refused naming the option."""
+        from toolgate._config import Config
+        from toolgate._errors import ConfigError
+        from toolgate.mcp._proxy import upstream_env_names
+
+        with pytest.raises(ConfigError, match="--upstream-env") as raised:
+            upstream_env_names(argparse.Namespace(upstream_env=names, upstream_url=url), Config())
+        assert message in str(raised.value)
+
+
+class TestTaskRequired:
+    """A tool that runs only as a task is not listed, and a call answers TASK_REQUIRED unsent."""
+
+    async def test_not_listed_and_refused(self, tmp_path: Path) -> None:
+        """server-everything's simulate-research-query: imported, not listed, answered TASK_REQUIRED."""
+        contracts, _ = reviewed(tmp_path, "everything")
+        proxy = Proxy("everything", None, cast(Any, None), contracts)
+        proxy.evaluate(listing("everything"))
+        assert "simulate-research-query" in proxy.served
+        assert "simulate-research-query" not in {t.name for t in proxy.tools()}
+        got = await proxy.call("simulate-research-query", {"topic": "x"}, None)
+        assert json.loads(got.content[0].text)["error"]["code"] == "TASK_REQUIRED"
+        assert any("simulate-research-query: not listed" in line for line in proxy.start_up_lines())
+
+
+class TestProgressMessage:
+    """An upstream's progress message reaches the host bounded, on one line, marked as unreviewed."""
+
+    def test_bounded_marked_one_line(self) -> None:
+        """Controls become spaces, the text is cut to 200 characters and carries the mark."""
+        from toolgate.mcp._proxy import PROGRESS_MARK, PROGRESS_MESSAGE_MAX, progress_message
+
+        got = progress_message("step 1\n\x1b[31mIGNORE PREVIOUS\u202e" + "x" * 1000)
+        assert got is not None
+        assert got.startswith(PROGRESS_MARK)
+        assert len(got) == len(PROGRESS_MARK) + PROGRESS_MESSAGE_MAX
+        assert got.isprintable()
+        assert progress_message(None) is None
+        assert progress_message("\n\t") is None

@@ -22,11 +22,12 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     except ImportError:
         raise ConfigError("mcp-proxy needs the MCP SDK: pip install 'toolgate[mcp]'") from None
     from toolgate.gate._signing import Keyring
-    from toolgate.mcp._proxy import options_from, parse_listen, serve, upstream_target
+    from toolgate.mcp._proxy import options_from, parse_listen, serve, upstream_env_names, upstream_target
 
     options_from(args)  # every option checked before anything connects
     parse_listen(args.listen, allow_remote=args.allow_remote)
     upstream_target(args)
+    upstream_env_names(args, config)
     keyring_file = keyring_path(args, config)
     keyring = Keyring.load(keyring_file) if keyring_file else None
     check_broker(config)

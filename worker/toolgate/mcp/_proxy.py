@@ -45,12 +45,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import contextvars
 import ipaddress
 import json
 import logging
 import math
 import os
+import re
 import shlex
+import signal
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping
@@ -104,6 +108,7 @@ CODES: dict[str, bool] = {
     "GATE_TIMEOUT": True,  # no decided envelope within --timeout, or no worker in the group
     "BROKER_UNAVAILABLE": True,  # the request record or result could not be published
     "PROXY_BUSY": True,  # --max-concurrent calls running and --max-queued waiting
+    "TASK_REQUIRED": False,  # the tool runs only as a task (execution.taskSupport): not driven
     "NOTHING_PASSED": False,  # a success of which nothing may reach the host (never an empty success)
     "PAYLOAD_TOO_LARGE": False,  # the result is over what one intake record carries (1,000,000 bytes)
     "PROXY_ERROR": True,  # the proxy failed on the call (logged): never a JSON-RPC error
@@ -252,6 +257,13 @@ def host_result(answer: Answer, *, structured: bool = True) -> Any:
     return types.CallToolResult(content=content, structured_content=data, _meta=meta)
 
 
+def task_required(tool: Mapping[str, Any]) -> bool:
+    """Whether a listed tool runs only as a task (``execution.taskSupport: "required"``): its
+    ``tools/call`` answers a task, never a result, and the proxy does not drive tasks."""
+    execution = tool.get("execution")
+    return isinstance(execution, dict) and execution.get("taskSupport") == "required"
+
+
 def nothing_passed(result: Any) -> bool:
     """Whether a host result is a success carrying nothing: no content, no structured data."""
     return not result.is_error and not result.content and not result.structured_content
@@ -302,13 +314,72 @@ def listed_tool(contract: Contract) -> Any:
     )
 
 
-async def raw_request(session: Any, request: Any) -> dict[str, Any]:
+ProgressRelay = Callable[[float, float | None, str | None], Awaitable[None]]
+# The relay of the host's call being served (None: the host asked for no progress). A context
+# variable, so the upstream call made for it (a task of its own) finds it.
+_HOST_PROGRESS: contextvars.ContextVar[ProgressRelay | None] = contextvars.ContextVar(
+    "toolgate_host_progress", default=None
+)
+PROGRESS_MESSAGE_MAX = 200
+PROGRESS_MARK = "[upstream progress, unreviewed] "
+PROGRESS_CEILING_S = 3600.0  # progress extends a call's upstream wait to at most this in all
+
+
+def progress_message(message: str | None) -> str | None:
+    """An upstream's progress message as the host reads it: one line of printable characters,
+    at most :data:`PROGRESS_MESSAGE_MAX` of them, marked as the upstream's unreviewed text."""
+    if not message:
+        return None
+    line = "".join(c if c.isprintable() else " " for c in message[: PROGRESS_MESSAGE_MAX * 2])
+    line = " ".join(line.split())[:PROGRESS_MESSAGE_MAX]
+    return PROGRESS_MARK + line if line else None
+
+
+def host_progress(ctx: Any) -> ProgressRelay | None:
+    """The relay of an upstream's progress to the host's call ``ctx`` serves (its request-scoped
+    session: the host's own ``progressToken``, nothing when the host asked for no progress): the
+    numbers as they came, the message bounded and marked (:func:`progress_message`)."""
+    report = getattr(getattr(ctx, "session", None), "report_progress", None)
+    if report is None:
+        return None
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        if math.isfinite(progress) and (total is None or math.isfinite(total)):
+            await report(progress, total, progress_message(message))
+
+    return relay
+
+
+def _extending(deadline: Any, step_s: float, relay: ProgressRelay | None) -> ProgressRelay:
+    """``relay`` (if any), and each progress moves ``deadline`` (an ``asyncio.timeout``) to ``step_s``
+    from now, never past :data:`PROGRESS_CEILING_S` after the call began: a long operation
+    that reports progress is not cut at ``--upstream-timeout``."""
+    loop = asyncio.get_running_loop()
+    ceiling = loop.time() + max(PROGRESS_CEILING_S, step_s)
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        deadline.reschedule(min(loop.time() + step_s, ceiling))
+        if relay is None:
+            return
+        try:
+            await relay(progress, total, message)
+        except Exception as exc:  # the host went away: the call goes on
+            _log.debug("relaying progress failed: %s", type(exc).__name__)
+
+    return on_progress
+
+
+async def raw_request(
+    session: Any, request: Any, *, on_progress: ProgressRelay | None = None
+) -> dict[str, Any]:
     """One request's result as the SDK read it (:func:`raw_exchange`, without the bytes)."""
-    result, _ = await raw_exchange(session, request)
+    result, _ = await raw_exchange(session, request, on_progress=on_progress)
     return result
 
 
-async def raw_exchange(session: Any, request: Any) -> tuple[dict[str, Any], bytes | None]:
+async def raw_exchange(
+    session: Any, request: Any, *, on_progress: ProgressRelay | None = None
+) -> tuple[dict[str, Any], bytes | None]:
     """One request's result exactly as the upstream sent it: the JSON-RPC ``result`` object,
     without the SDK's own result validation and per-version member filtering (which would
     drop ``resultType``, or refuse an array ``structuredContent`` before the gate sees it),
@@ -331,6 +402,8 @@ async def raw_exchange(session: Any, request: Any) -> tuple[dict[str, Any], byte
     data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
     opts: dict[str, Any] = {}
     stamp(data, opts)
+    if on_progress is not None:  # the dispatcher sets the progressToken and routes the notifications
+        opts["on_progress"] = on_progress
     headers = opts.setdefault("headers", {})
     key = getattr(type(request), "name_param", None)
     if key is not None and MCP_NAME_HEADER not in headers:
@@ -398,6 +471,7 @@ class Proxy:
         self._queued = 0
         self._refreshing: asyncio.Task[None] | None = None
         self._stale = False
+        self.task_required: set[str] = set()  # listed with execution.taskSupport "required"
 
     # --- the listing ----------------------------------------------------------------
 
@@ -598,6 +672,7 @@ class Proxy:
             if name in served:
                 _log.warning("tool %s served again: its live definition is the reviewed one", name)
         self.served, self.refused, self.withdrawn = served, refused, withdrawn
+        self.task_required = {name for name, tool in live.items() if task_required(tool)}
 
     def start_up_lines(self) -> list[str]:
         """What the operator reads at start-up about tools not served, one line each."""
@@ -619,11 +694,16 @@ class Proxy:
                 str(c.spec.status) == "active" for c in self.contracts.versions(qualified)
             ):
                 lines.append(f"{qualified}: not served: the upstream lists no tool {name!r}")
+        for name in sorted(self.task_required & set(self.served)):
+            lines.append(
+                f"{qualified_name(self.server_name, name)}: not listed: it runs only as a task "
+                "(execution.taskSupport required), which the proxy does not drive: calls answer TASK_REQUIRED"
+            )
         return lines
 
     def tools(self) -> list[Any]:
         """What ``tools/list`` answers: the pinned definitions of the tools served."""
-        return [served.tool for served in self.served.values()]
+        return [served.tool for name, served in self.served.items() if name not in self.task_required]
 
     # --- the worker group -----------------------------------------------------------
 
@@ -670,6 +750,8 @@ class Proxy:
             served = self.served.get(name)
             if served is None:
                 return self._fixed(self.refused.get(name, "UNKNOWN_TOOL"))
+            if name in self.task_required:
+                return self._fixed("TASK_REQUIRED")
             checked = self._checked(served, arguments, meta)
             if not isinstance(checked, tuple):
                 return checked
@@ -843,9 +925,11 @@ class Proxy:
         if trace:
             params["_meta"] = dict(trace)
         request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
+        relay = _HOST_PROGRESS.get()
         try:
-            async with asyncio.timeout(self.options.upstream_timeout_s):
-                return await raw_exchange(self.upstream.session, request)
+            async with asyncio.timeout(self.options.upstream_timeout_s) as deadline:
+                on_progress = _extending(deadline, self.options.upstream_timeout_s, relay)
+                return await raw_exchange(self.upstream.session, request, on_progress=on_progress)
         except TimeoutError:
             return "UPSTREAM_TIMEOUT"
         except MCPError as exc:
@@ -867,9 +951,13 @@ class Proxy:
             await self.refresh()  # each listing compares the live definitions again
             return types.ListToolsResult(tools=self.tools())
 
-        async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
             meta = dict(params.meta) if params.meta else None
-            result: types.CallToolResult = await self.call(params.name, params.arguments, meta)
+            token = _HOST_PROGRESS.set(host_progress(ctx))
+            try:
+                result: types.CallToolResult = await self.call(params.name, params.arguments, meta)
+            finally:
+                _HOST_PROGRESS.reset(token)
             return result
 
         return Server(
@@ -934,6 +1022,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     upstream = p.add_mutually_exclusive_group(required=True)
     upstream.add_argument("--upstream-command", metavar="CMD", help="start the upstream server (stdio)")
     upstream.add_argument("--upstream-url", metavar="URL", help="the upstream's streamable HTTP URL")
+    p.add_argument(
+        "--upstream-env",
+        action="append",
+        metavar="NAME",
+        help="pass this variable of the environment to the --upstream-command (repeatable; also "
+        "mcp_upstream_env in --config, TOOLGATE_MCP_UPSTREAM_ENV): the upstream gets only these "
+        "beside HOME, PATH and the like, never the whole environment",
+    )
     p.add_argument(
         "--listen",
         default="stdio",
@@ -1013,6 +1109,37 @@ def upstream_target(args: argparse.Namespace) -> Any:
     return StdioServerParameters(command=command[0], args=command[1:])
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def upstream_env_names(args: argparse.Namespace, config: Config) -> list[str]:
+    """The variables passed to a stdio upstream: ``--upstream-env NAME`` (repeatable) and the
+    configuration's ``mcp_upstream_env`` (``TOOLGATE_MCP_UPSTREAM_ENV``, comma-separated).
+
+    Raises:
+        ConfigError: a name that is not a variable name, or names given with --upstream-url.
+    """
+    names = list(getattr(args, "upstream_env", None) or [])
+    names += [n.strip() for n in config.mcp_upstream_env.split(",") if n.strip()]
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(f"--upstream-env {name[:80]!r}: not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+    if names and getattr(args, "upstream_url", None):
+        raise ConfigError("--upstream-env: passes variables to an --upstream-command, not an --upstream-url")
+    return list(dict.fromkeys(names))
+
+
+def with_upstream_env(target: Any, names: list[str], environ: Mapping[str, str] | None = None) -> Any:
+    """``target`` (a stdio upstream) started with the named variables of this environment
+    beside the MCP SDK's default ones (``HOME``, ``PATH``, ...): a named allow-list, never the
+    whole environment. A name this environment does not set is not passed."""
+    env = os.environ if environ is None else environ
+    if not names or isinstance(target, str):
+        return target
+    passed = {name: env[name] for name in names if name in env}
+    return target.model_copy(update={"env": {**(target.env or {}), **passed}})
+
+
 def _origin(args: argparse.Namespace, setting: str, flag: str, variable: str, key: str) -> str:
     """Where a setting came from: the flag, the environment, the config file or the default."""
     if getattr(args, setting, None):
@@ -1073,17 +1200,47 @@ async def serve(
     event loop) that counts the worker group's members at start-up and every
     :data:`WORKER_CHECK_SECONDS`. ``contracts``: the set to serve when the caller read it
     (the contracts topic, ``--contracts kafka:``); else the folder or registry snapshot's."""
-    from mcp import Client as McpClient
 
     _wire.install()
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
     options = options_from(args)
     for line in settings_lines(args, config):
         say(line)
+    # From here to the end, SIGTERM ends the upstream first: the host that sends it (closing
+    # stdin 2 s before, as the TypeScript SDK does) may be in the middle of our shutdown.
+    sigterm = _SigtermEndsUpstream()
+    with sigterm:
+        await _serve_with_upstream(
+            args, config, keyring, admin_factory, say, listen, options, sigterm, contracts, serving
+        )
+
+
+async def _serve_with_upstream(
+    args: argparse.Namespace,
+    config: Config,
+    keyring: Keyring | None,
+    admin_factory: Callable[[], Any] | None,
+    say: Callable[[str], None],
+    listen: Listen,
+    options: ProxyOptions,
+    sigterm: _SigtermEndsUpstream,
+    contracts: ContractSet | None,
+    serving: Callable[[], Awaitable[frozenset[str] | None]] | None,
+) -> None:
+    """:func:`serve` once its options are read."""
+    from mcp import Client as McpClient
+
     if contracts is None:
         contracts = load_contracts(config.contracts_dir)  # a registry set's with its generation
     refused: ConfigError | None = None
-    target = upstream_target(args)
+    env_names = upstream_env_names(args, config)
+    target = with_upstream_env(upstream_target(args), env_names)
+    if env_names:
+        unset = [name for name in env_names if name not in os.environ]
+        say(
+            f"upstream environment: {', '.join(env_names)}"
+            + (f" ({', '.join(unset)} not set here: not passed)" if unset else "")
+        )
     where = (
         f"--upstream-url {args.upstream_url}"
         if args.upstream_url
@@ -1148,11 +1305,79 @@ async def serve(
                     say(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
                 try:
                     say(f"serving {', '.join(qualified_name(args.server, n) for n in names)}")
+                    sigterm.serving = asyncio.current_task()
                     await _serve_host(proxy, listen, names)
+                except asyncio.CancelledError:
+                    if not sigterm.came:
+                        raise
+                    current = asyncio.current_task()
+                    if current is not None:
+                        current.uncancel()  # stopped by SIGTERM: leave as on a closed stdin
                 finally:
+                    sigterm.serving = None
                     watcher.cancel()
     if refused is not None:
         raise refused
+
+
+def upstream_groups(pid: int | None = None) -> list[int]:
+    """The process groups of the children of ``pid`` (this process) that lead a session of
+    their own: the stdio upstream the MCP SDK starts (``start_new_session``), out of reach of
+    a signal sent to the proxy alone. Read from ``/proc`` (empty where there is none)."""
+    me = os.getpid() if pid is None else pid
+    groups: list[int] = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session
+        if len(fields) > 3 and fields[1] == str(me) and fields[3] == stat.parent.name:
+            groups.append(int(stat.parent.name))
+    return groups
+
+
+def end_upstreams(sig: int = signal.SIGTERM) -> int:
+    """Send ``sig`` to every upstream process group (:func:`upstream_groups`); how many."""
+    ended = 0
+    for group in upstream_groups():
+        try:
+            os.killpg(group, sig)
+            ended += 1
+        except (ProcessLookupError, PermissionError):
+            continue
+    return ended
+
+
+class _SigtermEndsUpstream:
+    """While entered, SIGTERM (a host shutting down: the TypeScript SDK closes stdin, then
+    sends SIGTERM 2 s later) ends the upstream's process group at once, then stops serving
+    (cancels :attr:`serving`, if set): the upstream never outlives the proxy, even when the
+    signal comes while the proxy waits out the upstream's own grace period."""
+
+    def __init__(self) -> None:
+        self.came = False
+        self.serving: asyncio.Task[Any] | None = None
+        self._installed = False
+
+    def on_term(self) -> None:
+        """The signal handler."""
+        self.came = True
+        _log.warning("SIGTERM: ending the upstream (%d process group(s)) and stopping", end_upstreams())
+        if self.serving is not None:
+            self.serving.cancel()
+
+    def __enter__(self) -> _SigtermEndsUpstream:
+        # No signal handling in a thread or on Windows: the SDK's own shutdown is all there is.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.on_term)
+            self._installed = True
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._installed:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
 
 
 def _first_cause(exc: BaseException) -> str:
