@@ -252,22 +252,54 @@ def host_result(answer: Answer, *, structured: bool = True) -> Any:
 
 def changed_members(contract: Contract, live: Mapping[str, Any]) -> list[str]:
     """The members of the live definition that differ from the pinned one (by name only),
-    or the live members the contract does not pin when those are what changed."""
+    each compared as the upstream sent it with what import pinned of it as it came (the
+    upstream part of a closed schema, not the closed schema); or the live members the
+    contract does not pin when those are what changed."""
     definition = contract.spec.mcp.definition if contract.spec.mcp else None
     if definition is None:
         return []
     annotations = msgspec.to_builtins(definition.annotations) if definition.annotations else None
-    pinned = {
-        "title": definition.title,
-        "description": definition.description,
-        "inputSchema": contract.input_schema,
-        "annotations": annotations,
-    }
+    pinned = {"title": definition.title, "description": definition.description, "annotations": annotations}
     differ = [name for name, value in pinned.items() if live.get(name) != value]
+    pinned_input = _upstream_part(contract.input_schema)
+    if pinned_input is None and isinstance(contract.input_schema, dict):
+        pinned_input = {k: v for k, v in contract.input_schema.items() if k not in ("$schema", "$id")}
+    if not _same_schema(pinned_input, live.get("inputSchema")):
+        differ.append("inputSchema")
+    if not _same_schema(_upstream_part(contract.schema), live.get("outputSchema")):
+        differ.append("outputSchema")
     if differ:
-        return differ
+        return sorted(differ, key=_TOOL_MEMBERS.index)
     others = sorted({name if name in _TOOL_MEMBERS else "another member" for name in live} - set(pinned))
-    return [name for name in others if name not in ("name", "_meta")] or ["the definition"]
+    others = [name for name in others if name not in ("name", "_meta", "inputSchema", "outputSchema")]
+    return others or ["the definition"]
+
+
+def _upstream_part(schema: Any) -> dict[str, Any] | None:
+    """The upstream's own schema inside a schema import closed (``$id`` urn:toolgate:upstream:...),
+    or a hand-written input schema itself; None when there is none (no outputSchema)."""
+    from toolgate.authoring._close import UPSTREAM_ID
+
+    stack, budget = [schema], 100_000
+    while stack and budget:
+        budget -= 1
+        node = stack.pop()
+        if isinstance(node, dict):
+            if str(node.get("$id", "")).startswith(UPSTREAM_ID):
+                return {k: v for k, v in node.items() if k != "$id"}
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
+def _same_schema(pinned: dict[str, Any] | None, live: Any) -> bool:
+    """Whether a live schema is the one import pinned (as it came, but its dialect and id,
+    and the ``additionalProperties: false`` import adds to a schema that takes nothing)."""
+    if pinned is None or not isinstance(live, dict):
+        return pinned is None and live is None
+    bare = {k: v for k, v in live.items() if k not in ("$schema", "$id")}
+    return pinned == bare or pinned == {**bare, "additionalProperties": False}
 
 
 def listed_tool(contract: Contract) -> Any:
