@@ -59,9 +59,9 @@ def _served_strings(value: Any, pointer: str = "") -> set[str]:
     JSON Schema keywords' own names and the JSON type names (read naively, keyword or not)."""
     found: set[str] = set()
     if isinstance(value, str):
-        if not (pointer.rsplit("/", 2)[-1] == "type" or pointer.rsplit("/", 2)[-2:-1] == ["type"]):
-            found.add(pointer)
-        elif value not in JSON_TYPES:
+        tokens = pointer.split("/")
+        at_type = tokens[-1] == "type" or (len(tokens) > 1 and tokens[-2] == "type")
+        if not at_type or value not in JSON_TYPES:
             found.add(pointer)
     elif isinstance(value, dict):
         for name, member in value.items():
