@@ -37,9 +37,11 @@ Rules (``Finding.rule``)::
     closure-mismatch      (contracts only) an imported schema whose closure is not the one
                           import-mcp derives from its upstream part (edited by hand)
     unreviewed-text       (MCP contracts, while draft) a text the host's model reads: the
-                          pinned title, description, annotations title, and every
-                          description, title, default, $comment and examples of the input
-                          schema; setting status: active marks them reviewed
+                          pinned title, description, annotations title, and every string
+                          of the input schema the proxy serves (authoring/_texts.py: names,
+                          enum/const/pattern/format values, descriptions, ...); and how much
+                          upstream text passes (mcp.text_max_length); setting status:
+                          active marks them reviewed
     input-*               (MCP contracts) the pinned input schema held to the rules above
                           (input-open-object, input-unbounded-string, ...): arguments are
                           closed and bounded like results

@@ -12,23 +12,26 @@ The live definition's digest is compared with the pinned one at start-up, on the
 changed is withdrawn (not listed, called: ``TOOL_CHANGED``) until it is reviewed again, with
 one log line naming the tool and the members that differ.
 
-``tools/call`` checks the arguments against the reviewed input schema first: an invalid call
-never reaches the upstream, and the host reads why in lines written from the schema alone
-(``argument /timezone: required``). Then it:
+``tools/call`` runs every check that can refuse the call before the upstream is called
+(:mod:`toolgate.mcp._calls`): the arguments within the proxy's bounds, then against the
+reviewed input schema, then the request record built in full (bound values, its size); the
+host reads why in lines written from the schema and the bounds alone (``argument /timezone:
+required``), and a call waiting for a slot is checked again as it leaves the queue. Then it:
 
 1. issues the request record (:mod:`toolgate.client`; ``bind`` = the call's scalar
    arguments, so a contract's ``bind`` rule compares the result with what was asked);
 2. calls the upstream tool and publishes its ``CallToolResult`` as it came on the wire to
-   intake (the raw JSON-RPC result, before the SDK's own validation, so ``resultType``, an
-   array ``structuredContent`` or an unknown block are the gate's to judge; signed when the
+   intake (the very bytes of the JSON-RPC ``result``, :mod:`toolgate.mcp._wire`, before the
+   SDK's own parse and validation, so duplicate names, ``1e400``, ``resultType``, an array
+   ``structuredContent`` or an unknown block are the gate's to judge; signed when the
    contract requires it; the host's ``_meta.traceparent`` is the intake record's
    ``traceparent``); a result over the contract's ``max_bytes`` is cut to one byte more
-   before it is published, so the gate decides it ``PAYLOAD_TOO_LARGE`` and the record
-   stays within what the broker takes;
+   before it is published, so the gate decides it ``PAYLOAD_TOO_LARGE``, and one over what a
+   record carries is answered ``PAYLOAD_TOO_LARGE`` without being published;
 3. awaits the decided envelope and answers the host with a ``CallToolResult`` built from
    the envelope alone: a success is ``structuredContent`` = the projected data and its JSON
-   as the text block (plus the gate's bounded ``untrusted_text``, if the contract passes
-   any, ``_meta["io.toolgate/truncated"]`` set when the gate cut it; a text-only
+   as the text block (plus the gate's bounded ``untrusted_text`` for the user, if the
+   contract passes any, ``_meta["io.toolgate/truncated"]`` set when the gate cut it; a text-only
    contract's success is that text alone); a valid upstream failure or a rejection is
    ``isError`` with the code the gate decided and the retryable flag. Not one byte of
    upstream text or structure that did not pass the gate.
