@@ -31,6 +31,10 @@ Classification (contracts, :func:`diff_contracts`, on top of the schema's)::
     definition-text-changed      -         yes   a title, description or annotation the host's
                                                  model reads: review it
     definition-digest-changed    -         -     the upstream definition it was imported from
+    input-text-added, input-text-changed, input-text-removed
+                                 -         added/changed: yes   a string of the input schema
+                                                 (a name, a value, any keyword's, x- ones too:
+                                                 "not served" says the proxy drops it): review it
     input-*                      the input schema's own diff (pointer input.schema.json:/...):
                                  a call the old one took refused: breaking; more taken: widens
 
@@ -113,6 +117,39 @@ def _definition_changes(old: Contract, new: Contract) -> Iterator[Change]:
             yield msgspec.structs.replace(
                 change, pointer=f"{after.input_schema}:{change.pointer or '/'}", kind=f"input-{change.kind}"
             )
+        yield from _input_text_changes(old.input_schema, new.input_schema, after.input_schema)
+
+
+def _input_text_changes(old: Any, new: Any, file: str) -> Iterator[Change]:
+    """Every string of the input schema added, changed or removed, quoted: a definition
+    that changes only an ``x-`` keyword's text still shows the reviewer that text."""
+    from toolgate.authoring._texts import input_texts
+
+    served = {pointer for pointer, _ in input_texts(new)}
+    before: dict[str, list[str]] = {}
+    for pointer, text in input_texts(old, unknown=True):
+        before.setdefault(pointer, []).append(text)
+    after: dict[str, list[str]] = {}
+    for pointer, text in input_texts(new, unknown=True):
+        after.setdefault(pointer, []).append(text)
+    for pointer in sorted(set(before) | set(after)):
+        was, now = sorted(before.get(pointer, [])), sorted(after.get(pointer, []))
+        if was == now:
+            continue
+        kind = "input-text-added" if not was else "input-text-removed" if not now else "input-text-changed"
+        note = "" if pointer in served or not now else " (not served: the proxy drops it)"
+        yield Change(
+            pointer=f"{file}:{pointer}",
+            kind=kind,
+            breaking=False,
+            widens=bool(now),
+            message=f"{', '.join(map(_quoted, was)) or '-'} -> {', '.join(map(_quoted, now)) or '-'}{note}",
+        )
+
+
+def _quoted(text: str) -> str:
+    """A text a reviewer reads in full up to 160 characters, escaped onto one line."""
+    return ascii(text[:160]) + (f"... ({len(text)} characters)" if len(text) > 160 else "")
 
 
 def _short(value: Any) -> str:

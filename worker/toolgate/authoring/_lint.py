@@ -37,9 +37,11 @@ Rules (``Finding.rule``)::
     closure-mismatch      (contracts only) an imported schema whose closure is not the one
                           import-mcp derives from its upstream part (edited by hand)
     unreviewed-text       (MCP contracts, while draft) a text the host's model reads: the
-                          pinned title, description, annotations title, and every
-                          description, title, default, $comment and examples of the input
-                          schema; setting status: active marks them reviewed
+                          pinned title, description, annotations title, and every string
+                          of the input schema the proxy serves (authoring/_texts.py: names,
+                          enum/const/pattern/format values, descriptions, ...); and how much
+                          upstream text passes (mcp.text_max_length); setting status:
+                          active marks them reviewed
     nothing-projected     (imported MCP contracts) the outputSchema declares members and none
                           can be projected (arrays of objects): every success would be empty
     input-*               (MCP contracts) the pinned input schema held to the rules above
@@ -1165,6 +1167,8 @@ def unreviewed_texts(contract: Contract) -> Iterator[Finding]:
     yield from _text_passed(contract)
     if contract.input_schema is None or contract.input_schema_path is None:
         return
+    from toolgate.authoring._texts import input_texts
+
     for pointer, text in input_texts(contract.input_schema):
         yield Finding(
             file=str(contract.input_schema_path),
@@ -1172,28 +1176,6 @@ def unreviewed_texts(contract: Contract) -> Iterator[Finding]:
             rule="unreviewed-text",
             message=f"{_quote(text)}: {why}",
         )
-
-
-def input_texts(schema: Any) -> list[tuple[str, str]]:
-    """Every (pointer, text) of an input schema that a host is served and its model reads
-    (:func:`toolgate.authoring._texts.schema_texts`): of an imported one, the upstream part
-    (``/allOf/0``) but its toolgate ``$id``; the closure beside it is derived from that part
-    (``input-closure-mismatch`` otherwise), its names the upstream's, its identifiers toolgate's."""
-    from toolgate.authoring._close import split
-    from toolgate.authoring._texts import schema_texts
-
-    if not isinstance(schema, dict):
-        return []
-    parts = split({k: v for k, v in schema.items() if k not in ("$schema", "type")})
-    if parts is None:
-        found = list(schema_texts(schema))
-    else:
-        top = {k: v for k, v in schema.items() if k not in ("$schema", "allOf")}
-        found = [
-            *schema_texts(top),
-            *(t for t in schema_texts(parts[0], "/allOf/0") if t[0] != "/allOf/0/$id"),
-        ]
-    return sorted(found)
 
 
 def _text_passed(contract: Contract) -> Iterator[Finding]:

@@ -128,8 +128,9 @@ def _value_texts(pointer: str, value: Any) -> Iterator[tuple[str, str]]:
             stack.extend((_join(at, i), item) for i, item in enumerate(node))
 
 
-def schema_texts(schema: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
-    """Every (pointer, text) of :func:`served_schema` of ``schema`` a model reads."""
+def schema_texts(schema: Any, pointer: str = "", *, unknown: bool = False) -> Iterator[tuple[str, str]]:
+    """Every (pointer, text) of :func:`served_schema` of ``schema`` a model reads
+    (``unknown``: of ``schema`` itself, unknown keywords and all they hold included)."""
     stack: list[tuple[str, Any]] = [(pointer, schema)]
     while stack:
         at, node = stack.pop()
@@ -138,6 +139,9 @@ def schema_texts(schema: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
         for keyword, value in node.items():
             where = _join(at, keyword)
             if keyword not in KEYWORDS:
+                if unknown:
+                    yield where, keyword
+                    yield from _value_texts(where, value)
                 continue
             if keyword in SCHEMA_MAPS and isinstance(value, dict):
                 for name, sub in value.items():
@@ -156,4 +160,24 @@ def schema_texts(schema: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
                 yield from _value_texts(where, value)
 
 
-__all__ = ["JSON_TYPES", "KEYWORDS", "schema_texts", "served_schema"]
+def input_texts(schema: Any, *, unknown: bool = False) -> list[tuple[str, str]]:
+    """Every (pointer, text) of an input schema that a host is served and its model reads
+    (:func:`schema_texts`): of an imported one, the upstream part (``/allOf/0``) but its
+    toolgate ``$id``; the closure beside it is derived from that part (lint says
+    ``input-closure-mismatch`` otherwise): its names are the upstream's, its identifiers
+    toolgate's. ``unknown``: the texts the host is not served as well."""
+    from toolgate.authoring._close import split
+
+    if not isinstance(schema, dict):
+        return []
+    parts = split({k: v for k, v in schema.items() if k not in ("$schema", "type")})
+    if parts is None:
+        found = list(schema_texts(schema, unknown=unknown))
+    else:
+        top = {k: v for k, v in schema.items() if k not in ("$schema", "allOf")}
+        upstream = schema_texts(parts[0], "/allOf/0", unknown=unknown)
+        found = [*schema_texts(top, unknown=unknown), *(t for t in upstream if t[0] != "/allOf/0/$id")]
+    return sorted(found)
+
+
+__all__ = ["JSON_TYPES", "KEYWORDS", "input_texts", "schema_texts", "served_schema"]

@@ -95,7 +95,9 @@ COMMANDS: tuple[Command, ...] = (
         "came to intake and answers with what toolgate decided: the projected data, or\n"
         "isError with a code and retryable flag (INVALID_RESPONSE for a rejected result).\n"
         "Other fixed codes: UNKNOWN_TOOL, TOOL_DRAFT, TOOL_DISABLED, TOOL_NOT_SERVED,\n"
-        "UPSTREAM_ERROR, UPSTREAM_TIMEOUT, GATE_TIMEOUT, BROKER_UNAVAILABLE, PROXY_BUSY.\n"
+        "UPSTREAM_ERROR, UPSTREAM_TIMEOUT, GATE_TIMEOUT, BROKER_UNAVAILABLE, PROXY_BUSY,\n"
+        "PAYLOAD_TOO_LARGE, PROXY_ERROR. A tools/list over 100 pages, 10000 tools or 8 MiB\n"
+        "stops the start-up (exit 2) and, later, withdraws every tool until one can be read.\n"
         "Prints the broker, contracts folder and topics it uses on stderr at start-up.\n"
         "Needs a running worker (toolgate run) and pip install 'toolgate[mcp]'.",
         (

@@ -13,7 +13,9 @@ it (``draft-version``) until a person has reviewed it and set ``status: active``
   accepts too. A schema that cannot be closed soundly is refused, one line naming the
   place, never guessed at.
 * A tool without one: a text-only contract. A success carries no ``data``; its text
-  blocks reach the agent as ``untrusted_text``, cut to ``text_max_length``.
+  blocks reach the agent as ``untrusted_text``, cut to ``text_max_length``. Every
+  contract is written with ``text_max_length: 0`` (no upstream text passes) until a
+  reviewer sets it (lint lists it as ``unreviewed-text``).
 * ``contract.yaml`` projects every scalar field reachable through plain objects;
   fixtures that ``toolgate contracts test`` runs: a generated example (bounded in time
   and memory, patterns checked with RE2), an ``isError`` result, and rejects for the

@@ -12,23 +12,26 @@ The live definition's digest is compared with the pinned one at start-up, on the
 changed is withdrawn (not listed, called: ``TOOL_CHANGED``) until it is reviewed again, with
 one log line naming the tool and the members that differ.
 
-``tools/call`` checks the arguments against the reviewed input schema first: an invalid call
-never reaches the upstream, and the host reads why in lines written from the schema alone
-(``argument /timezone: required``). Then it:
+``tools/call`` runs every check that can refuse the call before the upstream is called
+(:mod:`toolgate.mcp._calls`): the arguments within the proxy's bounds, then against the
+reviewed input schema, then the request record built in full (bound values, its size); the
+host reads why in lines written from the schema and the bounds alone (``argument /timezone:
+required``), and a call waiting for a slot is checked again as it leaves the queue. Then it:
 
 1. issues the request record (:mod:`toolgate.client`; ``bind`` = the call's scalar
    arguments, so a contract's ``bind`` rule compares the result with what was asked);
 2. calls the upstream tool and publishes its ``CallToolResult`` as it came on the wire to
-   intake (the raw JSON-RPC result, before the SDK's own validation, so ``resultType``, an
-   array ``structuredContent`` or an unknown block are the gate's to judge; signed when the
+   intake (the very bytes of the JSON-RPC ``result``, :mod:`toolgate.mcp._wire`, before the
+   SDK's own parse and validation, so duplicate names, ``1e400``, ``resultType``, an array
+   ``structuredContent`` or an unknown block are the gate's to judge; signed when the
    contract requires it; the host's ``_meta.traceparent`` is the intake record's
    ``traceparent``); a result over the contract's ``max_bytes`` is cut to one byte more
-   before it is published, so the gate decides it ``PAYLOAD_TOO_LARGE`` and the record
-   stays within what the broker takes;
+   before it is published, so the gate decides it ``PAYLOAD_TOO_LARGE``, and one over what a
+   record carries is answered ``PAYLOAD_TOO_LARGE`` without being published;
 3. awaits the decided envelope and answers the host with a ``CallToolResult`` built from
    the envelope alone: a success is ``structuredContent`` = the projected data and its JSON
-   as the text block (plus the gate's bounded ``untrusted_text``, if the contract passes
-   any, ``_meta["io.toolgate/truncated"]`` set when the gate cut it; a text-only
+   as the text block (plus the gate's bounded ``untrusted_text`` for the user, if the
+   contract passes any, ``_meta["io.toolgate/truncated"]`` set when the gate cut it; a text-only
    contract's success is that text alone); a valid upstream failure or a rejection is
    ``isError`` with the code the gate decided and the retryable flag. Not one byte of
    upstream text or structure that did not pass the gate.
@@ -271,22 +274,54 @@ def nothing_passed(result: Any) -> bool:
 
 def changed_members(contract: Contract, live: Mapping[str, Any]) -> list[str]:
     """The members of the live definition that differ from the pinned one (by name only),
-    or the live members the contract does not pin when those are what changed."""
+    each compared as the upstream sent it with what import pinned of it as it came (the
+    upstream part of a closed schema, not the closed schema); or the live members the
+    contract does not pin when those are what changed."""
     definition = contract.spec.mcp.definition if contract.spec.mcp else None
     if definition is None:
         return []
     annotations = msgspec.to_builtins(definition.annotations) if definition.annotations else None
-    pinned = {
-        "title": definition.title,
-        "description": definition.description,
-        "inputSchema": contract.input_schema,
-        "annotations": annotations,
-    }
+    pinned = {"title": definition.title, "description": definition.description, "annotations": annotations}
     differ = [name for name, value in pinned.items() if live.get(name) != value]
+    pinned_input = _upstream_part(contract.input_schema)
+    if pinned_input is None and isinstance(contract.input_schema, dict):
+        pinned_input = {k: v for k, v in contract.input_schema.items() if k not in ("$schema", "$id")}
+    if not _same_schema(pinned_input, live.get("inputSchema")):
+        differ.append("inputSchema")
+    if not _same_schema(_upstream_part(contract.schema), live.get("outputSchema")):
+        differ.append("outputSchema")
     if differ:
-        return differ
+        return sorted(differ, key=_TOOL_MEMBERS.index)
     others = sorted({name if name in _TOOL_MEMBERS else "another member" for name in live} - set(pinned))
-    return [name for name in others if name not in ("name", "_meta")] or ["the definition"]
+    others = [name for name in others if name not in ("name", "_meta", "inputSchema", "outputSchema")]
+    return others or ["the definition"]
+
+
+def _upstream_part(schema: Any) -> dict[str, Any] | None:
+    """The upstream's own schema inside a schema import closed (``$id`` urn:toolgate:upstream:...),
+    or a hand-written input schema itself; None when there is none (no outputSchema)."""
+    from toolgate.authoring._close import UPSTREAM_ID
+
+    stack, budget = [schema], 100_000
+    while stack and budget:
+        budget -= 1
+        node = stack.pop()
+        if isinstance(node, dict):
+            if str(node.get("$id", "")).startswith(UPSTREAM_ID):
+                return {k: v for k, v in node.items() if k != "$id"}
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
+def _same_schema(pinned: dict[str, Any] | None, live: Any) -> bool:
+    """Whether a live schema is the one import pinned (as it came, but its dialect and id,
+    and the ``additionalProperties: false`` import adds to a schema that takes nothing)."""
+    if pinned is None or not isinstance(live, dict):
+        return pinned is None and live is None
+    bare = {k: v for k, v in live.items() if k not in ("$schema", "$id")}
+    return pinned == bare or pinned == {**bare, "additionalProperties": False}
 
 
 def listed_tool(contract: Contract) -> Any:
@@ -768,14 +803,14 @@ class Proxy:
                 self._queued -= 1
             try:
                 # Checked again as it leaves the queue: the definition may have been
-                # withdrawn (or reviewed anew) while it waited for a slot.
+                # withdrawn (or reviewed anew) while it waited for a slot, and the request
+                # record is built anew (its expiry counts from now).
                 current = self.served.get(name)
                 if current is None:
                     return self._fixed(self.refused.get(name, "TOOL_CHANGED"))
-                if current is not served:
-                    checked = self._checked(current, arguments, meta)
-                    if not isinstance(checked, tuple):
-                        return checked
+                checked = self._checked(current, arguments, meta)
+                if not isinstance(checked, tuple):
+                    return checked
                 return await self._call(current, name, arguments, *checked)
             finally:
                 self._slots.release()
