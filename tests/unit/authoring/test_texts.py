@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolgate.authoring._lint import unreviewed_texts
+from toolgate.authoring._texts import KEYWORDS, served_schema
 from toolgate.gate._contracts import ContractSet
 from toolgate.mcp._import import import_listing
 from toolgate.mcp._proxy import listed_tool
@@ -56,7 +57,7 @@ _schemas = _object(st.recursive(_scalar, _object, max_leaves=6))
 def _served_strings(value: Any, pointer: str = "") -> set[str]:
     """Pointers of every string the host receives: string values and member names, but the
     JSON Schema keywords' own names and the JSON type names (read naively, keyword or not)."""
-    from toolgate.authoring._texts import JSON_TYPES, KEYWORDS
+    from toolgate.authoring._texts import JSON_TYPES
 
     found: set[str] = set()
     if isinstance(value, str):
@@ -73,6 +74,22 @@ def _served_strings(value: Any, pointer: str = "") -> set[str]:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             found |= _served_strings(item, f"{pointer}/{i}")
+    return found
+
+
+def _texts(value: Any) -> set[str]:
+    """Every string in ``value``: the values, and the member names that are not keywords."""
+    found: set[str] = set()
+    if isinstance(value, str):
+        found.add(value)
+    elif isinstance(value, dict):
+        for name, member in value.items():
+            if name not in KEYWORDS:
+                found.add(name)
+            found |= _texts(member)
+    elif isinstance(value, list):
+        for item in value:
+            found |= _texts(item)
     return found
 
 
@@ -99,12 +116,16 @@ class TestWhatIsServedIsWhatIsReviewed:
                 findings = list(unreviewed_texts(contract))
                 listed = {f.pointer for f in findings if f.file.endswith("input.schema.json")}
                 served = listed_tool(contract).model_dump(by_alias=True, mode="json", exclude_none=True)
+                reviewed = served_schema(contract.input_schema)
                 strings = {
                     p
-                    for p in _served_strings(served["inputSchema"])
+                    for p in _served_strings(reviewed)
                     if not p.startswith("/allOf/1") and p not in ("/$schema", "/allOf/0/$id")
                 }
                 assert strings == listed, (schema, strings ^ listed)
+                # What the host is advertised (flat, for Ajv and hosts that type arguments) says
+                # no text the reviewed schema does not: flattening moves texts, never adds one.
+                assert _texts(served["inputSchema"]) <= _texts(reviewed), (schema, served["inputSchema"])
                 assert served["description"] == description
                 assert "$.mcp.definition.description" in {f.pointer for f in findings}
 
