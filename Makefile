@@ -1,4 +1,5 @@
-# toolgate: `make run` and `make test` work on a fresh machine (Python 3.11+, Java 17, Maven).
+# toolgate: `make run` and `make test` work on a fresh machine (Python 3.11+, Java 17, Maven; `make test`
+# and `make unit` also Node.js 18+ with npm, for the MCP host tests: make mcp-node).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv

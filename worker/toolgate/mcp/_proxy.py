@@ -1242,8 +1242,12 @@ async def serve(
     for line in settings_lines(args, config):
         say(line)
     # From here to the end, SIGTERM ends the upstream first: the host that sends it (closing
-    # stdin 2 s before, as the TypeScript SDK does) may be in the middle of our shutdown.
+    # stdin 2 s before, as the TypeScript SDK does) may be in the middle of our shutdown. Over
+    # HTTP, uvicorn's own SIGTERM handling stops serving gracefully, and the upstream with it.
     sigterm = _SigtermEndsUpstream()
+    if not listen.stdio:
+        await _serve_with_upstream(args, config, keyring, admin_factory, say, listen, options, sigterm)
+        return
     with sigterm:
         await _serve_with_upstream(
             args, config, keyring, admin_factory, say, listen, options, sigterm, contracts, serving
