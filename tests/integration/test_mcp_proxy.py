@@ -335,12 +335,13 @@ class TextUpstream(Upstream):
 
 @pytest.fixture(scope="module")
 def text_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What import-mcp writes for the two text-only tools; only ``echo`` reviewed to active,
-    ``whoami`` left a draft."""
+    """What import-mcp writes for the two text-only tools, 1000 characters of text passed; only
+    ``echo`` reviewed to active, ``whoami`` left a draft."""
     root = tmp_path_factory.mktemp("text-contracts")
     listing = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in [*mcp_kit.TOOLS, WHOAMI]]
     import_listing(root, mcp_kit.SERVER, listing, only=["echo", "whoami"], out=lambda _line: None)
     mcp_kit.pin(root, listing)
+    mcp_kit.pass_text(root)  # the reviewer lets the text through (import writes 0)
     path = root / "deployer.echo" / "v1" / "contract.yaml"
     spec = yaml.safe_load(path.read_text())
     assert spec["status"] == "draft"
