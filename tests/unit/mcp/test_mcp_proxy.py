@@ -18,11 +18,9 @@ from mcp.server import Server
 from prometheus_client import generate_latest
 from toolgate._errors import ConfigError
 from toolgate._version import __version__
-from toolgate.authoring._texts import served_schema
 from toolgate.client import Answer, Client
 from toolgate.gate._contracts import ContractSet, compile_schema
 from toolgate.gate._mcp import cut_text
-from toolgate.mcp import _wire
 from toolgate.mcp._advertise import MAX_ARGUMENT_LINES, advertised_output_schema, argument_errors
 from toolgate.mcp._import import import_listing
 from toolgate.mcp._proxy import (
@@ -402,6 +400,8 @@ class TestPinnedDefinitions:
         assert tool.title == "Deploy status"
         assert tool.annotations is not None
         assert (tool.annotations.read_only_hint, tool.annotations.open_world_hint) == (True, False)
+        from toolgate.authoring._texts import served_schema
+
         pinned = json.loads((path.parent / "input.schema.json").read_text())
         # The reviewed, closed one import wrote, its JSON Schema keywords only (the closure's
         # own bounds annotation is toolgate's, not the host's).
@@ -624,6 +624,8 @@ class TestWire:
     ) -> None:
         """A hand-written 2025-11-25 server (tests/hostile_mcp.py) over stdio: the SDK's own
         validation would refuse these (UPSTREAM_ERROR); the gate receives them as sent."""
+        from toolgate.mcp import _wire
+
         assert _wire.install()
         import_listing(tmp_path, mcp_kit.SERVER, [hostile_mcp.TOOL], out=lambda _line: None)
         mcp_kit.pin(tmp_path, [hostile_mcp.TOOL])
