@@ -482,6 +482,32 @@ class TestFailures:
         assert line.startswith("toolgate: --upstream-command ")
         assert "cannot connect to the upstream MCP server" in line
 
+    @pytest.mark.parametrize(
+        ("listing", "says"),
+        [("error", "answered a JSON-RPC error (code -32603)"), ("many", "lists more than 10000 tools")],
+    )
+    def test_a_hostile_listing_is_one_line(
+        self, config: Config, tmp_path: Path, listing: str, says: str
+    ) -> None:
+        """tools/list answered an error or 10,006 tools: exit 2, one line naming the upstream and
+        what is wrong (not an exception group, exit 1, and none of the upstream's text)."""
+        import_listing(tmp_path, mcp_kit.SERVER, [hostile_mcp.TOOL], out=lambda _line: None)
+        mcp_kit.pin(tmp_path, [hostile_mcp.TOOL])
+        mcp_kit.review(tmp_path)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+        env.update(TOOLGATE_BOOTSTRAP=config.bootstrap, PYTHONPATH=str(ROOT), **config.topics.env())
+        upstream = f"{sys.executable} -m tests.hostile_mcp {listing}"
+        command = [sys.executable, "-m", "toolgate", "mcp-proxy", "--server", "deployer",
+                   "--contracts", str(tmp_path), "--upstream-command", upstream]  # fmt: skip
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
+            stdin=subprocess.DEVNULL, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        line = done.stderr.strip().splitlines()[-1]
+        assert line == f"toolgate: --upstream-command {upstream!r}: tools/list {says}"
+        assert "SYSTEM" not in done.stderr
+
     def test_broker_down_is_one_line(self, proxy_contracts: Path) -> None:
         """`toolgate mcp-proxy` with no broker: exit 2 and one line naming the address."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
