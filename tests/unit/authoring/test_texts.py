@@ -17,73 +17,6 @@ from toolgate.mcp._proxy import listed_tool
 
 from tests.properties import DERANDOMIZED
 
-# The oracle's own reading of JSON Schema (2020-12, and the draft-07 names kept): keyword
-# names and type names are structure, every other string is text a model reads.
-JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
-KEYWORDS = frozenset(
-    [
-        "properties",
-        "patternProperties",
-        "$defs",
-        "definitions",
-        "dependentSchemas",
-        "items",
-        "additionalItems",
-        "additionalProperties",
-        "contains",
-        "not",
-        "if",
-        "then",
-        "else",
-        "propertyNames",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-        "contentSchema",
-        "allOf",
-        "anyOf",
-        "oneOf",
-        "prefixItems",
-        "$schema",
-        "$id",
-        "$ref",
-        "$anchor",
-        "$dynamicRef",
-        "$dynamicAnchor",
-        "$vocabulary",
-        "$comment",
-        "type",
-        "enum",
-        "const",
-        "multipleOf",
-        "maximum",
-        "exclusiveMaximum",
-        "minimum",
-        "exclusiveMinimum",
-        "maxLength",
-        "minLength",
-        "pattern",
-        "maxItems",
-        "minItems",
-        "uniqueItems",
-        "maxContains",
-        "minContains",
-        "maxProperties",
-        "minProperties",
-        "required",
-        "dependentRequired",
-        "dependencies",
-        "format",
-        "contentEncoding",
-        "contentMediaType",
-        "title",
-        "description",
-        "default",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "examples",
-    ]
-)
 _TEXT = st.text(alphabet="abc XYZ:~/.-", min_size=1, max_size=10)
 _NAMES = st.text(alphabet="abcxyz_", min_size=1, max_size=5)
 _UNKNOWN = {
@@ -123,6 +56,8 @@ _schemas = _object(st.recursive(_scalar, _object, max_leaves=6))
 def _served_strings(value: Any, pointer: str = "") -> set[str]:
     """Pointers of every string the host receives: string values and member names, but the
     JSON Schema keywords' own names and the JSON type names (read naively, keyword or not)."""
+    from toolgate.authoring._texts import JSON_TYPES, KEYWORDS
+
     found: set[str] = set()
     if isinstance(value, str):
         tokens = pointer.split("/")
