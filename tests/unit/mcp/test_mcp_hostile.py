@@ -159,6 +159,14 @@ class TestThePublishedRecordIsTheResultAsItCame:
         assert instead.error.code == _wire.OVERSIZED
         assert _wire.take(rid) is None
 
+    def test_an_id_spelled_with_escapes_is_still_captured(self) -> None:
+        """The upstream cannot dodge the capture by escaping the request id: the bytes are kept."""
+        _wire = hook()
+        rid = _wire.new_request_id()
+        escaped = rid.replace("-", "\\u002d")
+        assert _wire.capture('{"jsonrpc":"2.0","id":"' + escaped + '","result":{"a":1,"a":2}}') is None
+        assert _wire.take(rid) == b'{"a":1,"a":2}'
+
 
 class TestEveryRefusalBeforeTheUpstream:
     """What would refuse a call is checked before the upstream is called, and the host gets a

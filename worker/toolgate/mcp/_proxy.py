@@ -700,14 +700,14 @@ class Proxy:
                 self._queued -= 1
             try:
                 # Checked again as it leaves the queue: the definition may have been
-                # withdrawn (or reviewed anew) while it waited for a slot.
+                # withdrawn (or reviewed anew) while it waited for a slot, and the request
+                # record is built anew (its expiry counts from now).
                 current = self.served.get(name)
                 if current is None:
                     return self._fixed(self.refused.get(name, "TOOL_CHANGED"))
-                if current is not served:
-                    checked = self._checked(current, arguments, meta)
-                    if not isinstance(checked, tuple):
-                        return checked
+                checked = self._checked(current, arguments, meta)
+                if not isinstance(checked, tuple):
+                    return checked
                 return await self._call(current, name, arguments, *checked)
             finally:
                 self._slots.release()

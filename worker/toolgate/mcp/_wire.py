@@ -79,8 +79,10 @@ def capture(data: str | bytes) -> Any:
     """Before the SDK parses ``data``: None to let it, or the message to use instead (a
     JSON-RPC error for a waiting request whose response is over :data:`MAX_MESSAGE_BYTES`).
     Keeps the result bytes of a response to a waiting request (the first one only)."""
-    if not _waiting or (b'"toolgate-' not in data if isinstance(data, bytes) else '"toolgate-' not in data):
+    if not _waiting:
         return None
+    # Every message is read for its id while a request waits: an id spelled with escapes
+    # ("toolgate\u002d...") is the same id to the SDK, so no substring test may skip it.
     frame = _frame(data)
     if frame is None or not isinstance(frame.id, str) or frame.id not in _waiting:
         return None
