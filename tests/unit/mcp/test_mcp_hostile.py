@@ -229,6 +229,25 @@ class TestEveryRefusalBeforeTheUpstream:
         assert headers["traceparent"] == mcp_kit.TRACEPARENT.encode()
         assert "tracestate" not in headers
 
+    async def test_a_failure_in_the_proxy_is_a_code(
+        self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Whatever the proxy fails on in a call, the host gets PROXY_ERROR, not a JSON-RPC error."""
+        upstream = Upstream()
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, imported(tmp_path, ["deploy_status"]))
+            await proxy.load_tools()
+
+            async def broken(*_args: Any) -> Any:
+                raise RuntimeError("secret detail")
+
+            monkeypatch.setattr(proxy, "_call", broken)
+            async with McpClient(proxy.mcp_server()) as host:
+                result = await host.call_tool("deploy_status", {"case": "ok"})
+        assert result.is_error
+        assert code_of(result) == "PROXY_ERROR"
+        assert "secret detail" not in json.dumps(result.model_dump(mode="json"))
+
 
 class TestAHostileListing:
     """A listing that is an error, too many tools, not an array, endless or huge stops the
