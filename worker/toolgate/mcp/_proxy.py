@@ -18,15 +18,18 @@ never reaches the upstream, and the host reads why in lines written from the sch
 
 1. issues the request record (:mod:`toolgate.client`; ``bind`` = the call's scalar
    arguments, so a contract's ``bind`` rule compares the result with what was asked);
-2. calls the upstream tool and publishes its ``CallToolResult`` as it came on the wire to
-   intake (the raw JSON-RPC result, before the SDK's own validation, so ``resultType``, an
-   array ``structuredContent`` or an unknown block are the gate's to judge; signed when the
-   contract requires it; the host's ``_meta.traceparent`` is the intake record's
-   ``traceparent``); a result over the contract's ``max_bytes`` is cut to one byte more
-   before it is published, so the gate decides it ``PAYLOAD_TOO_LARGE`` and the record
-   stays within what the broker takes;
-3. awaits the decided envelope and answers the host with a ``CallToolResult`` built from
-   the envelope alone: a success is ``structuredContent`` = the projected data and its JSON
+2. calls the upstream tool and takes its ``CallToolResult`` as it came on the wire (with
+   ``--decide worker``, published to intake: the raw JSON-RPC result, before the SDK's own
+   validation, so ``resultType``, an array ``structuredContent`` or an unknown block are
+   the gate's to judge; signed when the contract requires it; the host's
+   ``_meta.traceparent`` is the intake record's ``traceparent``); a result over the
+   contract's ``max_bytes`` is cut to one byte more before it is decided, so the gate
+   decides it ``PAYLOAD_TOO_LARGE`` and the record stays within what the broker takes;
+3. decides it (``--decide proxy``, the default: in this process, with the workers' gate,
+   contracts and envelope, the decision's records written and acknowledged first:
+   :mod:`toolgate.mcp._decide`), or awaits a worker's envelope (``--decide worker``), and
+   answers the host with a ``CallToolResult`` built from the envelope alone: a success is
+   ``structuredContent`` = the projected data and its JSON
    as the text block (plus the gate's bounded ``untrusted_text``, if the contract passes
    any, ``_meta["io.toolgate/truncated"]`` set when the gate cut it; a text-only
    contract's success is that text alone); a valid upstream failure or a rejection is
@@ -70,6 +73,7 @@ from toolgate.gate._contracts import MCP_SERVER_NAME, Contract, ContractSet, qua
 from toolgate.gate._mcp import CUT_MARKER, definition_digest
 from toolgate.gate._signing import Keyring
 from toolgate.mcp._advertise import advertised_output_schema, argument_errors
+from toolgate.mcp._decide import Decider, call_in_process
 
 _log = logging.getLogger("toolgate.mcp_proxy")
 
@@ -89,6 +93,8 @@ CODES: dict[str, bool] = {
     "PROXY_BUSY": True,  # --max-concurrent calls running and --max-queued waiting
 }
 DEFAULT_MAX_CONCURRENT = 64
+# --decide: in this process (the default) or by the worker fleet.
+DECIDE_MODES = ("proxy", "worker")
 DEFAULT_MAX_QUEUED = 1024
 # The largest intake record the proxy publishes: under the Kafka producer's default
 # max.request.size (1 MiB) with room for the headers. A result over its contract's
@@ -326,8 +332,10 @@ class Proxy:
         keyring: Keyring | None = None,
         options: ProxyOptions | None = None,
         workers: Callable[[], Awaitable[int]] | None = None,
+        decider: Decider | None = None,
     ) -> None:
         self.server_name = server
+        self.decider = decider  # None: the workers decide (--decide worker)
         self.upstream = upstream
         self.client = client
         self.contracts = contracts
@@ -569,6 +577,14 @@ class Proxy:
         finally:
             self._queued -= 1
         try:
+            if self.decider is not None:
+                bind = call_arguments_bind(arguments)
+                got = await call_in_process(self, self.decider, served, name, arguments, meta, bind)
+                return (
+                    host_result(got, structured=served.tool.output_schema is not None)
+                    if isinstance(got, Answer)
+                    else got
+                )
             return await self._call(served, name, arguments, meta)
         finally:
             self._slots.release()
@@ -762,6 +778,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--allow-remote", action="store_true", help="allow --listen/--upstream-url beyond the loopback"
     )
     p.add_argument(
+        "--decide",
+        choices=DECIDE_MODES,
+        default="proxy",
+        help="who decides a result: proxy (default: in this process, with the workers' gate and "
+        "contracts, records written acks=all before the answer) or worker (published to intake, "
+        "the answer awaited from a worker's envelope)",
+    )
+    p.add_argument(
         "--adapter", default="mcp-proxy", help="tg-adapter of unsigned results (default mcp-proxy)"
     )
     p.add_argument("--adapter-version", default=__version__, help="tg-adapter-version (default: toolgate's)")
@@ -901,14 +925,16 @@ async def serve(
         for proxy in proxies:
             proxy.on_upstream_message(message)
 
-    admin = admin_factory() if admin_factory is not None else None
+    in_process = getattr(args, "decide", "proxy") == "proxy"
+    # Deciding in process, the proxy needs no worker to answer: the group is not watched.
+    admin = admin_factory() if admin_factory is not None and not in_process else None
 
     async def workers() -> int:
         assert admin is not None
         count: int = await admin.group_members(config.group_id)
         return count
 
-    async with Client(config) as client, AsyncExitStack() as stack:
+    async with Client(config, answers=not in_process) as client, AsyncExitStack() as stack:
         if admin is not None:
             await admin.start()
             stack.push_async_callback(admin.close)
@@ -925,6 +951,7 @@ async def serve(
                 keyring=keyring,
                 options=options,
                 workers=workers if admin is not None else None,
+                decider=Decider(args.server, contracts, keyring, config.topics) if in_process else None,
             )
             proxies.append(proxy)
             try:
