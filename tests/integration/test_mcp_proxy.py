@@ -50,18 +50,7 @@ HOST_TRACEPARENT = f"00-{TRACE_ID}-b7ad6b7169203331-01"
 def proxy_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The imported deploy_status contract, reviewed: active, bound to the asked environment,
     the upstream's isError retryable."""
-    root = tmp_path_factory.mktemp("proxy-contracts")
-    tools = anyio.run(fetch_listing, mcp_kit.server())
-    import_listing(root, mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
-    mcp_kit.pin(root, tools)
-    path = root / TOOL / "v1" / "contract.yaml"
-    spec = yaml.safe_load(path.read_text())
-    spec["status"] = "active"
-    spec["rules"] = [{"kind": "bind", "pointer": "/data/environment", "request_key": "environment"}]
-    spec["mcp"]["error_retryable"] = True
-    spec["retry"] = {"retryable_codes": ["TOOL_ERROR"]}
-    spec.pop("free_text", None)
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    root = mcp_kit.reviewed_deploy_status(tmp_path_factory.mktemp("proxy-contracts"))
     ContractSet.load(root)  # loads as the worker will
     return root
 

@@ -48,6 +48,20 @@ def issued(rid: str = "req.decide0001", *, bind: dict[str, Any] | None = None, a
     )
 
 
+def decide(decider: Decider, request: Request, raw: dict[str, Any]) -> Any:
+    """The proxy's decision on ``raw`` for ``request``, unsigned, as ``mcp-proxy`` of server deployer."""
+    return decider.decide(
+        request,
+        raw,
+        adapter_version="1.0.0",
+        adapter="mcp-proxy",
+        signer=None,
+        source="mcp:deployer",
+        traceparent=None,
+        tracestate=None,
+    )
+
+
 def by_worker(gate: Gate, request: RequestRecord, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
     """What a worker decides for the intake record ``publish_result`` would have written."""
     message = Message(
@@ -82,16 +96,7 @@ class TestSameVerdicts:
         raw, _sdk = await mcp_kit.call("ok" if case == "binding" else case)
         request = issued(bind={"environment": "production" if case == "binding" else "staging"})
         decider = Decider(mcp_kit.SERVER, reviewed, None, T, clock=lambda: NOW)
-        mine = decider.decide(
-            request,
-            raw,
-            adapter_version="1.0.0",
-            adapter="mcp-proxy",
-            signer=None,
-            source="mcp:deployer",
-            traceparent=None,
-            tracestate=None,
-        )
+        mine = decide(decider, request, raw)
         value, headers = result_record(
             request.request_id,
             1,
@@ -122,16 +127,7 @@ class TestSameVerdicts:
         seen = set()
         for case in mcp_kit.CASES:
             raw, _sdk = await mcp_kit.call(case)
-            got = decider.decide(
-                issued(bind={"environment": "staging"}),
-                raw,
-                adapter_version="1.0.0",
-                adapter="mcp-proxy",
-                signer=None,
-                source="mcp:deployer",
-                traceparent=None,
-                tracestate=None,
-            )
+            got = decide(decider, issued(bind={"environment": "staging"}), raw)
             seen.add(got.verdict.stage or got.verdict.outcome)
         assert {"success", "failure", "parse", "schema", "limits"} <= seen
 
@@ -289,15 +285,6 @@ class TestContractSetStamp:
         monkeypatch.setattr(reviewed, "label", "g3-0123456789ab", raising=False)
         decider = Decider(mcp_kit.SERVER, reviewed, None, T, clock=lambda: NOW)
         raw, _sdk = await mcp_kit.call("banner")
-        got = decider.decide(
-            issued(),
-            raw,
-            adapter_version="1.0.0",
-            adapter="mcp-proxy",
-            signer=None,
-            source="mcp:deployer",
-            traceparent=None,
-            tracestate=None,
-        )
+        got = decide(decider, issued(), raw)
         assert [r.topic for r in got.records] == [T.agent, T.quarantine, T.audit]
         assert all(("tg-contract-set", b"g3-0123456789ab") in r.headers for r in got.records)

@@ -197,6 +197,37 @@ class Caller(Protocol):
     def _fixed(self, code: str, request_id: str | None = None) -> Any: ...
 
 
+async def start_call(
+    proxy: Caller,
+    tool: str,
+    bind: dict[str, Any],
+    wait_s: float | None,
+    name: str,
+    arguments: dict[str, Any] | None,
+    meta: Mapping[str, Any] | None,
+) -> tuple[Request, asyncio.Future[dict[str, Any] | str]] | Any:
+    """Issue the request record while the upstream works (its acknowledgement is awaited
+    before the result is used, so the record comes first): the request and the upstream's
+    pending result, or the fixed ``BROKER_UNAVAILABLE`` result (the upstream call cancelled)."""
+    options = proxy.options
+    issuing = asyncio.ensure_future(
+        proxy.client.issue(
+            tool, bind=bind, ttl=options.ttl_s, max_attempts=options.max_attempts, wait_s=wait_s
+        )
+    )
+    first = asyncio.ensure_future(proxy._upstream_call(name, arguments, meta))
+    try:
+        request = await issuing
+    except (BrokerError, ClientClosed) as exc:
+        first.cancel()
+        _log.warning("issuing the request record for %s: %s", tool, exc)
+        return proxy._fixed("BROKER_UNAVAILABLE")
+    except BaseException:
+        first.cancel()
+        raise
+    return request, first
+
+
 async def call_in_process(
     proxy: Caller,
     decider: Decider,
@@ -218,31 +249,13 @@ async def call_in_process(
     spec = served.contract.spec
     traceparent = (meta or {}).get("traceparent")
     tracestate = (meta or {}).get("tracestate")
-    issuing = asyncio.ensure_future(
-        client.issue(
-            spec.tool,
-            bind=bind,
-            ttl=options.ttl_s,
-            max_attempts=options.max_attempts,
-        )
-    )
-    first = asyncio.ensure_future(proxy._upstream_call(name, arguments, meta))
-    try:
-        request = await issuing
-    except (BrokerError, ClientClosed) as exc:
-        first.cancel()
-        _log.warning("issuing the request record for %s: %s", spec.tool, exc)
-        return proxy._fixed("BROKER_UNAVAILABLE")
-    except BaseException:
-        first.cancel()
-        raise
-    upstream_call: asyncio.Future[dict[str, Any] | str] | None = first
+    started = await start_call(proxy, spec.tool, bind, None, name, arguments, meta)
+    if not isinstance(started, tuple):
+        return started
+    request, pending = started
     while True:
-        if upstream_call is not None:
-            raw = await upstream_call
-            upstream_call = None
-        else:
-            raw = await proxy._upstream_call(name, arguments, meta)
+        raw = await (pending if pending is not None else proxy._upstream_call(name, arguments, meta))
+        pending = None
         if isinstance(raw, str):
             return proxy._fixed(raw, request.request_id)
         decided = decider.decide(

@@ -73,7 +73,7 @@ from toolgate.gate._contracts import MCP_SERVER_NAME, Contract, ContractSet, qua
 from toolgate.gate._mcp import CUT_MARKER, definition_digest
 from toolgate.gate._signing import Keyring
 from toolgate.mcp._advertise import advertised_output_schema, argument_errors
-from toolgate.mcp._decide import Decider, call_in_process
+from toolgate.mcp._decide import Decider, call_in_process, start_call
 
 _log = logging.getLogger("toolgate.mcp_proxy")
 
@@ -600,34 +600,14 @@ class Proxy:
         spec = served.contract.spec
         traceparent = (meta or {}).get("traceparent")
         tracestate = (meta or {}).get("tracestate")
-        # The request record is written while the upstream works: its acknowledgement is
-        # awaited before the result is published, so the record still comes first.
-        issuing = asyncio.ensure_future(
-            self.client.issue(
-                spec.tool,
-                bind=call_arguments_bind(arguments),
-                ttl=options.ttl_s,
-                max_attempts=options.max_attempts,
-                wait_s=options.wait_s,
-            )
-        )
-        first = asyncio.ensure_future(self._upstream_call(name, arguments, meta))
-        try:
-            request = await issuing
-        except (BrokerError, ClientClosed) as exc:
-            first.cancel()
-            _log.warning("issuing the request record for %s: %s", spec.tool, exc)
-            return self._fixed("BROKER_UNAVAILABLE")
-        except BaseException:
-            first.cancel()
-            raise
-        upstream_call: asyncio.Future[dict[str, Any] | str] | None = first
+        bind = call_arguments_bind(arguments)
+        started = await start_call(self, spec.tool, bind, options.wait_s, name, arguments, meta)
+        if not isinstance(started, tuple):
+            return started
+        request, pending = started
         while True:
-            if upstream_call is not None:
-                raw = await upstream_call
-                upstream_call = None
-            else:
-                raw = await self._upstream_call(name, arguments, meta)
+            raw = await (pending if pending is not None else self._upstream_call(name, arguments, meta))
+            pending = None
             if isinstance(raw, str):
                 return self._fixed(raw, request.request_id)
             try:
