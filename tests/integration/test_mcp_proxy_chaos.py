@@ -129,7 +129,7 @@ class TestBrokerKilledMidCall:
                     if not after.is_error:
                         break
                     tries.append(error_of(after)["code"])
-                print(f"\nafter the restart: {len(tries)} calls answered {sorted(set(tries))} before a verdict")
+                print(f"\nafter the restart: {len(tries)} calls refused {sorted(set(tries))} first")
         assert [error_of(r) for r in results] == [{"code": "BROKER_UNAVAILABLE", "retryable": True}] * HELD
         assert after.structured_content == mcp_kit.GOOD
         answered[request_id_of(after)] = "success"
