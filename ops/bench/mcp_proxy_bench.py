@@ -59,7 +59,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+BENCH = Path(__file__).resolve()
+ROOT = BENCH.parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "worker"))
 
@@ -211,6 +212,35 @@ class Breakdown:
         return {name: percentiles(values) for name, values in rows.items() if values}
 
 
+# ------------------------------------------------------------------------- the relay
+
+
+def relay_server(upstream: McpClient) -> Any:
+    """The MCP floor of any proxy: an MCP server that passes ``tools/list`` and ``tools/call``
+    to ``upstream`` and its answer back, deciding nothing (the same SDK, the same hop)."""
+    import mcp.types as types
+    from mcp.server import Server
+
+    async def list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
+        return await upstream.list_tools()
+
+    async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        result: types.CallToolResult = await upstream.call_tool(params.name, params.arguments or {})
+        return result
+
+    return Server("relay", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def serve_relay() -> None:
+    """``--serve-relay``: :func:`relay_server` over stdio in front of mcp-server-time."""
+    from mcp.server.stdio import stdio_server
+
+    async with McpClient(upstream_server(dict(os.environ))) as upstream:
+        app = relay_server(upstream)
+        async with stdio_server() as (read, write):
+            await app.run(read, write, app.create_initialization_options())
+
+
 # ------------------------------------------------------------------------ the worker
 
 
@@ -314,6 +344,7 @@ async def latency_in_process(
         McpClient(upstream_server(env)) as local_up,
         McpClient(upstream_server(env)) as worker_up,
         McpClient(upstream_server(env)) as direct,
+        McpClient(upstream_server(env)) as relay_up,
     ):
         decider = Decider(SERVER, loaded, None, config.topics)
         local = Proxy(SERVER, local_up, local_client, loaded, options=options, decider=decider)
@@ -328,10 +359,11 @@ async def latency_in_process(
         async with (
             McpClient(local.mcp_server()) as local_host,
             McpClient(through_worker.mcp_server()) as host,
+            McpClient(relay_server(relay_up)) as relay,
         ):
             return await measure_levels(
                 direct,
-                {"proxy": local_host, "worker": host},
+                {"relay": relay, "proxy": local_host, "worker": host},
                 arguments(),
                 calls,
                 levels,
@@ -357,14 +389,18 @@ async def latency_processes(
             cwd=str(ROOT),
         )  # fmt: skip
 
+    relay_params = StdioServerParameters(
+        command=sys.executable, args=[str(BENCH), "--serve-relay"], env=env, cwd=str(ROOT)
+    )
     async with (
         McpClient(upstream_server(env)) as direct,
+        McpClient(relay_params) as relay,
         McpClient(proxy_server("proxy")) as local_host,
         McpClient(proxy_server("worker")) as host,
     ):
         return await measure_levels(
             direct,
-            {"proxy": local_host, "worker": host},
+            {"relay": relay, "proxy": local_host, "worker": host},
             arguments(),
             calls,
             levels,
@@ -504,8 +540,10 @@ def targets(figures: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         note = "not run"
         if f and p99 is not None:
             note = (
-                f"p99 {p99:.1f} ms; --decide worker: added p50 {added(f, 'worker', 'p50'):.1f}, "
-                f"p99 {added(f, 'worker', 'p99'):.1f} ms; others {f['others']:.2f} CPUs"
+                f"p99 {p99:.1f} ms; the bare MCP relay (floor): added p50 {added(f, 'relay', 'p50'):.1f}, "
+                f"p99 {added(f, 'relay', 'p99'):.1f} ms; --decide worker: added p50 "
+                f"{added(f, 'worker', 'p50'):.1f}, p99 {added(f, 'worker', 'p99'):.1f} ms; "
+                f"others {f['others']:.2f} CPUs"
             )
         out.append(
             target(
@@ -547,14 +585,17 @@ def print_report(
 ) -> None:
     print(
         f"mcp-proxy added latency (mcp-server-time {TOOL}; {shape}; worker --linger-ms {linger_ms}, "
-        f"{calls} calls per level and path; proxy = --decide proxy, worker = --decide worker)"
+        f"{calls} calls per level and path; relay = a bare MCP relay, the floor of any proxy; "
+        "proxy = --decide proxy, worker = --decide worker)"
     )
-    heads = ["direct p50", "direct p99", "proxy p50", "proxy p99", "added p50", "added p99"]
+    heads = ["direct p50", "direct p99", "relay p50", "relay p99", "added p50", "added p99"]
+    heads += ["proxy p50", "proxy p99", "added p50", "added p99"]
     heads += ["worker p50", "worker p99", "added p50", "added p99"]
     print(f"{'concurrent':>10} " + " ".join(f"{h:>11}" for h in heads) + "   others")
     for level, f in figures.items():
-        d, p, w = f["direct"], f["proxy"], f["worker"]
-        cells = [d["p50"], d["p99"], p["p50"], p["p99"], p["p50"] - d["p50"], p["p99"] - d["p99"]]
+        d, r, p, w = f["direct"], f["relay"], f["proxy"], f["worker"]
+        cells = [d["p50"], d["p99"], r["p50"], r["p99"], r["p50"] - d["p50"], r["p99"] - d["p99"]]
+        cells += [p["p50"], p["p99"], p["p50"] - d["p50"], p["p99"] - d["p99"]]
         cells += [w["p50"], w["p99"], w["p50"] - d["p50"], w["p99"] - d["p99"]]
         print(f"{level:>10} " + " ".join(f"{c:>9.1f}ms" for c in cells) + f"   {f['others']:.2f}")
     produce, transaction = floor["produce"], floor["transaction"]
@@ -602,7 +643,11 @@ async def main() -> int:
         action="store_true",
         help="the proxy in this process (the upstream still over stdio); adds each step's timings",
     )
+    parser.add_argument("--serve-relay", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_relay:  # the relay path's server process (latency_processes starts it)
+        await serve_relay()
+        return 0
     if args.calls < 2 or any(level < 1 for level in args.concurrency) or args.waits < 1:
         parser.error("--calls must be at least 2, --concurrency and --waits positive")
     tag = uuid.uuid4().hex[:8]
