@@ -11,8 +11,9 @@ The proxy answers a host only after the broker acknowledged the decision's recor
   request has two envelopes whatever reached the broker.
 
 Run as ``python -m tests.integration.test_mcp_proxy_chaos RELEASE RETURNED`` it is the
-upstream of the second test: mcp_kit's server whose ``hold`` case waits until the file
-RELEASE exists, then answers and appends a line to RETURNED.
+upstream of the second test: mcp_kit's server whose ``hold`` case appends a line to
+RETURNED.received, waits until the file RELEASE exists, then answers and appends a line to
+RETURNED.
 """
 
 from __future__ import annotations
@@ -213,10 +214,12 @@ class TestProxyKilledMidWrite:
                         answered.append(request_id_of(result))
                     held = [asyncio.create_task(held_call(host)) for _ in range(HELD)]
 
-                    async def issued() -> bool:  # every held call's request record is acknowledged
-                        return len(await read_all(cfg, cfg.topics.requests)) >= 2 * len(answered) + HELD
+                    received = returned.with_suffix(".received")
 
-                    await until(issued, 60, "the held calls' request records")
+                    async def all_held() -> bool:  # every held call waits at the upstream
+                        return received.exists() and len(received.read_text().splitlines()) == HELD
+
+                    await until(all_held, 60, "the held calls at the upstream")
                     pid = int((own_broker.data / "kafka.pid").read_text().strip())
                     os.kill(pid, signal.SIGSTOP)  # writes now wait for an acknowledgement
                     try:
@@ -272,6 +275,8 @@ def holding_server(release: Path, returned: Path) -> Server[Any]:
     async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> Any:
         case = str((params.arguments or {}).get("case", "ok"))
         if case == "hold":
+            with returned.with_suffix(".received").open("a") as out:
+                out.write("held\n")
             with anyio.fail_after(HOLD_BOUND_S):
                 while not release.exists():  # noqa: ASYNC110, ASYNC240 - another process's file
                     await anyio.sleep(0.02)

@@ -94,6 +94,36 @@ class PlatformSide:
             TypeError: a field of the wrong type (named).
             BrokerError: the record was not acknowledged within the send timeout.
         """
+        request = self._request(tool, bind, ttl, expires_at, max_attempts, request_id)
+        await self._write_request(request, _wait_seconds(wait_s))
+        return request
+
+    def new_request(
+        self,
+        tool: str,
+        *,
+        bind: Mapping[str, BindValue] | None = None,
+        ttl: float | timedelta = 300.0,
+        max_attempts: int = 1,
+    ) -> Request:
+        """The request :meth:`issue` would write (attempt 1), not written: for a caller that
+        decides its results itself and writes the record with the decision
+        (:meth:`publish_records`, ``Request.record()``).
+
+        Raises:
+            ValueError, TypeError: as :meth:`issue`.
+        """
+        return self._request(tool, bind, ttl, None, max_attempts, None)
+
+    def _request(
+        self,
+        tool: str,
+        bind: Mapping[str, BindValue] | None,
+        ttl: float | timedelta,
+        expires_at: datetime | None,
+        max_attempts: int,
+        request_id: str | None,
+    ) -> Request:
         now = self._now()
         if expires_at is None:
             expires_at = now + timedelta(seconds=seconds("ttl", ttl))
@@ -112,7 +142,6 @@ class PlatformSide:
             answer=asyncio.get_running_loop().create_future(),
         )
         _check_request(request)
-        await self._write_request(request, _wait_seconds(wait_s))
         return request
 
     async def next_attempt(self, request: Request, *, wait_s: float | None = None) -> Request:

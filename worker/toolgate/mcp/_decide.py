@@ -7,9 +7,10 @@ itself with :func:`~toolgate.gate.decide_batch` (a batch of one: the same stages
 codes, projection and envelope as a worker) and writes what a worker's transaction writes
 for it: the agent envelope, the quarantine record of a rejection (the raw result and its
 intake headers, which ``toolgate replay`` republishes to intake for the workers), the audit
-event (a shadow version's disagreement too). Each record goes through the client's
-idempotent producer with ``acks=all``, all at once, and the host is answered only once the
-broker acknowledged every one: a call answered has its records.
+event (a shadow version's disagreement too), with the request record itself (no one reads
+it before the decision exists). Each record goes through the client's idempotent producer
+with ``acks=all``, all at once, and the host is answered only once the broker acknowledged
+every one: a call answered has its records.
 
 Keyed as a worker keys them (the request id), they carry ``tg-origin`` /
 the audit event's ``origin`` ``mcp-proxy:<server>`` where a worker's name an intake offset:
@@ -237,11 +238,13 @@ async def call_in_process(
     meta: Mapping[str, Any] | None,
     bind: dict[str, Any],
 ) -> Answer | Any:
-    """One ``tools/call`` decided in process: issue the request record while the upstream
-    works, decide its result, write the decision's records (and, after an accepted answer,
-    the request record marked ``answered``), await their acknowledgement, then return the
-    verdict's :class:`Answer` for the host (or the proxy's own fixed-code result). A
-    retryable failure moves to the next attempt, as on the workers' path. ``served`` is the
+    """One ``tools/call`` decided in process: call the upstream, decide its result, write the
+    request record (marked ``answered`` when accepted) with the decision's records in one
+    round of sends, await every acknowledgement, then return the verdict's :class:`Answer`
+    for the host (or the proxy's own fixed-code result). No one reads the request record
+    before the decision exists (the proxy decides), so it goes with it: one acknowledged
+    round trip per call instead of two. A retryable failure moves to the next attempt, as on
+    the workers' path, its record written with that attempt's decision. ``served`` is the
     proxy's served tool (its contract, signer and listed tool); ``bind`` the call's
     arguments a request record can bind."""
     client = proxy.client
@@ -249,14 +252,10 @@ async def call_in_process(
     spec = served.contract.spec
     traceparent = (meta or {}).get("traceparent")
     tracestate = (meta or {}).get("tracestate")
-    started = await start_call(proxy, spec.tool, bind, None, name, arguments, meta)
-    if not isinstance(started, tuple):
-        return started
-    request, pending = started
+    request = client.new_request(spec.tool, bind=bind, ttl=options.ttl_s, max_attempts=options.max_attempts)
     while True:
-        raw = await (pending if pending is not None else proxy._upstream_call(name, arguments, meta))
-        pending = None
-        if isinstance(raw, str):
+        raw = await proxy._upstream_call(name, arguments, meta)
+        if isinstance(raw, str):  # nothing to decide: no record
             return proxy._fixed(raw, request.request_id)
         decided = decider.decide(
             request,
@@ -269,15 +268,14 @@ async def call_in_process(
             tracestate=tracestate if isinstance(tracestate, str) else None,
         )
         answer = decided.answer
-        retry = answer.outcome == "failure" and answer.retryable and request.attempt < request.max_attempts
-        writes: list[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]] = [
-            (r.topic, r.key, r.value, r.headers) for r in decided.records
-        ]
         if decided.verdict.accepted:
             # The attempt has its accepted answer: the request record says so, and a worker
             # then takes any further result for it as a DUPLICATE_RESULT (no envelope).
             request = replace(request, answered=True)
-            writes.append((client.config.topics.requests, request.request_id.encode(), request.record(), ()))
+        writes: list[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]] = [
+            (client.config.topics.requests, request.request_id.encode(), request.record(), ()),
+            *((r.topic, r.key, r.value, r.headers) for r in decided.records),
+        ]
         try:
             await client.publish_records(writes)
         except (BrokerError, ClientClosed) as exc:
@@ -285,10 +283,7 @@ async def call_in_process(
             return proxy._fixed("BROKER_UNAVAILABLE", request.request_id)
         code = answer.code or answer.outcome
         proxy.stats.by_code[code] = proxy.stats.by_code.get(code, 0) + 1
-        if retry:
-            try:
-                request = await client.next_attempt(request)
-            except (BrokerError, ClientClosed):
-                return proxy._fixed("BROKER_UNAVAILABLE", request.request_id)
+        if answer.outcome == "failure" and answer.retryable and request.attempt < request.max_attempts:
+            request = replace(request, attempt=request.attempt + 1, answered=False)
             continue
         return answer

@@ -16,8 +16,9 @@ one log line naming the tool and the members that differ.
 never reaches the upstream, and the host reads why in lines written from the schema alone
 (``argument /timezone: required``). Then it:
 
-1. issues the request record (:mod:`toolgate.client`; ``bind`` = the call's scalar
-   arguments, so a contract's ``bind`` rule compares the result with what was asked);
+1. builds the request record (:mod:`toolgate.client`; ``bind`` = the call's scalar
+   arguments, so a contract's ``bind`` rule compares the result with what was asked),
+   written beside the upstream call (``--decide worker``) or with the decision;
 2. calls the upstream tool and takes its ``CallToolResult`` as it came on the wire (with
    ``--decide worker``, published to intake: the raw JSON-RPC result, before the SDK's own
    validation, so ``resultType``, an array ``structuredContent`` or an unknown block are
