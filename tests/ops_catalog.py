@@ -127,6 +127,7 @@ def exported() -> dict[str, set[str]]:
     metrics = Metrics()
     contracts = ContractSet.load(CONTRACTS)
     metrics.initialise([(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in contracts])
+    metrics.contract_set(contracts.generation, contracts.label, contracts.digest)
     metrics.decided("review_status", "rejected", "parse", "DUPLICATE_KEY", 100, 1e-6)
     metrics.lag.labels("0").set(0)
     metrics.restore_last.labels("0").set(0.1)

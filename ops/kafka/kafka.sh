@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The local single-node Apache Kafka broker (KRaft) for development and CI.
 #
+#   kafka.sh ensure         what you usually want: start this checkout's broker, or use the one
+#                           another checkout already runs on the address (left running)
 #   kafka.sh fetch          download the broker jars with Maven (once; fast when present)
 #   kafka.sh start          fetch, format storage (first time), start, wait until it serves
-#   kafka.sh stop           graceful SIGTERM, SIGKILL after a timeout
+#                           (fails, naming ensure, when another checkout's holds the port)
+#   kafka.sh stop           graceful SIGTERM, SIGKILL after a timeout (this checkout's only)
 #   kafka.sh status         exit 0 when running and serving requests, non-zero otherwise
 #   kafka.sh logs [-f|-n N] tail the broker log
 #   kafka.sh reset          stop and delete all broker data
 #   kafka.sh with CMD...    run CMD against a local broker; a broker started here is
 #                           stopped afterwards; CMD's exit code is kept
-#   kafka.sh ensure         like start, but a Kafka broker that already serves the address
-#                           (another checkout's) is used as it is, and left running
 #
-# Listens on 127.0.0.1:19092 (controller 127.0.0.1:19093). Jars live in .jars/, data,
+# Listens on 127.0.0.1:19092 (controller 127.0.0.1:19093). Process handling (pid file, lock,
+# stop, status, ensure, with) is ops/lib/service.sh, shared with ops/registry/registry.sh. Jars live in .jars/, data,
 # pid file and logs in .data/ next to this script (both git-ignored). The three
 # TOOLGATE_KAFKA_{PORT,CONTROLLER_PORT,DATA} knobs select another instance beside it
 # (every command, with the same values, acts on that instance only; the jars are shared).
@@ -77,8 +79,14 @@ STOP_TIMEOUT="${TOOLGATE_KAFKA_STOP_TIMEOUT:-30}"
 HEAP="${TOOLGATE_KAFKA_HEAP:-512m}"
 LOG_OFFSET=0 # size of the server log when this invocation launched the broker
 
-say() { printf 'kafka.sh: %s\n' "$*" >&2; }
-die() { say "error: $*"; exit 1; }
+# For ops/lib/service.sh.
+SERVICE=kafka.sh
+WHAT=broker
+ADDRESS="$LOCAL_BOOTSTRAP"
+PORT_KNOB=TOOLGATE_KAFKA_PORT
+LOCK_WAIT=180
+# shellcheck source=../lib/service.sh
+source "$HERE/../lib/service.sh"
 
 [[ "$PORT" =~ ^[0-9]+$ && "$CONTROLLER_PORT" =~ ^[0-9]+$ && "$PORT" != "$CONTROLLER_PORT" ]] ||
   die "TOOLGATE_KAFKA_PORT ($PORT) and TOOLGATE_KAFKA_CONTROLLER_PORT ($CONTROLLER_PORT) must be two different port numbers"
@@ -102,7 +110,7 @@ if [[ -n "$SCRAM_USERS" ]]; then
 fi
 
 usage() {
-  sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,43p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -216,44 +224,11 @@ finally:
 PY
 }
 
-# Something accepts TCP connections on the port?
-port_open() {
-  python - "$HOST" "$1" <<'PY'
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1.0).close()
-except OSError:
-    sys.exit(1)
-PY
-}
+# The instance's broker process (its own server.properties).
+owns_cmdline() { [[ "$1" == *"kafka.Kafka $CONF"* ]]; }
 
-port_owner() {
-  if command -v ss >/dev/null 2>&1; then
-    ss -Hltnp "sport = :$1" 2>/dev/null | sed -n '1s/.*users:((\(.*\)))/\1/p' || true
-  fi
-}
-
-# Pid of our broker if it is alive, else nothing (a stale pid file is removed).
-broker_pid() {
-  [[ -f "$PIDFILE" ]] || return 0
-  local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  local cmdline=""
-  if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
-    cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
-  fi
-  if [[ "$cmdline" == *"kafka.Kafka $CONF"* ]]; then
-    echo "$pid"
-  else
-    rm -f "$PIDFILE"
-  fi
-}
-
-with_lock() {
-  mkdir -p "$DATA"
-  exec 9>"$LOCKFILE"
-  flock -w 180 9 || die "another kafka.sh holds $LOCKFILE for too long"
-}
+# A Kafka broker serves the address (a real request, see probe).
+serves() { probe "$HOST" "$PORT"; }
 
 write_conf() {
   mkdir -p "$KRAFT" "$LOGS"
@@ -381,22 +356,6 @@ show_log_tail() {
   fi
 }
 
-kill_and_wait() {
-  local pid="$1" waited=0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((waited >= STOP_TIMEOUT * 10)); then
-      say "broker (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s, sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  rm -f "$PIDFILE"
-}
-
 wait_ready() {
   local pid="$1" started="$2" rc
   local deadline=$((started + START_TIMEOUT))
@@ -426,18 +385,15 @@ cmd_start() {
   cmd_fetch
   with_lock
   local pid
-  pid="$(broker_pid)"
+  pid="$(service_pid)"
   if [[ -n "$pid" ]]; then
     wait_ready "$pid" "$SECONDS"
     say "already running (pid $pid) on $LOCAL_BOOTSTRAP"
     return 0
   fi
-  local p owner
+  local p
   for p in "$PORT" "$CONTROLLER_PORT" ${EXTRA_PORTS[@]+"${EXTRA_PORTS[@]}"}; do
-    if port_open "$p"; then
-      owner="$(port_owner "$p")"
-      die "port $HOST:$p is taken by another process${owner:+ ($owner)}, not by this broker; stop it or point TOOLGATE_BOOTSTRAP at that cluster"
-    fi
+    if port_open "$p"; then refuse_taken_port "$p"; fi
   done
   write_conf
   local t0=$SECONDS
@@ -462,84 +418,19 @@ kafka_version() {
   echo "${v:-?}"
 }
 
-cmd_stop() {
-  with_lock
-  local pid
-  pid="$(broker_pid)"
-  if [[ -z "$pid" ]]; then
-    say "not running"
-    return 0
-  fi
-  kill_and_wait "$pid"
-  say "stopped (pid $pid)"
-}
-
-cmd_status() {
-  local pid rc=0
-  pid="$(broker_pid)"
-  if [[ -z "$pid" ]]; then
-    if port_open "$PORT"; then
-      say "not running (port $PORT is used by another process)"
-    else
-      say "not running"
-    fi
-    return 3
-  fi
-  probe "$HOST" "$PORT" || rc=$?
-  if ((rc == 0)); then
-    say "running (pid $pid), serving on $LOCAL_BOOTSTRAP"
-    return 0
-  fi
-  say "running (pid $pid) but not serving requests on $LOCAL_BOOTSTRAP yet"
-  return 1
-}
-
-cmd_logs() {
-  [[ -f "$SERVER_LOG" ]] || die "no log yet ($SERVER_LOG)"
-  if (($# == 0)); then
-    set -- -n 100
-  fi
-  exec tail "$@" "$SERVER_LOG"
-}
-
 cmd_reset() {
   cmd_stop
   rm -rf "$DATA"
   say "deleted $DATA"
 }
 
-# start, unless a Kafka broker of another checkout already serves the address: then use it.
-cmd_ensure() {
-  if [[ -z "$(broker_pid)" ]] && probe "$HOST" "$PORT"; then
-    say "a Kafka broker already serves $LOCAL_BOOTSTRAP (not started here): using it, leaving it running"
-    return 0
-  fi
-  cmd_start
-}
-
 cmd_with() {
-  (($# > 0)) || die "usage: kafka.sh with CMD [ARGS...]"
   if [[ -n "${TOOLGATE_BOOTSTRAP:-}" && "$TOOLGATE_BOOTSTRAP" != "$LOCAL_BOOTSTRAP" ]]; then
     say "TOOLGATE_BOOTSTRAP=$TOOLGATE_BOOTSTRAP: not starting a local broker"
     exec "$@"
   fi
   export TOOLGATE_BOOTSTRAP="$LOCAL_BOOTSTRAP"
-  if [[ -n "$(broker_pid)" ]]; then
-    (cmd_start) # waits until it serves, in case another invocation is still starting it
-    exec "$@"
-  fi
-  if probe "$HOST" "$PORT"; then
-    # A Kafka broker of another checkout already serves this address: use it, leave it be.
-    say "a Kafka broker already serves $LOCAL_BOOTSTRAP (not started here): using it"
-    exec "$@"
-  fi
-  (cmd_start)
-  trap '(cmd_stop) || true' EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
-  local rc=0
-  "$@" || rc=$?
-  exit "$rc"
+  service_with "$@"
 }
 
 main() {
@@ -552,7 +443,7 @@ main() {
     ensure) cmd_ensure ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
-    logs) cmd_logs "$@" ;;
+    logs) service_logs "$SERVER_LOG" "$@" ;;
     reset) cmd_reset ;;
     with) cmd_with "$@" ;;
     -h | --help | help) usage ;;

@@ -2,18 +2,20 @@
 # The local schema registry (Apicurio Registry, in-memory storage) for development and CI.
 # toolgate talks to it through its Confluent-compatible API, /apis/ccompat/v7.
 #
+#   registry.sh ensure         what you usually want: start this checkout's registry, or use the
+#                              one another checkout already runs on the port (left running)
 #   registry.sh build          build the registry with Maven into .build/ (once; fast when present)
-#   registry.sh start          build, start, wait until it answers
-#   registry.sh stop           graceful SIGTERM, SIGKILL after a timeout
+#   registry.sh start          build, start this checkout's own, wait until it answers (fails,
+#                              naming ensure, when another checkout's holds the port)
+#   registry.sh stop           graceful SIGTERM, SIGKILL after a timeout (this checkout's only)
 #   registry.sh status         exit 0 when running and answering, non-zero otherwise
 #   registry.sh logs [-f|-n N] tail the registry's log
-#   registry.sh ensure         like start, but a registry that already answers on the port
-#                              (another checkout's) is used as it is, and left running
 #   registry.sh with CMD...    run CMD with a registry; one started here is stopped afterwards;
 #                              CMD's exit code is kept. Exports TOOLGATE_REGISTRY_URL
 #                              (the Confluent-compatible API, .../apis/ccompat/v7).
 #
-# Listens on 127.0.0.1:18081. The build lives in .build/ (app/ holds the runnable jar), the pid
+# Listens on 127.0.0.1:18081. Process handling (pid file, lock, stop, status, ensure, with) is
+# ops/lib/service.sh, shared with ops/kafka/kafka.sh. The build lives in .build/ (app/ holds the runnable jar), the pid
 # file and the log in .data/ next to this script (both git-ignored). Storage is in memory: a
 # restart starts empty.
 #
@@ -51,8 +53,14 @@ TLS_DIR="${TOOLGATE_APICURIO_TLS_DIR:-$DATA/tls}"
 MAKE_CERTS="$HERE/../kafka/secure/make-certs.sh"
 PROBE="$URL/apis/ccompat/v7/subjects"
 
-say() { printf 'registry.sh: %s\n' "$*" >&2; }
-die() { say "error: $*"; exit 1; }
+# For ops/lib/service.sh.
+SERVICE=registry.sh
+WHAT=registry
+ADDRESS="$URL"
+PORT_KNOB=TOOLGATE_APICURIO_PORT
+LOCK_WAIT=300
+# shellcheck source=../lib/service.sh
+source "$HERE/../lib/service.sh"
 
 [[ "$PORT" =~ ^[0-9]+$ ]] && ((PORT > 0 && PORT < 65536)) ||
   die "TOOLGATE_APICURIO_PORT ($PORT) must be a port number (1-65535)"
@@ -62,7 +70,7 @@ die() { say "error: $*"; exit 1; }
   die "TOOLGATE_APICURIO_START_TIMEOUT and TOOLGATE_APICURIO_STOP_TIMEOUT must be whole seconds"
 
 usage() {
-  sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -107,7 +115,7 @@ cmd_build() {
 
 # HTTP 200 with a JSON array from the subjects listing: the registry serves (the standard
 # library's HTTP client: no curl needed).
-answers() {
+serves() {
   python3 - "$PROBE" <<'PY'
 import json, sys, urllib.request
 try:
@@ -118,47 +126,12 @@ except (OSError, ValueError):
 PY
 }
 
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
-
-registry_pid() {
-  [[ -f "$PIDFILE" ]] || return 0
-  local pid cmdline=""
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
-    cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
-  fi
-  if [[ "$cmdline" == *"-Dquarkus.http.port=$PORT "*"$APP/registry.jar"* ]]; then
-    echo "$pid"
-  else
-    rm -f "$PIDFILE"
-  fi
-}
-
-with_lock() {
-  mkdir -p "$DATA"
-  exec 9>"$LOCKFILE"
-  flock -w 300 9 || die "another registry.sh holds $LOCKFILE for too long"
-}
-
-kill_and_wait() {
-  local pid="$1" waited=0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((waited >= STOP_TIMEOUT * 10)); then
-      say "registry (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s, sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  rm -f "$PIDFILE"
-}
+# This instance's java process (its port and this checkout's jar).
+owns_cmdline() { [[ "$1" == *"-Dquarkus.http.port=$PORT "*"$APP/registry.jar"* ]]; }
 
 wait_ready() {
   local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
-  while ! answers; do
+  while ! serves; do
     if ! kill -0 "$pid" 2>/dev/null; then
       rm -f "$PIDFILE"
       tail -n 30 "$LOG" >&2 || true
@@ -178,16 +151,16 @@ cmd_start() {
   cmd_build
   with_lock
   local pid
-  pid="$(registry_pid)"
+  pid="$(service_pid)"
   if [[ -n "$pid" ]]; then
     wait_ready "$pid"
     say "already running (pid $pid) on $URL"
     return 0
   fi
-  port_open "$PORT" && die "port $HOST:$PORT is taken by another process, not by this registry"
+  if port_open "$PORT"; then refuse_taken_port "$PORT"; fi
   local t0=$SECONDS tls=()
   if [[ -n "$TLS_PORT" ]]; then
-    port_open "$TLS_PORT" && die "port $HOST:$TLS_PORT is taken by another process"
+    if port_open "$TLS_PORT"; then refuse_taken_port "$TLS_PORT"; fi
     bash "$MAKE_CERTS" local "$TLS_DIR" >/dev/null || die "making the TLS material in $TLS_DIR failed"
     tls=("-Dquarkus.http.ssl-port=$TLS_PORT" "-Dquarkus.http.ssl.certificate.key-store-file=$TLS_DIR/broker.p12"
       "-Dquarkus.http.ssl.certificate.key-store-file-type=PKCS12")
@@ -206,61 +179,9 @@ cmd_start() {
   say "Apicurio Registry ready on $URL${TLS_PORT:+ and https://$HOST:$TLS_PORT (CA: $TLS_DIR/ca.pem)} (pid $pid, $((SECONDS - t0))s)"
 }
 
-cmd_stop() {
-  with_lock
-  local pid
-  pid="$(registry_pid)"
-  if [[ -z "$pid" ]]; then
-    say "not running"
-    return 0
-  fi
-  kill_and_wait "$pid"
-  say "stopped (pid $pid)"
-}
-
-cmd_status() {
-  local pid
-  pid="$(registry_pid)"
-  if [[ -z "$pid" ]]; then
-    say "not running"
-    return 3
-  fi
-  if answers; then
-    say "running (pid $pid), answering on $URL"
-    return 0
-  fi
-  say "running (pid $pid) but not answering on $PROBE yet"
-  return 1
-}
-
-cmd_logs() {
-  [[ -f "$LOG" ]] || die "no log yet ($LOG)"
-  (($# > 0)) || set -- -n 100
-  exec tail "$@" "$LOG"
-}
-
-cmd_ensure() {
-  if [[ -z "$(registry_pid)" ]] && answers; then
-    say "a registry already answers on $URL (not started here): using it, leaving it running"
-    return 0
-  fi
-  cmd_start
-}
-
 cmd_with() {
-  (($# > 0)) || die "usage: registry.sh with CMD [ARGS...]"
   export TOOLGATE_REGISTRY_URL="$URL/apis/ccompat/v7"
-  if [[ -n "$(registry_pid)" ]] || answers; then
-    (cmd_ensure)
-    exec "$@"
-  fi
-  (cmd_start)
-  trap '(cmd_stop) || true' EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
-  local rc=0
-  "$@" || rc=$?
-  exit "$rc"
+  service_with "$@"
 }
 
 main() {
@@ -273,7 +194,7 @@ main() {
     ensure) cmd_ensure ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
-    logs) cmd_logs "$@" ;;
+    logs) service_logs "$LOG" "$@" ;;
     with) cmd_with "$@" ;;
     -h | --help | help) usage ;;
     *) say "unknown command: $cmd"; usage ;;

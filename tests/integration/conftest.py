@@ -1,6 +1,6 @@
 """Fixtures for tests against a real Kafka broker.
 
-The broker is the local one (``ops/kafka/kafka.sh start``, 127.0.0.1:19092) unless
+The broker is the local one (``ops/kafka/kafka.sh ensure``, 127.0.0.1:19092) unless
 ``TOOLGATE_BOOTSTRAP`` names another cluster. Without a reachable broker the tests
 are skipped, or fail when ``TOOLGATE_REQUIRE_KAFKA=1`` (CI sets it so that a broker
 that did not come up can never turn into a green run).
@@ -56,7 +56,7 @@ def bootstrap() -> str:
         problem = str(exc) or type(exc).__name__
     else:
         return servers
-    reason = f"no Kafka broker answers on {servers} ({problem}); start it with ops/kafka/kafka.sh start"
+    reason = f"no Kafka broker answers on {servers} ({problem}); start it with ops/kafka/kafka.sh ensure"
     if os.environ.get("TOOLGATE_REQUIRE_KAFKA") == "1":
         pytest.fail(f"TOOLGATE_REQUIRE_KAFKA=1 but {reason}", pytrace=False)
     pytest.skip(reason)

@@ -1,10 +1,12 @@
 """A real schema registry for the registry tests, and contract folders to publish into it.
 
-The registry is the local Apicurio Registry (``ops/registry/registry.sh start``, its
+The registry is the local Apicurio Registry (``ops/registry/registry.sh ensure``, its
 Confluent-compatible API on 127.0.0.1:18081) unless ``TOOLGATE_REGISTRY_URL`` names another.
 Without one answering the tests are skipped, or fail when ``TOOLGATE_REQUIRE_REGISTRY=1``
 (``make test`` sets it). Each test publishes tools of its own (``rs_<uuid>``): the registry is
-shared and keeps what it is given until it restarts.
+shared and keeps what it is given until it restarts. Every set this process publishes is
+:data:`KIT_SET` (its markers ``<KIT_SET>-set-value``), signed by the sample publisher of
+``contracts/fixtures-keyring.toml``, so other runs on the shared registry never move it.
 """
 
 from __future__ import annotations
@@ -19,13 +21,51 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from toolgate.registry import RegistryClient, RegistryError
+from toolgate.authoring._publish import Published, publish, pull
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._signing import Key, Keyring
+from toolgate.registry import RegistryClient, RegistryError, RegistrySource
 
 from tests import ROOT
 
 LOCAL_REGISTRY = "http://127.0.0.1:18081/apis/ccompat/v7"
 SCRIPT = ROOT / "ops" / "registry" / "registry.sh"
 TEMPLATE = ROOT / "contracts" / "review_status" / "v1"
+KEYRING = ROOT / "contracts" / "fixtures-keyring.toml"
+PUBLISHER = "sample-publisher"
+KIT_SET = f"rs-{uuid.uuid4().hex[:12]}"  # this process's set on the shared registry
+
+
+def readers_keyring() -> Keyring:
+    """The keyring readers verify with (the sample publisher among its [publishers])."""
+    return Keyring.load(KEYRING, environ={})
+
+
+def publisher_key() -> Key:
+    """The sample publisher's key, private part included."""
+    key = readers_keyring().publisher(PUBLISHER)
+    assert key is not None
+    return key
+
+
+def publish_set(contracts: ContractSet, client: RegistryClient, **kwargs: Any) -> list[Published]:
+    """``publish`` of this process's set, signed by the sample publisher."""
+    return publish(contracts, client, publisher_key(), set_name=KIT_SET, **kwargs)
+
+
+def pull_set(client: RegistryClient, dest: Path) -> list[str]:
+    """``pull`` of this process's set; the version keys written."""
+    return pull(client, dest, readers_keyring(), set_name=KIT_SET)[1]
+
+
+def reader(client: RegistryClient, root: Path, **kwargs: Any) -> RegistrySource:
+    """A source of this process's set, polling every second, verifying with the sample keyring."""
+    return RegistrySource(client, root, 1, readers_keyring(), set_name=KIT_SET, **kwargs)
+
+
+def reader_env() -> dict[str, str]:
+    """The variables a ``toolgate`` process reading this process's set needs."""
+    return {"TOOLGATE_KEYRING": str(KEYRING), "TOOLGATE_REGISTRY_SET_NAME": KIT_SET}
 
 
 def registry_client() -> RegistryClient:
@@ -35,7 +75,7 @@ def registry_client() -> RegistryClient:
     try:
         client.subjects()
     except RegistryError as exc:
-        reason = f"no schema registry answers at {url} ({exc}); start it with ops/registry/registry.sh start"
+        reason = f"no schema registry answers at {url} ({exc}); start it with ops/registry/registry.sh ensure"
         if os.environ.get("TOOLGATE_REQUIRE_REGISTRY") == "1":
             pytest.fail(f"TOOLGATE_REQUIRE_REGISTRY=1 but {reason}", pytrace=False)
         pytest.skip(reason)

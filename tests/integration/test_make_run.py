@@ -43,12 +43,12 @@ def test_kafka_sh_ensure_uses_a_broker_another_checkout_runs(bootstrap: str) -> 
     assert done.returncode == 0, done.stderr
     assert "already serves 127.0.0.1:19092 (not started here): using it" in done.stderr
     assert not _ours()  # nothing started here
-    # `start` still refuses a port another process holds (unchanged).
+    # `start` still refuses a port another process holds, and names the command meant.
     refused = subprocess.run(
         ["bash", str(KAFKA_SH), "start"], capture_output=True, text=True, timeout=120, check=False
     )
     assert refused.returncode != 0
-    assert "taken by another process" in refused.stderr
+    assert "already serves 127.0.0.1:19092: `kafka.sh ensure` uses it" in refused.stderr
 
 
 @pytest.mark.skipif(MAKE is None, reason="make is not installed")

@@ -11,19 +11,22 @@ from pathlib import Path
 
 import pytest
 from toolgate._errors import ConfigError
-from toolgate.authoring._publish import publish, pull
 from toolgate.gate._contracts import ContractSet
-from toolgate.registry import RegistryClient, RegistryError, RegistrySource, subject_of
+from toolgate.registry import RegistryClient, RegistryError, subject_of
 from toolgate.service._startup import ContractWatch
 
 from tests.integration.registry_kit import (
     PrivateRegistry,
     new_tool,
     private_registry,
+    pull_set,
+    reader,
+    reader_env,
     registered,
     registry_client,
     write_version,
 )
+from tests.integration.registry_kit import publish_set as publish
 
 PRIVATE_PORT = 28081
 PRIVATE_TLS_PORT = 28443
@@ -50,7 +53,8 @@ class TestPublish:
         write_version(tmp_path, tool, "v2", decisions=["approved", "rejected"])
         contracts = ContractSet.load(tmp_path)
         done = publish(contracts, client)
-        assert [(d.key, d.subject, d.action) for d in done] == [
+        assert done[-1].action == "set"
+        assert [(d.key, d.subject, d.action) for d in done[:-1]] == [
             (f"{tool}@v1", subject_of(tool, 1), "registered"),
             (f"{tool}@v1.1", subject_of(tool, 1), "registered"),
             (f"{tool}@v2", subject_of(tool, 2), "registered"),
@@ -76,9 +80,10 @@ class TestPublish:
         contract = tmp_path / tool / "v1" / "contract.yaml"
         contract.write_text(contract.read_text().replace("status: active", "status: retired"))
         done = publish(ContractSet.load(tmp_path), client)
-        assert [(d.key, d.action) for d in done if d.action != "unchanged"] == [(f"{tool}@v1.1", "statuses")]
+        changed = [(d.key, d.action) for d in done if d.action not in ("unchanged", "set")]
+        assert changed == [(f"{tool}@v1", "statuses")]
         pulled = tmp_path / "pulled"
-        pull(client, pulled)
+        pull_set(client, pulled)
         statuses = {c.key: c.spec.status for c in ContractSet.load(pulled) if c.spec.tool == tool}
         assert statuses == {f"{tool}@v1": "retired", f"{tool}@v1.1": "active"}
 
@@ -98,7 +103,7 @@ class TestPublish:
             "retired",
             "active",
         ]
-        pull(client, tmp_path / "pulled")
+        pull_set(client, tmp_path / "pulled")
         pulled = ContractSet.load(tmp_path / "pulled")
         assert {c.key: c.spec.status for c in pulled if c.spec.tool == tool}[f"{tool}@v1"] == "active"
 
@@ -151,11 +156,15 @@ class TestBreakingChange:
         """toolgate contracts publish exits 2 with one line naming the version."""
         tool = self._breaking(client, tmp_path)
         done = subprocess.run(
-            [sys.executable, "-m", "toolgate", "contracts", "publish", "--contracts", str(tmp_path)],
+            [
+                sys.executable,
+                *("-m", "toolgate", "contracts", "publish", "--contracts", str(tmp_path)),
+                *("--publisher-key", "sample-publisher"),
+            ],
             capture_output=True,
             text=True,
             timeout=120,
-            env={"PATH": "/usr/bin:/bin", "TOOLGATE_REGISTRY_URL": client.url},
+            env={"PATH": "/usr/bin:/bin", "TOOLGATE_REGISTRY_URL": client.url, **reader_env()},
         )
         assert done.returncode == 2
         assert done.stderr.count("\n") == 1
@@ -171,7 +180,7 @@ class TestLoad:
         authored = tmp_path / "authored"
         write_version(authored, tool, "v1")
         publish(ContractSet.load(authored), client)
-        source = RegistrySource(client, tmp_path / "snapshots", poll_seconds=1)
+        source = reader(client, tmp_path / "snapshots")
         current = source.start()
         first = _keys(ContractSet.load(current), tool)
         assert first == _keys(ContractSet.load(authored), tool)
@@ -196,7 +205,7 @@ class TestLoad:
         write_version(tmp_path / "a", tool, "v1.1", decisions=["approved"])
         with pytest.raises(ConfigError):
             publish(ContractSet.load(tmp_path / "a"), client, check_history=False)
-        source = RegistrySource(client, tmp_path / "snapshots", poll_seconds=1)
+        source = reader(client, tmp_path / "snapshots")
         assert list(_keys(ContractSet.load(source.start()), tool)) == [f"{tool}@v1"]
 
     def test_pull_writes_what_was_published(self, client: RegistryClient, tmp_path: Path) -> None:
@@ -204,7 +213,7 @@ class TestLoad:
         tool = new_tool()
         write_version(tmp_path / "a", tool, "v1")
         publish(ContractSet.load(tmp_path / "a"), client)
-        written = pull(client, tmp_path / "pulled")
+        written = pull_set(client, tmp_path / "pulled")
         assert f"{tool}@v1" in written
         assert _keys(ContractSet.load(tmp_path / "pulled"), tool) == _keys(
             ContractSet.load(tmp_path / "a"), tool
@@ -238,11 +247,9 @@ class TestOutage:
         write_version(tmp_path / "a", tool, "v1")
         publish(ContractSet.load(tmp_path / "a"), client)
         root = tmp_path / "snapshots"
-        before = _keys(ContractSet.load(RegistrySource(client, root, poll_seconds=1).start()), tool)
+        before = _keys(ContractSet.load(reader(client, root).start()), tool)
         states: list[bool] = []
-        down = RegistrySource(
-            RegistryClient(DEAD_URL, timeout=2), root, poll_seconds=1, on_state=states.append
-        )
+        down = reader(RegistryClient(DEAD_URL, timeout=2), root, on_state=states.append)
         with caplog.at_level(logging.WARNING, logger="toolgate.registry"):
             current = down.start()
         assert _keys(ContractSet.load(current), tool) == before
@@ -255,7 +262,7 @@ class TestOutage:
 
     def test_down_at_start_up_without_a_snapshot_fails(self, tmp_path: Path) -> None:
         """Nothing to start from: one error naming the registry and the snapshot folder."""
-        source = RegistrySource(RegistryClient(DEAD_URL, timeout=2), tmp_path / "none", poll_seconds=1)
+        source = reader(RegistryClient(DEAD_URL, timeout=2), tmp_path / "none")
         with pytest.raises(
             ConfigError, match=rf"{DEAD_URL}: unreachable.*no snapshot of it in {tmp_path / 'none'}"
         ):
@@ -277,7 +284,7 @@ class TestTls:
         tool = new_tool()
         write_version(tmp_path / "a", tool, "v1")
         publish(ContractSet.load(tmp_path / "a"), client)
-        current = RegistrySource(client, tmp_path / "snapshots", poll_seconds=1).start()
+        current = reader(client, tmp_path / "snapshots").start()
         assert _keys(ContractSet.load(current), tool) == _keys(ContractSet.load(tmp_path / "a"), tool)
 
     @pytest.mark.parametrize("ca", ["other-ca.pem", None])
@@ -299,12 +306,12 @@ class TestOutageWhileRunning:
         self, private: PrivateRegistry, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
         """Down: polls keep the snapshot, logged once; back (empty, in memory): still kept;
-        republished: a new version is picked up again."""
+        republished above the loaded generation: a new version is picked up again."""
         client = RegistryClient(private.url, timeout=3)
         tool = new_tool()
         write_version(tmp_path / "a", tool, "v1")
         publish(ContractSet.load(tmp_path / "a"), client)
-        source = RegistrySource(client, tmp_path / "snapshots", poll_seconds=1)
+        source = reader(client, tmp_path / "snapshots")
         current = source.start()
         loaded = _keys(ContractSet.load(current), tool)
         target = current.resolve()
@@ -318,12 +325,14 @@ class TestOutageWhileRunning:
         private.start()  # in memory: it comes back empty
         assert source.poll() is False
         assert _keys(ContractSet.load(current), tool) == loaded
-        restarted = RegistrySource(client, tmp_path / "snapshots", poll_seconds=1)
+        restarted = reader(client, tmp_path / "snapshots")
         assert _keys(ContractSet.load(restarted.start()), tool) == loaded  # empty: the snapshot on disk
         assert restarted.from_disk
         write_version(
             tmp_path / "a", tool, "v1.1", decisions=["approved", "rejected", "pending", "withdrawn"]
         )
-        publish(ContractSet.load(tmp_path / "a"), client)
+        # The registry lost its markers: publish above the generation the readers hold, as the
+        # runbook says (they never go back to an older one).
+        publish(ContractSet.load(tmp_path / "a"), client, generation=source.generation + 1)
         assert source.poll() is True
         assert set(_keys(ContractSet.load(current), tool)) == {f"{tool}@v1", f"{tool}@v1.1"}

@@ -16,11 +16,10 @@ import pytest
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from toolgate._config import Config
-from toolgate.authoring._publish import publish
 from toolgate.gate._contracts import ContractSet
 
 from tests import ROOT, mcp_kit
-from tests.integration.registry_kit import registry_client
+from tests.integration.registry_kit import publish_set, reader_env, registry_client
 from tests.integration.test_mcp_proxy import TOOL, running_worker
 
 
@@ -39,7 +38,7 @@ class TestProxyFromRegistry:
     ) -> None:
         """Published, then served: the one active tool listed, a good result passed, a banner refused."""
         client = registry_client()
-        publish(ContractSet.load(reviewed), client)
+        publish_set(ContractSet.load(reviewed), client)
         cfg = msgspec.structs.replace(config, contracts_dir=str(reviewed))
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
         env.update(
@@ -47,6 +46,7 @@ class TestProxyFromRegistry:
             TOOLGATE_GROUP_ID=cfg.group_id,  # the running worker's group: the proxy checks it has members
             PYTHONPATH=str(ROOT),
             TOOLGATE_REGISTRY_SNAPSHOT_DIR=str(tmp_path / "snapshots"),
+            **reader_env(),
             **cfg.topics.env(),
         )
         params = StdioServerParameters(

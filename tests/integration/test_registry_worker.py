@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,11 +21,11 @@ from pathlib import Path
 
 import pytest
 from toolgate._config import Config
-from toolgate.authoring._publish import publish as publish_contracts
 from toolgate.gate._contracts import ContractSet
 from toolgate.registry import RegistryClient
 
-from tests.integration.registry_kit import new_tool, registry_client, write_version
+from tests.integration.registry_kit import new_tool, reader_env, registry_client, write_version
+from tests.integration.registry_kit import publish_set as publish_contracts
 from tests.integration.worker_kit import (
     CONTRACTS,
     drop_topics,
@@ -73,6 +74,7 @@ class _Worker:
                 "TOOLGATE_METRICS_PORT": str(self.port),
                 "TOOLGATE_REGISTRY_SNAPSHOT_DIR": str(snapshots),
                 "TOOLGATE_REGISTRY_POLL_SECONDS": "1",
+                **reader_env(),
             },
         )
 
@@ -123,8 +125,8 @@ class TestWorkerFromRegistry:
         self, client: RegistryClient, config: Config, tmp_path: Path
     ) -> None:
         """Bundled traffic is decided; a version registered meanwhile is loaded by the running worker."""
-        publish_contracts(ContractSet.load(CONTRACTS), client)
         tool = new_tool()
+        shutil.copytree(CONTRACTS, tmp_path / "a")  # the set: the bundled contracts and one tool more
         write_version(tmp_path / "a", tool, "v1")
         publish_contracts(ContractSet.load(tmp_path / "a"), client)
         worker = _Worker(config, f"registry+{client.url}", tmp_path / "snapshots", tmp_path / "worker.log")

@@ -15,13 +15,12 @@ import subprocess
 import urllib.request
 
 import pytest
-from toolgate.authoring._publish import publish
 from toolgate.gate._contracts import ContractSet
 from toolgate.operations._top import parse
 
 from tests import ROOT
 from tests.integration.live import LiveWorker
-from tests.integration.registry_kit import registry_client
+from tests.integration.registry_kit import publish_set, reader_env, registry_client
 from tests.integration.worker_kit import CONTRACTS
 from tests.ops_catalog import runbook_commands
 
@@ -39,7 +38,7 @@ def registry_url() -> str:
     """The test registry (skipped without one, failed when TOOLGATE_REQUIRE_REGISTRY=1), holding
     the contracts the live worker decides with."""
     client = registry_client()
-    publish(ContractSet.load(CONTRACTS), client)
+    publish_set(ContractSet.load(CONTRACTS), client)
     return client.url
 
 
@@ -49,6 +48,7 @@ def _run(live: LiveWorker, command: str, registry: str | None = None) -> subproc
     env = live.env()
     if registry is not None:
         env["TOOLGATE_REGISTRY_URL"] = registry
+        env.update(reader_env())
     return subprocess.run(
         ["bash", "-c", concrete],
         env=env,
@@ -79,7 +79,9 @@ class TestRunbookCommands:
     def test_commands_print_what_they_promise(self, live: LiveWorker) -> None:
         """healthz says ok, readyz says ready, quarantine tail prints the diagnostics headers."""
         assert _run(live, "curl -s http://127.0.0.1:9464/healthz").stdout == "ok\n"
-        assert _run(live, "curl -s http://127.0.0.1:9464/readyz").stdout == "ready\n"
+        ready = _run(live, "curl -s http://127.0.0.1:9464/readyz").stdout
+        assert ready.splitlines()[0] == "ready"
+        assert ready.splitlines()[1].startswith("contracts g0-")
         tail = _run(live, "toolgate quarantine tail --code BAD_SIGNATURE -n 20").stdout
         assert tail.count('"tg-error-code": "BAD_SIGNATURE"') == len(tail.splitlines()) > 0
 

@@ -33,7 +33,8 @@ class World:
         self.broker = FakeBroker(now_ms=int(NOW.timestamp() * 1000))
         for name in (T.requests, T.intake, T.agent, T.audit, T.state):
             self.broker.create_topic(name, partitions)
-        self.broker.create_topic(T.quarantine, 1)
+        for name in (T.quarantine, T.contracts, T.members):
+            self.broker.create_topic(name, 1)
         self.clients = FakeClients(self.broker)
         self.sleeps: list[float] = []
 

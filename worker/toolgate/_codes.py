@@ -28,6 +28,7 @@ Code = Literal[
     # contract (HEADER_MISMATCH also at correlate)
     "UNKNOWN_TOOL",
     "UNKNOWN_CONTRACT_VERSION",
+    "CONTRACTS_BEHIND",  # retryable: the worker's contract set is behind the group's
     "HEADER_MISMATCH",
     # schema
     "SCHEMA_VIOLATION",

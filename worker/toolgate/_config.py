@@ -31,6 +31,11 @@ class Topics(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     audit: str = "toolgate.audit"
     # The worker's own changelog: accepted attempts of live requests, co-partitioned with intake.
     state: str = "toolgate.state"
+    # Signed contract versions and set markers (toolgate contracts publish --to topic), read
+    # by workers and proxies started with --contracts kafka: (compacted, 1 partition).
+    contracts: str = "toolgate.contracts"
+    # What each live worker decides with, keyed by member id (compacted, 1 partition).
+    members: str = "toolgate.members"
 
     @classmethod
     def under(cls, prefix: str) -> Topics:
@@ -87,7 +92,8 @@ class Registry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     publish and pull; the files hold HTTP basic ``user:password`` or a bearer token (one, not
     both); ``ca_file`` the CAs for https (else the system's). The worker keeps the last
     complete set it loaded in ``snapshot_dir`` and checks the registry for new versions every
-    ``poll_seconds``.
+    ``poll_seconds``. ``set_name`` names the set: its signed markers are the subject
+    ``<set_name>-set-value``.
     """
 
     url: str | None = None
@@ -97,6 +103,7 @@ class Registry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     snapshot_dir: str = "registry-snapshot"
     poll_seconds: float = 10.0
     timeout_seconds: float = 10.0
+    set_name: str = "toolgate"
 
 
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -127,6 +134,15 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     # activated, a mounted ConfigMap or Secret updated in place); a change reloads them as
     # SIGHUP does. 0: only on SIGHUP. At most a day. TOOLGATE_CONTRACTS_WATCH_SECONDS.
     contracts_watch_seconds: Annotated[float, msgspec.Meta(ge=0, le=86_400)] = 2.0
+    # How long a worker catches up on its contract source (the contracts topic to its end, the
+    # registry fetched, the folder rescanned) before deciding a result of an unknown tool or
+    # version, or one naming a newer set; still behind then: CONTRACTS_BEHIND (retryable).
+    # More than 0, at most 300. TOOLGATE_CONTRACTS_CATCH_UP_SECONDS.
+    contracts_catch_up_seconds: Annotated[float, msgspec.Meta(gt=0, le=300)] = 5.0
+    # How often a worker republishes what it decides with to the members topic; a member not
+    # heard from for three times this long is no longer live. At least 1, at most 3600.
+    # TOOLGATE_MEMBERS_REFRESH_SECONDS.
+    members_refresh_seconds: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 10.0
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)

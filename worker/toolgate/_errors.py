@@ -4,7 +4,8 @@
 
     ToolgateError
     ├── ConfigError            bad configuration: fail at start-up, naming file and path
-    │   └── ContractError      a contract file or schema is wrong (file + path of the mistake)
+    │   ├── ContractError      a contract file or schema is wrong (file + path of the mistake)
+    │   └── ContractTrustError a published contract version is not what its publisher signed
     ├── RejectedInput          bad data: expected, counted, quarantined (carries stage, code, paths)
     └── BrokerError            the broker misbehaved (``retriable`` as aiokafka's KafkaError)
 
@@ -32,6 +33,18 @@ class ContractError(ConfigError):
         self.file = file
         self.path = path
         super().__init__(f"{file}: {message}" + (f" - at `{path}`" if path else ""))
+
+
+class ContractTrustError(ConfigError):
+    """A published contract version (or set marker) that its publisher did not sign as it is:
+    unknown publisher, bad signature or digest mismatch. The message names the tool, the
+    version and the reason."""
+
+    def __init__(self, tool: str, version: str, reason: str) -> None:
+        self.tool = tool
+        self.version = version
+        self.reason = reason
+        super().__init__(f"contract {tool} version {version}: {reason}")
 
 
 class RejectedInput(ToolgateError):

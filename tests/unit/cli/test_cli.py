@@ -250,6 +250,7 @@ class TestBadInput:
             ("check",): ["r.json"],
             ("contracts", "diff"): ["a", "b"],
             ("contracts", "pull"): ["pulled"],
+            ("contracts", "publish"): ["--publisher-key", "p"],
             ("contracts", "import-mcp"): ["--server", "s", "--tools-list", "t.json"],
             ("mcp-proxy",): ["--server", "s", "--upstream-url", "http://127.0.0.1:1/mcp"],
             ("topics", "grow"): ["--partitions", "6"],

@@ -270,15 +270,36 @@ class TestCallInProcess:
 
 
 class TestContractSetStamp:
-    """The contract set's identity goes on every record a proxy decision writes."""
+    """The contract set's identity goes on every record a proxy decision writes, and the
+    generation it decides with on what it writes as the issuer."""
 
-    async def test_every_record_carries_the_label(
-        self, reviewed: ContractSet, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """A set with a label: the agent, quarantine and audit records all carry ``tg-contract-set``."""
-        monkeypatch.setattr(reviewed, "label", "g3-0123456789ab", raising=False)
-        decider = Decider(mcp_kit.SERVER, reviewed, None, T, clock=lambda: NOW)
+    async def test_every_record_carries_the_set_and_the_generation(self, reviewed: ContractSet) -> None:
+        """Generation 3: the agent, quarantine and audit records carry ``tg-contract-set`` (the
+        set's label); the quarantined intake headers carry ``tg-contract-generation: 3``."""
+        generation = ContractSet(list(reviewed), generation=3)
+        decider = Decider(mcp_kit.SERVER, generation, None, T, clock=lambda: NOW)
         raw, _sdk = await mcp_kit.call("banner")
         got = decide(decider, issued(), raw)
         assert [r.topic for r in got.records] == [T.agent, T.quarantine, T.audit]
-        assert all(("tg-contract-set", b"g3-0123456789ab") in r.headers for r in got.records)
+        assert generation.label.startswith("g3-")
+        assert all(("tg-contract-set", generation.label.encode()) in r.headers for r in got.records)
+        (quarantined,) = [r for r in got.records if r.topic == T.quarantine]
+        assert ("tg-contract-generation", b"3") in quarantined.headers
+        assert (got.verdict.stage, got.verdict.code) == ("schema", "SCHEMA_VIOLATION")  # not CONTRACTS_BEHIND
+
+    async def test_the_request_record_carries_the_generation(
+        self, world: World, reviewed: ContractSet
+    ) -> None:
+        """The request record the proxy writes names the generation it decided with."""
+        generation = ContractSet(list(reviewed), generation=5)
+        upstream = Upstream()
+        async with Client(CONFIG, clients=world.clients, answers=False) as client, upstream.connected() as up:
+            decider = Decider(mcp_kit.SERVER, generation, None, T)
+            proxy = Proxy(mcp_kit.SERVER, up, client, generation, decider=decider)
+            await proxy.load_tools()
+            result = await proxy.call("deploy_status", {"case": "ok", "environment": "staging"}, None)
+        assert result.structured_content == mcp_kit.GOOD
+        (record,) = on(world, T.requests)
+        assert dict(record.headers)["tg-contract-generation"] == b"5"
+        (envelope,) = on(world, T.agent)
+        assert dict(envelope.headers)["tg-contract-set"] == generation.label.encode()

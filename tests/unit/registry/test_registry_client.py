@@ -174,3 +174,86 @@ class TestFromConfiguration:
         """registry.sh's TOOLGATE_APICURIO_* and the tests' TOOLGATE_REQUIRE_REGISTRY are ignored."""
         config = load_config(environ={"TOOLGATE_APICURIO_PORT": "1", "TOOLGATE_REQUIRE_REGISTRY": "1"})
         assert config.registry.url is None
+
+
+class TestBadInputThroughTheCli:
+    """Every registry URL or number setting that cannot be used is one line naming it; no secret echoed."""
+
+    KEYRING = str(Path(__file__).parents[3] / "contracts" / "fixtures-keyring.toml")
+
+    @pytest.mark.parametrize(
+        ("argv", "env", "expected"),
+        [
+            (
+                ["contracts", "lint", "--contracts", "registry+http://[::1/apis/ccompat/v7"],
+                {},
+                "toolgate: --contracts 'registry+http://[::1/apis/ccompat/v7': not a URL (Invalid IPv6 URL)",
+            ),
+            (
+                ["contracts", "lint", "--contracts", "registry+http://r.example:99999/x"],
+                {},
+                "--contracts 'registry+http://r.example:99999/x': not a URL",
+            ),
+            (
+                ["contracts", "lint", "--contracts", "registry+https://alice:s3cret-pw@r.example/x"],
+                {},
+                "--contracts 'registry+https://***@r.example/x': put credentials in a file",
+            ),
+            (
+                ["contracts", "pull", "--registry", "ftp://r.example", "out"],
+                {"TOOLGATE_KEYRING": KEYRING},
+                "--registry 'ftp://r.example': expected http://HOST[:PORT][/PATH] or https://...",
+            ),
+            (
+                ["contracts", "pull", "--registry", "http://[::1/x", "out"],
+                {"TOOLGATE_KEYRING": KEYRING},
+                "--registry 'http://[::1/x': not a URL (Invalid IPv6 URL)",
+            ),
+            (
+                ["contracts", "pull", "out"],
+                {"TOOLGATE_KEYRING": KEYRING, "TOOLGATE_REGISTRY_URL": "http://bob:s3cret-pw@r.example/x"},
+                "TOOLGATE_REGISTRY_URL 'http://***@r.example/x': put credentials in a file",
+            ),
+            (
+                ["contracts", "pull", "--registry", "http://127.0.0.1:9/x", "out"],
+                {"TOOLGATE_KEYRING": KEYRING, "TOOLGATE_REGISTRY_TIMEOUT_SECONDS": "301"},
+                "TOOLGATE_REGISTRY_TIMEOUT_SECONDS=301.0 (registry.timeout_seconds): expected 0 < seconds",
+            ),
+            (
+                ["contracts", "lint", "--contracts", "registry+http://127.0.0.1:9/x"],
+                {"TOOLGATE_KEYRING": KEYRING, "TOOLGATE_REGISTRY_POLL_SECONDS": "nan"},
+                "TOOLGATE_REGISTRY_POLL_SECONDS=nan (registry.poll_seconds): expected 0 < seconds <= 3600",
+            ),
+            (
+                ["contracts", "lint", "--contracts", "registry+http://127.0.0.1:9/x"],
+                {"TOOLGATE_KEYRING": KEYRING, "TOOLGATE_REGISTRY_SET_NAME": "a b"},
+                "TOOLGATE_REGISTRY_SET_NAME='a b': expected letters, digits",
+            ),
+            (
+                ["contracts", "lint", "--contracts", "registry+http://127.0.0.1:9/x"],
+                {},
+                "--contracts registry+http://127.0.0.1:9/x: set TOOLGATE_KEYRING (or --keyring)",
+            ),
+        ],
+    )
+    def test_one_line_naming_the_setting(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        expected: str,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+        tmp_path: Path,
+    ) -> None:
+        """Exit 2 with one stderr line naming the option or variable, never the password."""
+        from toolgate.cli import main
+
+        monkeypatch.chdir(tmp_path)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert expected in err
+        assert "s3cret" not in err
+        assert "unexpected error" not in err

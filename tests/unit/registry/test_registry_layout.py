@@ -10,7 +10,10 @@ import anyio
 import msgspec
 import pytest
 from toolgate._errors import ConfigError
+from toolgate.authoring._publish import signed_versions
 from toolgate.gate._contracts import ContractSet, load_contract
+from toolgate.gate._published import sign_marker
+from toolgate.gate._signing import Keyring
 from toolgate.mcp._import import fetch_listing, import_listing
 from toolgate.registry._layout import (
     KEYWORD,
@@ -21,16 +24,18 @@ from toolgate.registry._layout import (
     parse_subject,
     subject_of,
 )
-from toolgate.registry._snapshot import CURRENT, MANIFEST, Snapshot, read_manifest, write_snapshot
+from toolgate.registry._snapshot import CURRENT, MANIFEST, SignedSet, read_manifest, write_snapshot
 
 from tests import mcp_kit
 from tests.unit.builders import CONTRACTS
 
 
-def _entries(contracts: ContractSet) -> Snapshot:
-    statuses = {(c.spec.tool, c.spec.version): {c.spec.minor: str(c.spec.status)} for c in contracts}
-    entries = [(entry_of(c, statuses[(c.spec.tool, c.spec.version)]), str(c.spec.status)) for c in contracts]
-    return Snapshot(entries, (("x-v1-value", (1,)),))
+def _entries(contracts: ContractSet) -> SignedSet:
+    key = Keyring.load(CONTRACTS / "fixtures-keyring.toml", environ={}).publisher("sample-publisher")
+    assert key is not None
+    versions = list(signed_versions(contracts, key).values())
+    marker = sign_marker(1, {pv.key: pv.digest for pv in versions}, key)
+    return SignedSet(marker, "toolgate-set-value", versions, (("x-v1-value", (1,)),))
 
 
 class TestSubjects:
@@ -125,7 +130,8 @@ class TestSnapshot:
         manifest = read_manifest(current)
         assert manifest is not None
         assert manifest["source"] == "http://registry"
-        assert sorted(manifest["contracts"]) == sorted(c.key for c in contracts)
+        assert manifest["generation"] == 1
+        assert len(manifest["versions"]) == len(contracts)
 
     def test_a_set_that_fails_to_load_never_becomes_current(
         self, contracts: ContractSet, tmp_path: Path
@@ -134,21 +140,21 @@ class TestSnapshot:
         current = write_snapshot(_entries(contracts), tmp_path, "r")
         target = current.resolve()
         snapshot = _entries(contracts)
-        entry, status = snapshot.entries[0]
-        broken = msgspec.structs.replace(
-            entry, spec=msgspec.structs.replace(entry.spec, projection=("/nowhere",))
-        )
-        snapshot.entries[0] = (broken, status)
+        first = snapshot.versions[0]
+        files = {**first.files, "contract.yaml": first.files["contract.yaml"] + "projection: [/nowhere]\n"}
+        snapshot.versions[0] = msgspec.structs.replace(first, files=files)
         with pytest.raises(ConfigError):
             write_snapshot(snapshot, tmp_path, "r")
         assert current.resolve() == target
         assert not list(tmp_path.glob(".snapshot-*"))
 
     def test_an_empty_registry_never_replaces_the_set(self, contracts: ContractSet, tmp_path: Path) -> None:
-        """No versions at all (a registry restarted empty) is refused, naming the source."""
+        """A set of no versions at all is refused, naming the source."""
         write_snapshot(_entries(contracts), tmp_path, "r")
-        with pytest.raises(ConfigError, match="r: no contract versions"):
-            write_snapshot(Snapshot([], ()), tmp_path, "r")
+        empty = _entries(contracts)
+        empty.versions.clear()
+        with pytest.raises(ConfigError, match="r: set generation 1 is empty"):
+            write_snapshot(empty, tmp_path, "r")
         assert (tmp_path / CURRENT / MANIFEST).is_file()
 
     def test_old_snapshots_are_pruned(self, contracts: ContractSet, tmp_path: Path) -> None:

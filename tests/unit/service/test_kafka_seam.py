@@ -86,7 +86,16 @@ def test_the_checks_catch_what_they_look_for() -> None:
 
 class TestEnsureTopics:
     CONFIG = Config(
-        topics=Topics(requests="r", intake="i", agent="a", quarantine="q", audit="au", state="s"),
+        topics=Topics(
+            requests="r",
+            intake="i",
+            agent="a",
+            quarantine="q",
+            audit="au",
+            state="s",
+            contracts="c",
+            members="m",
+        ),
         partitions=Partitions(requests=4, intake=4, agent=4, quarantine=1, audit=4),
     )
 
@@ -96,14 +105,15 @@ class TestEnsureTopics:
         broker = FakeBroker()
         clients = FakeClients(broker)
         first = await ensure_topics(self.CONFIG, clients=clients)
-        assert sorted(first.created) == ["a", "au", "i", "q", "r", "s"]
-        assert broker.configs["r"]["cleanup.policy"] == "compact"
-        assert broker.configs["s"]["cleanup.policy"] == "compact"
+        assert sorted(first.created) == ["a", "au", "c", "i", "m", "q", "r", "s"]
+        for compacted in ("r", "s", "c", "m"):
+            assert broker.configs[compacted]["cleanup.policy"] == "compact"
+        assert len(broker.logs["c"]) == len(broker.logs["m"]) == 1
         assert len(broker.logs["s"]) == len(broker.logs["r"]) == len(broker.logs["i"]) == 4
         second = await ensure_topics(self.CONFIG, clients=clients)
         assert (second.created, sorted(second.existing), second.warnings) == (
             [],
-            ["a", "au", "i", "q", "r", "s"],
+            ["a", "au", "c", "i", "m", "q", "r", "s"],
             [],
         )
 
@@ -113,7 +123,7 @@ class TestEnsureTopics:
         broker = FakeBroker()
         broker.create_topic("i", 6)
         report = await ensure_topics(self.CONFIG, clients=FakeClients(broker))
-        assert sorted(report.created) == ["a", "au", "q", "r", "s"]
+        assert sorted(report.created) == ["a", "au", "c", "m", "q", "r", "s"]
         assert (len(broker.logs["s"]), len(broker.logs["r"])) == (6, 6)
         assert report.warnings == ["i has 6 partitions, configuration says 4 (left as it is)"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -51,6 +52,7 @@ class Harness:
         self.aborts: list[Exception] = []
         self.fences: list[OwnedPartition] = []
         self.catch_ups: list[int] = []
+        self.behind: list[int] = []
         self.crashes: list[BaseException] = []
         self.owner: OwnedPartition | None = None
         self.uses = Collaborators(
@@ -61,6 +63,7 @@ class Harness:
             lookup=lambda tp, records, keys: self.requests.get,
             catch_up=self.catch_up,
             gate=lambda: gate,
+            contracts_behind=self.contracts_behind,
             ledger=self.ledger,
             clock=lambda: NOW,
             expires_of=self.requests.expires_at,
@@ -83,6 +86,10 @@ class Harness:
     async def catch_up(self, partition: int, wait_seconds: float) -> bool:
         self.catch_ups.append(partition)
         return True
+
+    async def contracts_behind(self, batch: Batch, decide: Callable[[], Batch]) -> Batch:
+        self.behind.append(len(batch.behind))
+        return decide()
 
     async def prepare(self, producer: Producer) -> None:
         return None

@@ -45,3 +45,28 @@ class TestReload:
         """A worker built without a contract source cannot reload."""
         w = worker(None)
         assert not w.reload_contracts()
+
+
+class TestTheSetItDecidesWith:
+    """The worker's metrics and /readyz name the contract set it decides with, reloads included."""
+
+    def test_metrics_follow_the_loaded_set(self) -> None:
+        """The generation gauge and the one info series follow a reload to another set."""
+        w = worker(lambda: Gate(ContractSet(list(ContractSet.load(CONTRACTS))[1:], generation=4)))
+        first = w.gate.contracts
+        assert w.metrics.contract_set_generation._value.get() == 0
+        assert w.metrics.contract_set_info.labels(first.label, first.digest)._value.get() == 1
+        assert w.reload_contracts()
+        second = w.gate.contracts
+        assert second.digest != first.digest
+        assert w.metrics.contract_set_generation._value.get() == 4
+        samples = [s for m in w.metrics.contract_set_info.collect() for s in m.samples]
+        assert [(s.labels["label"], s.labels["digest"]) for s in samples] == [(second.label, second.digest)]
+
+    def test_readyz_names_the_set(self) -> None:
+        """/readyz says the readiness first, then the set's label, generation and digest."""
+        w = worker(None)
+        contracts = w.gate.contracts
+        status, line = w.readyz().split("\n")
+        assert status == w.status()
+        assert line == f"contracts {contracts.label} (generation 0, digest {contracts.digest})"

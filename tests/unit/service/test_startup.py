@@ -64,7 +64,8 @@ class TestStandby:
         assert standby.metrics.ready._value.get() == 1
         assert standby.metrics_port is not None
         status, body = await get(standby.metrics_port, "/readyz")
-        assert (status, body) == (200, STANDBY.encode() + b"\n")
+        assert (status, body) == (200, f"{STANDBY}\n{standby.readyz().splitlines()[1]}\n".encode())
+        assert standby.gate.contracts.label in body.decode()
         for w in (first, second):
             w.request_stop()
         await asyncio.gather(*tasks)

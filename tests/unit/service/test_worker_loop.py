@@ -746,6 +746,8 @@ class TestAssignment:
 
         def slow_producer(**options: Any) -> Any:
             producer = make(**options)
+            if not options.get("transactional_id"):
+                return producer  # the members topic's writer: not a partition's
             start = producer.start
 
             async def held_start() -> None:

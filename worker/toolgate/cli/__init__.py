@@ -52,7 +52,7 @@ object to the agent topic. Rejections go to a quarantine topic for operators.
 
 _EPILOG = """\
 examples:
-  toolgate topics ensure                      create the six topics on the broker
+  toolgate topics ensure                      create the eight topics on the broker
   toolgate check --request req.json --header tg-tool=review_status result.json
   toolgate contracts test                     run every contract fixture
   toolgate contracts lint                     hold every schema to the contract rules
@@ -94,7 +94,9 @@ def _shared_options() -> dict[str, _Parser]:
     )
     keyring = group()
     keyring.add_argument(
-        "--keyring", metavar="FILE", help="adapter keys for signed contracts, TOML (TOOLGATE_KEYRING)"
+        "--keyring",
+        metavar="FILE",
+        help="adapter keys (signed results) and publisher keys (signed contracts), TOML (TOOLGATE_KEYRING)",
     )
     bootstrap = group()
     bootstrap.add_argument(

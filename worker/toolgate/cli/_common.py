@@ -116,11 +116,11 @@ def keyring_path(args: argparse.Namespace, config: Config) -> str | None:
 
 
 def build_gate(config: Config, keyring_file: str | None) -> Gate:
-    from toolgate.gate._contracts import ContractSet
     from toolgate.gate._gate import Gate
     from toolgate.gate._signing import Keyring
+    from toolgate.registry._snapshot import load_contracts  # a folder, or a registry set's generation
 
-    return Gate(ContractSet.load(config.contracts_dir), Keyring.load(keyring_file) if keyring_file else None)
+    return Gate(load_contracts(config.contracts_dir), Keyring.load(keyring_file) if keyring_file else None)
 
 
 def parse_time(flag: str, text: str | None) -> datetime | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,31 @@ def _registry_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _publish_arguments(p: argparse.ArgumentParser) -> None:
+    _registry_arguments(p)
+    p.add_argument(
+        "--to",
+        choices=("registry", "topic", "both"),
+        default="registry",
+        help="where to publish: the schema registry (default), the contracts topic "
+        "(TOOLGATE_TOPIC_CONTRACTS, read by workers started with --contracts kafka:), or both",
+    )
+    p.add_argument(
+        "--publisher-key",
+        metavar="ID",
+        required=True,
+        help="the keyring's [publishers.ID] key (with its private key) that signs every version and "
+        "the set marker; readers load only what a publisher their keyring names signed",
+    )
+    p.add_argument(
+        "--generation",
+        metavar="N",
+        type=int,
+        help="the set marker's generation (default: the registry's newest plus 1); after a registry "
+        "lost its contents, one above the readers' (they never go back to an older generation)",
+    )
+
+
 def _pull_arguments(p: argparse.ArgumentParser) -> None:
     _registry_arguments(p)
     p.add_argument("dest", metavar="DIR", help="the folder to write the versions into (created when missing)")
@@ -138,34 +165,110 @@ def _registry_client(args: argparse.Namespace, config: Config) -> Any:
     from toolgate.registry._connect import client_of
 
     url = args.registry or config.registry.url
+    setting = "--registry" if args.registry else "TOOLGATE_REGISTRY_URL"
     if not url:
         raise ConfigError("no schema registry: give --registry URL or set TOOLGATE_REGISTRY_URL")
-    return client_of(parse_source(url if url.startswith("registry+") else "registry+" + url), config)
+    plain = url[len("registry+") :] if url.startswith("registry+") else url
+    return client_of(parse_source("registry+" + plain, setting=setting), config)
 
 
 def _contracts_publish(args: argparse.Namespace, config: Config) -> int:
     from toolgate.authoring._publish import publish
     from toolgate.gate._contracts import ContractSet
+    from toolgate.gate._signing import Keyring
 
+    if not config.keyring:
+        raise ConfigError(
+            f"--publisher-key {args.publisher_key}: give --keyring FILE (or TOOLGATE_KEYRING) holding "
+            f"[publishers.{args.publisher_key}] with its private key"
+        )
+    key = Keyring.load(config.keyring).publisher(args.publisher_key)
+    if key is None:
+        raise ConfigError(
+            f"--publisher-key {args.publisher_key}: the keyring {config.keyring} has no "
+            f"[publishers.{args.publisher_key}]"
+        )
+    contracts = ContractSet.load(config.contracts_dir)  # fails before any request
+    if args.to in ("topic", "both"):
+        _publish_to_topic(contracts, key, args, config)
+        if args.to == "topic":
+            return EXIT_OK
     client = _registry_client(args, config)
-    done = publish(ContractSet.load(config.contracts_dir), client)
+    done = publish(contracts, client, key, set_name=config.registry.set_name, generation=args.generation)
     for item in done:
         at = f" (schema id {item.schema_id})" if item.schema_id is not None else ""
         print(f"{item.key}: {item.action} under {item.subject}{at}")
-    registered = sum(item.action != "unchanged" for item in done)
-    print(f"{len(done)} contract versions: {registered} registered, {len(done) - registered} unchanged")
+    versions = [item for item in done if item.action != "set"]
+    registered = sum(item.action != "unchanged" for item in versions)
+    marker = next((item.key for item in done if item.action == "set"), None)
+    tail = f"; set {marker} written last" if marker else "; the set is unchanged"
+    unchanged = len(versions) - registered
+    print(f"{len(versions)} contract versions: {registered} registered, {unchanged} unchanged{tail}")
     return EXIT_OK
+
+
+def _publish_to_topic(contracts: Any, key: Any, args: argparse.Namespace, config: Config) -> None:
+    from toolgate.authoring._publish import signed_versions
+    from toolgate.operations._publish_topic import publish_to_topic
+
+    versions = list(signed_versions(contracts, key).values())
+    done = asyncio.run(publish_to_topic(config, versions, key, generation=args.generation))
+    for name in done.written:
+        print(f"{name}: written to {config.topics.contracts}")
+    print(
+        f"{len(versions)} contract versions: {len(done.written)} written, {len(done.unchanged)} unchanged; "
+        f"set generation {done.generation} written last to {config.topics.contracts}"
+    )
+
+
+def _status_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--group", metavar="ID", help="the consumer group to show (default TOOLGATE_GROUP_ID)")
+
+
+def _contracts_status(args: argparse.Namespace, config: Config) -> int:
+    from datetime import UTC, datetime
+
+    from toolgate.service._kafka import AiokafkaClients
+    from toolgate.service._members import disagreeing, live_members, read_members
+
+    group = args.group or config.group_id
+    now = datetime.now(UTC)
+    members = live_members(asyncio.run(read_members(config, AiokafkaClients(config))), group, now)
+    if not members:
+        print(f"group {group}: no live member on {config.topics.members}")
+        return EXIT_PROBLEM
+    sets = sorted({m.label for m in members})
+    split = disagreeing(members)
+    verdict = f"{len(sets)} contract sets: THEY DISAGREE" if split else f"one contract set, {sets[0]}"
+    print(f"group {group}: {len(members)} live members, {verdict}")
+    for m in members:
+        age = max(0.0, (now - m.at).total_seconds())
+        print(
+            f"  {m.member}  {m.label}  generation {m.generation}  {len(m.tools)} tools "
+            f"({', '.join(m.tools)})  heard {age:.0f} s ago"
+        )
+    return EXIT_PROBLEM if split else EXIT_OK
 
 
 def _contracts_pull(args: argparse.Namespace, config: Config) -> int:
     from toolgate.authoring._publish import pull
+    from toolgate.registry._connect import publishers_keyring
+    from toolgate.registry._snapshot import Problem
 
+    keyring = publishers_keyring(config, "toolgate contracts pull")
     client = _registry_client(args, config)
     dest = Path(args.dest)
-    written = pull(client, dest)
+    problems: list[Problem] = []
+    try:
+        generation, written = pull(
+            client, dest, keyring, set_name=config.registry.set_name, problems=problems
+        )
+    finally:
+        for problem in problems:
+            print(f"toolgate: {problem.message}", file=sys.stderr)
     for key in written:
         print(f"{key}: written")
-    print(f"{len(written)} contract versions written into {dest}")
+    print(f"{len(written)} contract versions of set generation {generation} written into {dest}")
     return EXIT_OK
 
 
@@ -267,30 +370,60 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         ("contracts", "publish"),
-        "register every contract version in a schema registry",
+        "publish every contract version, signed, to a schema registry or the contracts topic",
         "Register each contract version the registry lacks as a JSON Schema under the\n"
-        "subject <tool>-v<major>-value, its contract.yaml and fixtures' digest beside it,\n"
-        "each subject's compatibility BACKWARD (a revision accepts what its predecessor\n"
-        "accepted; a new major version is a new subject), and status changes.\n"
+        "subject <tool>-v<major>-value, its folder's files signed with the publisher key\n"
+        "beside it, each subject's compatibility BACKWARD (a revision accepts what its\n"
+        "predecessor accepted; a new major version is a new subject), and status changes;\n"
+        "then, LAST, the signed set marker (<set>-set-value, generation + 1): readers load\n"
+        "a set only when complete by it, and only from a publisher their keyring names.\n"
         "A breaking revision is refused before any request, as the registry refuses it;\n"
-        "a registered version never changes (docs/contracts.md, Schema registry).",
+        "a registered version never changes (docs/contracts.md, Schema registry).\n"
+        "--to topic writes each signed version to the contracts topic (key\n"
+        "version/<tool>/<version>), then the set marker (key set) last; workers and\n"
+        "proxies started with --contracts kafka: load it once complete.",
         (
-            "toolgate contracts publish --registry http://127.0.0.1:18081/apis/ccompat/v7",
-            "TOOLGATE_REGISTRY_URL=https://registry.example/apis/ccompat/v7 toolgate contracts publish",
+            "toolgate contracts publish --registry http://127.0.0.1:18081/apis/ccompat/v7 "
+            "--keyring contracts/fixtures-keyring.toml --publisher-key sample-publisher",
+            "toolgate contracts publish --to topic --bootstrap 127.0.0.1:19092 "
+            "--keyring contracts/fixtures-keyring.toml --publisher-key sample-publisher",
+            "TOOLGATE_REGISTRY_URL=https://registry.example/apis/ccompat/v7 TOOLGATE_KEYRING=publisher.toml "
+            "toolgate contracts publish --publisher-key contracts-team-2026",
         ),
         _contracts_publish,
-        ("contracts",),
-        _registry_arguments,
+        ("contracts", "keyring", "bootstrap"),
+        _publish_arguments,
+    ),
+    Command(
+        ("contracts", "status"),
+        "list each live worker of the group and the contract set it decides with",
+        "Read the members topic (TOOLGATE_TOPIC_MEMBERS) to its end and list every live\n"
+        "worker of the group (heard from within three TOOLGATE_MEMBERS_REFRESH_SECONDS)\n"
+        "with the contract set it decides with: its label g<generation>-<digest>, the\n"
+        "tg-contract-set header of its decisions, and its tools. Exit 1 when the\n"
+        "workers disagree (more than one set) or none is live; 0 otherwise.",
+        (
+            "toolgate contracts status",
+            "toolgate contracts status --group toolgate --bootstrap kafka:9092",
+        ),
+        _contracts_status,
+        ("bootstrap",),
+        _status_arguments,
     ),
     Command(
         ("contracts", "pull"),
         "write a schema registry's contract versions into a folder",
-        "Write every contract version the registry holds into DIR as <tool>/v<N>/\n"
-        "contract.yaml and schema.json, each with the status the registry gives it, for\n"
-        "review, lint and fixtures (fixtures already in DIR are kept).",
-        ("toolgate contracts pull --registry http://127.0.0.1:18081/apis/ccompat/v7 pulled",),
+        "Write the versions of the registry's newest complete set into DIR as\n"
+        "<tool>/v<N>/ (contract.yaml, schemas, fixtures), exactly as their publisher\n"
+        "signed them, for review, lint and fixtures. The keyring (--keyring,\n"
+        "TOOLGATE_KEYRING) names the publishers trusted; a registration refused or ignored\n"
+        "is said on one line each.",
+        (
+            "toolgate contracts pull --registry http://127.0.0.1:18081/apis/ccompat/v7 "
+            "--keyring contracts/fixtures-keyring.toml pulled",
+        ),
         _contracts_pull,
-        (),
+        ("keyring",),
         _pull_arguments,
     ),
 )

@@ -133,9 +133,11 @@ COMMANDS: tuple[Command, ...] = (
         "record and the real clock, and writes nothing. --apply re-publishes the\n"
         "original bytes and headers to intake (tg-replay-count + 1); the worker decides\n"
         "again, and a result already accepted for its request attempt is a duplicate.\n"
-        "--apply first compares the local contracts with the ones the live workers report\n"
-        "(toolgate_contract_info digests) and refuses, with the difference, when they\n"
-        "differ (--force overrides); it skips records whose earlier replay was accepted.\n"
+        "--apply first compares the local contracts with the set the group's live\n"
+        "workers decide with (the members topic, as toolgate contracts status shows it)\n"
+        "and refuses when the workers disagree or run another set; with no live member\n"
+        "there, it asks the workers' metrics (--workers, toolgate_contract_info digests).\n"
+        "--force overrides; it skips records whose earlier replay was accepted.\n"
         "--wait S follows the replayed records to their decisions and prints the table.",
         (
             "toolgate replay --tool deploy_status --code SCHEMA_VIOLATION",

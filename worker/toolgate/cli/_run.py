@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from toolgate.cli._common import (
 
 if TYPE_CHECKING:
     from toolgate.gate._gate import Gate
+    from toolgate.service._service import WorkerOptions, WorkerStats
 
 
 def _run_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,16 +64,19 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, config: Config) -> int:
-    from toolgate.service._service import Worker, WorkerOptions
+    from toolgate.service._service import Worker
 
-    log = logging.getLogger("toolgate")
     config = msgspec.structs.replace(
         config,
         keyring=keyring_path(args, config),
         metrics_host=args.metrics_host or config.metrics_host,
     )
 
+    from toolgate.service._contract_source import is_topic_source
     from toolgate.service._startup import check_signature_keys
+
+    if is_topic_source(config.contracts_dir):
+        return asyncio.run(_run_from_topic(args, config))
 
     def load_gate() -> Gate:
         gate = build_gate(config, config.keyring)
@@ -79,14 +84,57 @@ def _run(args: argparse.Namespace, config: Config) -> int:
         return gate
 
     gate = load_gate()
-    options = WorkerOptions(
+    options = _options(args, config)
+    _log_configuration(args, config, options, gate)
+    stats = asyncio.run(Worker(config, gate, options=options, gate_factory=load_gate).run())
+    _log_decisions(stats)
+    return EXIT_OK
+
+
+async def _run_from_topic(args: argparse.Namespace, config: Config) -> int:
+    """``--contracts kafka:``: the contracts topic read to its end, then the worker."""
+    from toolgate.gate._gate import Gate
+    from toolgate.registry._connect import publishers_keyring
+    from toolgate.service._contract_source import TopicContractSource, topic_of
+    from toolgate.service._kafka import AiokafkaClients
+    from toolgate.service._service import Worker
+    from toolgate.service._startup import check_signature_keys
+
+    keyring = publishers_keyring(config, f"--contracts {config.contracts_dir}")
+    topic = topic_of(config.contracts_dir, config.topics.contracts)
+    source = TopicContractSource(topic, AiokafkaClients(config), keyring)
+    await source.start(config.contracts_catch_up_seconds * 6)
+    try:
+
+        def load_gate() -> Gate:
+            gate = Gate(source.load(), keyring)
+            check_signature_keys(gate, config.keyring)
+            return gate
+
+        gate = load_gate()
+        options = dataclasses.replace(_options(args, config), contract_source=source)
+        _log_configuration(args, config, options, gate)
+        stats = await Worker(config, gate, options=options, gate_factory=load_gate).run()
+    finally:
+        await source.stop()
+    _log_decisions(stats)
+    return EXIT_OK
+
+
+def _options(args: argparse.Namespace, config: Config) -> WorkerOptions:
+    from toolgate.service._service import WorkerOptions
+
+    return WorkerOptions(
         batch_size=args.batch_size,
         linger_ms=args.linger_ms,
         max_messages=args.max_messages,
         burst=args.burst,
         metrics_host=config.metrics_host,
     )
-    log.info(
+
+
+def _log_configuration(args: argparse.Namespace, config: Config, options: WorkerOptions, gate: Gate) -> None:
+    logging.getLogger("toolgate").info(
         "configuration",
         extra={
             # The values in force: defaults, file, environment and flags merged.
@@ -101,15 +149,17 @@ def _run(args: argparse.Namespace, config: Config) -> int:
                 "log_level": args.log_level,
             },
             "contracts": [c.key for c in gate.contracts],
+            "contract_set": gate.contracts.label,
             # Where each adapter key came from: a file's name, an environment variable's name.
             "keys": gate.keyring.sources(),
         },
     )
-    stats = asyncio.run(Worker(config, gate, options=options, gate_factory=load_gate).run())
-    log.info(
+
+
+def _log_decisions(stats: WorkerStats) -> None:
+    logging.getLogger("toolgate").info(
         "decisions", extra={"decided": stats.decided, "accepted": stats.accepted, "rejected": stats.rejected}
     )
-    return EXIT_OK
 
 
 COMMANDS: tuple[Command, ...] = (

@@ -81,7 +81,7 @@ def _topics_plan(args: argparse.Namespace, config: Config) -> int:
 
     if args.format == "strimzi":
         header = (
-            "toolgate's six topics as Strimzi KafkaTopics (toolgate topics plan --format strimzi).\n"
+            "toolgate's eight topics as Strimzi KafkaTopics (toolgate topics plan --format strimzi).\n"
             "Requests and state must keep intake's partition count: grow them together\n"
             "(ops/RUNBOOK.md, Growing the intake partitions)."
         )
@@ -97,20 +97,22 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         ("topics",),
         "manage the Kafka topics",
-        "Manage toolgate's six Kafka topics.",
+        "Manage toolgate's eight Kafka topics.",
         ("toolgate topics ensure",),
     ),
     Command(
         ("topics", "ensure"),
         "create missing topics (idempotent)",
-        "Create the six topics (docs/design.md, Topics and trust boundaries) where\n"
+        "Create the eight topics (docs/design.md, Topics and trust boundaries) where\n"
         "missing and report those that exist. Names and partition counts come from\n"
         "the configuration:\n"
-        "  TOOLGATE_TOPIC_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT,STATE}\n"
+        "  TOOLGATE_TOPIC_{REQUESTS,INTAKE,AGENT,QUARANTINE,AUDIT,STATE,CONTRACTS,MEMBERS}\n"
         "  TOOLGATE_PARTITIONS_{INTAKE,AGENT,QUARANTINE,AUDIT}\n"
         "Requests and state (the worker's changelog of accepted attempts) are\n"
         "compacted and get intake's partition count (the existing intake topic's,\n"
-        "when it exists): a worker restores only its intake partitions' state.",
+        "when it exists): a worker restores only its intake partitions' state.\n"
+        "Contracts (published contract sets) and members (what each worker decides\n"
+        "with) are compacted, with one partition each.",
         (
             "toolgate topics ensure",
             "TOOLGATE_PARTITIONS_INTAKE=6 toolgate topics ensure --bootstrap kafka:9092",
@@ -138,8 +140,8 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         ("topics", "plan"),
-        "print the six topics as ensure creates them (nothing is sent)",
-        "Print the six topics with the partition counts, replication factor and\n"
+        "print the eight topics as ensure creates them (nothing is sent)",
+        "Print the eight topics with the partition counts, replication factor and\n"
         "configs that toolgate topics ensure creates them with, one per line, or as\n"
         "Strimzi KafkaTopic resources (--format strimzi) for a cluster run by the\n"
         "Strimzi operator. Nothing is sent to the cluster.",

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 import msgspec
 
@@ -21,7 +22,7 @@ from toolgate._config import Topics
 from toolgate._errors import RejectedInput
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate, rejection
-from toolgate.gate._outputs import OutRecord, outputs, replay_count, shadow_record
+from toolgate.gate._outputs import OutRecord, outputs, replay_count, set_headers, shadow_record
 from toolgate.gate._records import Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Ledger
 from toolgate.gate._trace_context import TraceContext
@@ -84,6 +85,9 @@ class Batch:
     decisions: list[Decision] = field(default_factory=list)
     records: list[OutRecord] = field(default_factory=list)
     disagreements: list[Disagreement] = field(default_factory=list)
+    # Messages rejected as an unknown tool or version, or because the set is behind the
+    # generation they name: the worker catches up on its contracts and decides again.
+    behind: list[Message] = field(default_factory=list)
 
     @property
     def accepted(self) -> frozenset[tuple[str, int]]:
@@ -124,6 +128,10 @@ def internal_error(message: Message, where: str) -> Verdict:
     )
 
 
+CATCH_UP_CODES: Final = frozenset({"UNKNOWN_TOOL", "UNKNOWN_CONTRACT_VERSION", "CONTRACTS_BEHIND"})
+"""Rejections that may be the worker's set being behind, not the result being wrong."""
+
+
 def decide_batch(
     gate: Gate,
     messages: Sequence[Message],
@@ -155,6 +163,7 @@ def decide_batch(
     sampler = sampler or ShadowSampler()
     # Only a tool with a shadow version needs the shadow check (ContractSet.shadows).
     shadowed = frozenset(c.spec.tool for c in gate.contracts if c.spec.status == "shadow")
+    contract_set = set_headers(gate.contracts.label)
     # What every decision's records share, bound once per batch.
     write = functools.partial(
         outputs,
@@ -164,6 +173,7 @@ def decide_batch(
         decided_at=now,
         max_record_bytes=max_record_bytes,
         rejected_at=now.isoformat().encode(),
+        contract_set=contract_set,
     )
 
     for index, message in enumerate(messages):
@@ -179,7 +189,7 @@ def decide_batch(
         if tracer is not None:
             trace = _span(tracer, message, verdict, seconds)
         if verdict.tool in shadowed:
-            _shadow(gate, message, key, request, verdict, now, accepted, batch, sampler, topics)
+            _shadow(gate, message, key, request, verdict, now, accepted, batch, sampler, topics, contract_set)
         replays = replay_count(message)
         try:
             has_answer = attempt_has_answer(verdict, key, request, accepted)
@@ -189,8 +199,11 @@ def decide_batch(
             # instead, whose records hold only constants and the message's own parts.
             verdict = internal_error(message, "building the output records")
             records = write(message, verdict, trace=trace, replays=replays)
-        if verdict.accepted and verdict.request_id and verdict.attempt is not None:
-            accepted.add(verdict.request_id, verdict.attempt)
+        if verdict.accepted:
+            if verdict.request_id and verdict.attempt is not None:
+                accepted.add(verdict.request_id, verdict.attempt)
+        elif verdict.code in CATCH_UP_CODES:
+            batch.behind.append(message)
         batch.records.extend(records)
         batch.decisions.append(Decision(verdict, len(message.value or b""), seconds, replays))
     return batch
@@ -233,6 +246,7 @@ def _shadow(
     batch: Batch,
     sampler: ShadowSampler,
     topics: Topics,
+    contract_set: Sequence[tuple[str, bytes]],
 ) -> None:
     assert decided.tool is not None
     for contract in gate.contracts.shadows(decided.tool, decided.adapter_version):
@@ -245,6 +259,13 @@ def _shadow(
         sampled = sampler.take(contract.key, now)
         if sampled:
             batch.records.append(
-                shadow_record(message, decided, shadow, audit_topic=topics.audit, decided_at=now)
+                shadow_record(
+                    message,
+                    decided,
+                    shadow,
+                    audit_topic=topics.audit,
+                    decided_at=now,
+                    contract_set=contract_set,
+                )
             )
         batch.disagreements.append(Disagreement(contract.spec.tool, version_label(contract.spec), sampled))

@@ -18,7 +18,7 @@ import fnmatch
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
@@ -840,8 +840,15 @@ class ContractSet:
     it is ``UNKNOWN_CONTRACT_VERSION``.
     """
 
-    def __init__(self, contracts: list[Contract]) -> None:
+    def __init__(self, contracts: list[Contract], generation: int = 0) -> None:
+        if generation < 0:
+            raise ValueError(f"a contract set's generation is 0 or more, not {generation}")
         self.contracts = sorted(contracts, key=lambda c: (c.spec.tool, c.spec.version, c.spec.minor))
+        # The set's identity (docs/design.md, One contract set for the group): the
+        # publisher's generation (0: unordered, a folder) and what the set enforces.
+        self.generation = generation
+        self.digest = set_digest(self.contracts)
+        self.label = set_label(generation, self.digest)
         self._by_tool: dict[str, list[Contract]] = {}
         for contract in self.contracts:
             self._by_tool.setdefault(contract.spec.tool, []).append(contract)
@@ -852,7 +859,7 @@ class ContractSet:
         self._selected: dict[tuple[str, str | None], Contract | None] = {}
 
     @classmethod
-    def load(cls, root: str | Path) -> ContractSet:
+    def load(cls, root: str | Path, generation: int = 0) -> ContractSet:
         """Load every ``<tool>/v<N>/contract.yaml`` under ``root``.
 
         Raises:
@@ -869,7 +876,7 @@ class ContractSet:
                 "",
                 f"no contracts found (expected <tool>/v<N>/contract.yaml){_looked_in(base)}",
             )
-        return cls([load_contract(folder) for folder in folders])
+        return cls([load_contract(folder) for folder in folders], generation)
 
     def __iter__(self) -> Iterator[Contract]:
         return iter(self.contracts)
@@ -914,6 +921,20 @@ class ContractSet:
         return [
             c for c in self._by_tool.get(tool, ()) if c.spec.status == "shadow" and serves(c, adapter_version)
         ]
+
+
+def set_digest(contracts: Iterable[Contract]) -> str:
+    """What a set of versions enforces, as 64 hex digits: SHA-256 over the sorted
+    (tool, version label, status, contract digest) of every version, one per line."""
+    lines = sorted(
+        f"{c.spec.tool}\t{version_label(c.spec)}\t{c.spec.status}\t{c.digest}\n" for c in contracts
+    )
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def set_label(generation: int, digest: str) -> str:
+    """The set as records and metrics name it: ``g<generation>-<first 12 digest digits>``."""
+    return f"g{generation}-{digest[:12]}"
 
 
 def serves(contract: Contract, adapter_version: str | None) -> bool:

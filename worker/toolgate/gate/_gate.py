@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema_rs
 import msgspec
@@ -53,7 +53,15 @@ from toolgate.gate._first_error import Branches, branches_for, reference_error
 from toolgate.gate._mcp import read_result
 from toolgate.gate._parse import check_parsed, extract_text, parse_json
 from toolgate.gate._project import Projector, failure
-from toolgate.gate._records import Diagnostics, Message, Origin, RequestRecord, Verdict, request_key
+from toolgate.gate._records import (
+    CONTRACT_GENERATION_HEADER,
+    Diagnostics,
+    Message,
+    Origin,
+    RequestRecord,
+    Verdict,
+    request_key,
+)
 from toolgate.gate._rules import Evidence, Ledger, SemanticRule, build_rules
 from toolgate.gate._signing import Keyring
 from toolgate.gate._trace_context import TraceContext
@@ -76,6 +84,14 @@ _checked_headers: dict[tuple[str, bytes], tuple[str, str]] = {}
 _CHECKED_HEADERS_MAX = 1024
 
 
+class GroupHint(NamedTuple):
+    """What the other live members of the group decide with, as the gate needs it."""
+
+    generation: int  # the newest generation a live member decides with
+    tools: frozenset[str]  # the tools served by live members whose set differs from this one's
+    differs: bool  # some live member decides with another set than this one
+
+
 class Gate:
     """Evaluates intake messages against a contract set. Build once, call often.
 
@@ -91,6 +107,10 @@ class Gate:
     # Set by the Kafka service: the intake partition Kafka's default partitioner (murmur2)
     # gives a key, so that a result found elsewhere is named misrouted. None: not said.
     home_partition: Callable[[bytes], int] | None = None
+    # Set by the Kafka service from the group's view: what the other live members decide
+    # with (docs/design.md, One contract set for the group). A tool or version this set
+    # lacks but the group may have is CONTRACTS_BEHIND (retryable), never a final UNKNOWN_*.
+    group: GroupHint | None = None
 
     def __init__(self, contracts: ContractSet, keyring: Keyring | None = None) -> None:
         self.contracts = contracts
@@ -250,9 +270,14 @@ class Gate:
         evaluation.stage = "contract"
         if evaluation.header_problem:
             raise RejectedInput("contract", "HEADER_MISMATCH", evaluation.header_problem)
+        seen = evaluation.headers.get(CONTRACT_GENERATION_HEADER)
+        if seen is not None:
+            self._not_behind(seen)
         if evaluation.tool is None:
+            self._unknown(evaluation.headers.get("tg-tool"), version=False)
             raise RejectedInput("contract", "UNKNOWN_TOOL", "tg-tool names no contract")
         if prepared is None or prepared.retired:
+            self._unknown(evaluation.tool, version=True)
             raise RejectedInput(
                 "contract",
                 "UNKNOWN_CONTRACT_VERSION",
@@ -260,6 +285,37 @@ class Gate:
             )
         evaluation.contract = prepared.key
         return prepared
+
+    def _not_behind(self, seen: str) -> None:
+        """``tg-contract-generation``: the issuer saw this generation; a set older than it
+        does not decide (CONTRACTS_BEHIND, retryable)."""
+        if not (seen.isascii() and seen.isdigit() and len(seen) <= 18):
+            raise RejectedInput(
+                "contract", "HEADER_MISMATCH", f"{CONTRACT_GENERATION_HEADER} is not a number"
+            )
+        if int(seen) > self.contracts.generation:
+            raise RejectedInput(
+                "contract",
+                "CONTRACTS_BEHIND",
+                f"the issuer saw contract set generation {int(seen)}; this worker decides with "
+                f"{self.contracts.label}",
+            )
+
+    def _unknown(self, tool: str | None, *, version: bool) -> None:
+        """An unknown tool or version the group's view says another member may have: the
+        set is behind (CONTRACTS_BEHIND, retryable) rather than the result wrong."""
+        group = self.group
+        if group is None or tool is None:
+            return
+        newer = group.generation > self.contracts.generation
+        if newer or tool in group.tools or (version and group.differs):
+            what = "version of " if version else ""
+            raise RejectedInput(
+                "contract",
+                "CONTRACTS_BEHIND",
+                f"no {what}this tool in {self.contracts.label}; the group decides with generation "
+                f"{group.generation}" + (" and serves it" if tool in group.tools else ""),
+            )
 
     def schema(self, evaluation: _Evaluation, prepared: _PreparedContract, envelope: Any) -> None:
         """``schema``: the contract's Draft 2020-12 schema."""
@@ -525,7 +581,10 @@ def rejection(
         attempt: the attempt the result answers, once evaluation.
         headers: the checked ``tg-*`` headers.
     """
-    agent = _encode(failure(tool, agent_request_id, INVALID_RESPONSE, False))
+    if rejected.code == "CONTRACTS_BEHIND":  # the set is behind, not the result wrong: retry
+        agent = _encode(failure(tool, agent_request_id, "CONTRACTS_BEHIND", True))
+    else:
+        agent = _encode(failure(tool, agent_request_id, INVALID_RESPONSE, False))
     return Verdict(
         accepted=False,
         outcome="failure",

@@ -33,7 +33,7 @@ from datetime import datetime
 import msgspec
 
 from toolgate._version import __version__
-from toolgate.gate._records import Diagnostics, Message, Origin, Verdict
+from toolgate.gate._records import CONTRACT_SET_HEADER, Diagnostics, Message, Origin, Verdict
 from toolgate.gate._trace_context import TRACEPARENT, TRACESTATE, TraceContext, from_headers
 
 DIAGNOSTIC_HEADERS = frozenset(
@@ -48,6 +48,7 @@ DIAGNOSTIC_HEADERS = frozenset(
         "tg-rejected-at",
         "tg-replay-count",
         "tg-truncated",
+        CONTRACT_SET_HEADER,
     }
 )
 CONNECT_PREFIX = "__connect.errors."
@@ -142,7 +143,13 @@ def audit_event(verdict: Verdict, origin: str, decided_at: datetime) -> AuditEve
 
 
 def shadow_record(
-    message: Message, decided: Verdict, shadow: Verdict, *, audit_topic: str, decided_at: datetime
+    message: Message,
+    decided: Verdict,
+    shadow: Verdict,
+    *,
+    audit_topic: str,
+    decided_at: datetime,
+    contract_set: Sequence[tuple[str, bytes]] = (),
 ) -> OutRecord:
     """An audit event showing a shadow version's verdict beside the deciding one."""
     event = msgspec.structs.replace(
@@ -155,7 +162,7 @@ def shadow_record(
             "code": shadow.code,
         },
     )
-    return OutRecord(audit_topic, message.key, _encode_audit(event), ())
+    return OutRecord(audit_topic, message.key, _encode_audit(event), contract_set)
 
 
 def replay_origin(message: Message) -> str | None:
@@ -181,6 +188,11 @@ def replay_count(message: Message) -> int:
     return 0
 
 
+def set_headers(label: str) -> tuple[tuple[str, bytes], ...]:
+    """The ``tg-contract-set`` header of the set labelled ``label``, built once per batch."""
+    return ((CONTRACT_SET_HEADER, label.encode()),)
+
+
 def outputs(
     message: Message,
     verdict: Verdict,
@@ -194,9 +206,12 @@ def outputs(
     attempt_has_answer: bool = False,
     replays: int | None = None,
     rejected_at: bytes | None = None,
+    contract_set: Sequence[tuple[str, bytes]] = (),
 ) -> list[OutRecord]:
     """The records one decision produces: the agent envelope, the quarantine record when
     rejected, the audit event always.
+
+    ``contract_set``: :func:`set_headers` of the set that decided; every record carries it.
 
     ``attempt_has_answer``: the rejected result is for a request attempt that already has its
     accepted answer (docs/design.md, One answer per attempt): no agent envelope is
@@ -210,10 +225,8 @@ def outputs(
         raise ValueError("an accepted verdict always has its agent envelope")
     if trace is None:
         trace = message_trace(message, verdict)
-    trace_headers: Sequence[tuple[str, bytes]] = trace.headers() if trace is not None else ()
-    records = (
-        [] if attempt_has_answer else [OutRecord(agent_topic, message.key, verdict.agent, trace_headers)]
-    )
+    shared: Sequence[tuple[str, bytes]] = contract_set if trace is None else (*contract_set, *trace.headers())
+    records = [] if attempt_has_answer else [OutRecord(agent_topic, message.key, verdict.agent, shared)]
     if replays is None:
         replays = replay_count(message)
     origin = str(message.origin)
@@ -229,6 +242,7 @@ def outputs(
                 replays,
                 origin=origin,
                 rejected_at=rejected_at,
+                contract_set=contract_set,
             )
         )
     event = audit_event(verdict, origin, decided_at)
@@ -236,7 +250,7 @@ def outputs(
         event = msgspec.structs.replace(event, replay=replays, replay_of=replay_origin(message))
     if attempt_has_answer:
         event = msgspec.structs.replace(event, envelope=False)
-    records.append(OutRecord(audit_topic, message.key, _encode_audit(event), trace_headers))
+    records.append(OutRecord(audit_topic, message.key, _encode_audit(event), shared))
     return records
 
 
@@ -292,10 +306,12 @@ def quarantine_record(
     *,
     origin: str | None = None,
     rejected_at: bytes | None = None,
+    contract_set: Sequence[tuple[str, bytes]] = (),
 ) -> OutRecord:
     """The dead-letter record of a rejected message. When the caller has them already:
     ``replays``, :func:`replay_count` of the message; ``origin``, ``str(message.origin)``;
-    ``rejected_at``, ``decided_at.isoformat()`` encoded."""
+    ``rejected_at``, ``decided_at.isoformat()`` encoded. ``contract_set``: :func:`set_headers`
+    of the deciding set (an original ``tg-contract-set``, of an earlier decision, is dropped)."""
     headers = [
         (name, value)
         for name, value in message.headers
@@ -312,6 +328,7 @@ def quarantine_record(
         ("tg-rejected-at", decided_at.isoformat().encode() if rejected_at is None else rejected_at),
         ("tg-replay-count", str(replay_count(message) if replays is None else replays).encode()),
         *connect_headers(message, verdict),
+        *contract_set,
     ]
     if trace is not None:
         headers += trace.headers()

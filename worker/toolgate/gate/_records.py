@@ -13,6 +13,13 @@ from toolgate.gate._trace_context import TraceContext
 
 BindValue = str | int | bool | list[str]
 
+CONTRACT_SET_HEADER = "tg-contract-set"
+"""On every agent, quarantine and audit record a decision writes: the label
+(``g<generation>-<digest[:12]>``) of the contract set that made the decision."""
+CONTRACT_GENERATION_HEADER = "tg-contract-generation"
+"""On an intake or request record, optional: the contract set generation its issuer saw
+(decimal). A worker whose set is older catches up before deciding."""
+
 
 class RequestRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=False):
     """An outstanding request, written by the agent platform to the requests topic.

@@ -34,6 +34,18 @@ or others may read gets a warning.
 
 A signature only verifies when the message's ``tg-adapter`` header names the
 key's adapter: a key vouches for one adapter, not for whoever holds a result.
+
+Publisher keys vouch for contracts, not for results: they sign each published contract
+version and set marker (:mod:`toolgate.gate._published`), and live in their own table, so
+an adapter key can never pass for a publisher's nor the other way round::
+
+    [publishers.contracts-team-2026]
+    algorithm = "ed25519"           # the only one: readers hold the public key alone
+    public_key = "base64 of the 32-byte raw public key"
+    # private_key_file = "contracts-team.key"   only where `toolgate contracts publish` runs
+
+Ed25519 only, because every worker and proxy holds the readers' keyring: with a shared
+HMAC secret any of them could sign a contract.
 """
 
 from __future__ import annotations
@@ -71,10 +83,30 @@ class KeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     private_key_file: str | None = None
 
 
+class PublisherSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One publisher key of the keyring file (``[publishers.<id>]``): Ed25519 only."""
+
+    algorithm: Literal["ed25519"] = "ed25519"
+    public_key: str | None = None
+    private_key: str | None = None  # only for samples and tests
+    private_key_file: str | None = None  # where contracts are published from
+
+    def as_key_spec(self) -> KeySpec:
+        """The same key in the adapter keys' shape (no adapter: it vouches for contracts)."""
+        return KeySpec(
+            algorithm=self.algorithm,
+            adapter="",
+            public_key=self.public_key,
+            private_key=self.private_key,
+            private_key_file=self.private_key_file,
+        )
+
+
 class KeyringFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The keyring TOML file."""
 
     keys: dict[str, KeySpec] = {}
+    publishers: dict[str, PublisherSpec] = {}
 
 
 class Key:
@@ -83,7 +115,13 @@ class Key:
     __slots__ = ("_private", "_public", "_secret", "adapter", "algorithm", "key_id", "source")
 
     def __init__(
-        self, key_id: str, spec: KeySpec, environ: dict[str, str], where: str, folder: Path | None = None
+        self,
+        key_id: str,
+        spec: KeySpec,
+        environ: dict[str, str],
+        where: str,
+        folder: Path | None = None,
+        table: str = "keys",
     ) -> None:
         self.key_id = key_id
         self.algorithm = spec.algorithm
@@ -93,7 +131,7 @@ class Key:
         self._private: Ed25519PrivateKey | None = None
         # Where the secret came from, safe to log: "inline", "env NAME", "file PATH", "public key".
         self.source = "public key"
-        path = f"$.keys.{key_id}"
+        path = f"$.{table}.{key_id}"
         if spec.algorithm == "hmac-sha256":
             text = spec.secret
             self.source = "inline"
@@ -125,7 +163,10 @@ class Key:
                 self.source = f"file {file}"
             if private is not None:
                 raw = _b64(private, where, f"{path}.private_key")
-                self._private = Ed25519PrivateKey.from_private_bytes(raw)
+                try:
+                    self._private = Ed25519PrivateKey.from_private_bytes(raw)
+                except ValueError as exc:
+                    raise ConfigError(f"{where}: {path}.private_key: {exc}") from exc
                 self._public = self._private.public_key()
             if spec.public_key is not None:
                 raw = _b64(spec.public_key, where, f"{path}.public_key")
@@ -204,14 +245,19 @@ def signed_message_for(scheme: str, request_id: str, attempt: int, raw: bytes) -
 
 
 class Keyring:
-    """Keys by key id, as named by contracts' ``signature.key_id``."""
+    """Keys by key id, as named by contracts' ``signature.key_id``; publisher keys apart."""
 
-    def __init__(self, keys: dict[str, Key] | None = None) -> None:
+    def __init__(self, keys: dict[str, Key] | None = None, publishers: dict[str, Key] | None = None) -> None:
         self.keys = dict(keys or {})
+        self.publishers = dict(publishers or {})
 
     def get(self, key_id: str) -> Key | None:
         """The key with this id, if configured."""
         return self.keys.get(key_id)
+
+    def publisher(self, key_id: str) -> Key | None:
+        """The publisher key with this id (``[publishers.<id>]``), if configured."""
+        return self.publishers.get(key_id)
 
     @classmethod
     def load(cls, path: str | Path, environ: dict[str, str] | None = None) -> Keyring:
@@ -232,8 +278,16 @@ class Keyring:
         except msgspec.ValidationError as exc:
             raise ConfigError(f"{where}: {exc}") from exc
         folder = Path(path).parent
-        return cls({kid: Key(kid, spec, env, where, folder) for kid, spec in parsed.keys.items()})
+        return cls(
+            {kid: Key(kid, spec, env, where, folder) for kid, spec in parsed.keys.items()},
+            {
+                kid: Key(kid, spec.as_key_spec(), env, where, folder, table="publishers")
+                for kid, spec in parsed.publishers.items()
+            },
+        )
 
     def sources(self) -> str:
         """``key_id=source`` per key, for the start-up log (file names, never secrets)."""
-        return ",".join(f"{kid}={key.source}" for kid, key in sorted(self.keys.items()))
+        keys = [f"{kid}={key.source}" for kid, key in sorted(self.keys.items())]
+        keys += [f"publisher {kid}={key.source}" for kid, key in sorted(self.publishers.items())]
+        return ",".join(keys)

@@ -42,6 +42,7 @@ from toolgate.client import Answer, Client, ClientClosed, Request, Signer, answe
 from toolgate.gate import ContractSet, Gate, Keyring, Message, RequestRecord, Verdict, decide_batch
 from toolgate.gate._batch import AcceptedView, ShadowSampler
 from toolgate.gate._outputs import OutRecord
+from toolgate.gate._records import CONTRACT_GENERATION_HEADER
 
 _log = logging.getLogger("toolgate.mcp_proxy")
 
@@ -52,14 +53,12 @@ ORIGIN_PREFIX = "mcp-proxy:"
 MAX_RECORD_BYTES = 1024 * 1024
 
 
-def contract_set_headers(contracts: ContractSet) -> list[tuple[str, bytes]]:
-    """The contract set's identity, for every record a proxy decision writes.
-
-    The one place where the ``tg-contract-set`` header (DESIGN-37 item 1: the set's label)
-    goes once :class:`ContractSet` carries it; until then the set has no identity to stamp.
-    """
-    label = getattr(contracts, "label", None)
-    return [("tg-contract-set", label.encode())] if isinstance(label, str) and label else []
+def generation_headers(contracts: ContractSet) -> list[tuple[str, bytes]]:
+    """``tg-contract-generation``: the generation of the set the proxy decides with (none for
+    an unordered set, generation 0: a folder that names none)."""
+    if not contracts.generation:
+        return []
+    return [(CONTRACT_GENERATION_HEADER, str(contracts.generation).encode())]
 
 
 def _nothing_accepted(_request_id: str, _attempt: int) -> bool:
@@ -109,7 +108,10 @@ class Decider:
         self.clock = clock or (lambda: datetime.now(UTC))
         self.max_record_bytes = max_record_bytes
         self.sampler = ShadowSampler()
-        self.stamp = contract_set_headers(contracts)
+        # The generation this proxy decides with, on the records it writes as an issuer (the
+        # request record; the intake headers a quarantined result replays with), so a worker
+        # whose set is behind catches up first (DESIGN: tg-contract-generation).
+        self.generation = generation_headers(contracts)
 
     def decide(
         self,
@@ -138,7 +140,12 @@ class Decider:
             tracestate=tracestate,
         )
         return self.decide_message(
-            Message(key=request.request_id.encode(), value=value, headers=headers, origin=self.origin),
+            Message(
+                key=request.request_id.encode(),
+                value=value,
+                headers=[*headers, *self.generation],
+                origin=self.origin,
+            ),
             request_record(request),
         )
 
@@ -161,16 +168,11 @@ class Decider:
             keys=[rid],
         )
         verdict = batch.decisions[0].verdict
-        records = self._stamped(batch.records)
+        records = batch.records  # each stamped tg-contract-set by decide_batch
         answer = answer_of(rid, verdict.agent, _agent_headers(records, self.topics.agent))
         if answer is None:  # the gate's envelope always decodes; an answer must not be guessed
             raise AssertionError(f"the gate's envelope for {rid} is not an agent envelope")
         return Decided(verdict, answer, records)
-
-    def _stamped(self, records: Sequence[OutRecord]) -> list[OutRecord]:
-        if not self.stamp:
-            return list(records)
-        return [OutRecord(r.topic, r.key, r.value, [*r.headers, *self.stamp]) for r in records]
 
 
 def _agent_headers(records: Sequence[OutRecord], agent_topic: str) -> Sequence[tuple[str, bytes]]:
@@ -273,7 +275,12 @@ async def call_in_process(
             # then takes any further result for it as a DUPLICATE_RESULT (no envelope).
             request = replace(request, answered=True)
         writes: list[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]] = [
-            (client.config.topics.requests, request.request_id.encode(), request.record(), ()),
+            (
+                client.config.topics.requests,
+                request.request_id.encode(),
+                request.record(),
+                decider.generation,
+            ),
             *((r.topic, r.key, r.value, r.headers) for r in decided.records),
         ]
         try:

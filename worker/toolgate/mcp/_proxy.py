@@ -75,6 +75,7 @@ from toolgate.gate._mcp import CUT_MARKER, definition_digest
 from toolgate.gate._signing import Keyring
 from toolgate.mcp._advertise import advertised_output_schema, argument_errors
 from toolgate.mcp._decide import Decider, call_in_process, start_call
+from toolgate.registry._snapshot import load_contracts
 
 _log = logging.getLogger("toolgate.mcp_proxy")
 
@@ -892,7 +893,7 @@ async def serve(
     options = options_from(args)
     for line in settings_lines(args, config):
         say(line)
-    contracts = ContractSet.load(config.contracts_dir)
+    contracts = load_contracts(config.contracts_dir)  # a registry set's with its generation
     refused: ConfigError | None = None
     target = upstream_target(args)
     where = (

@@ -102,6 +102,9 @@ def acl_plan(
         topic(p.toolgate, name, "write", "describe")
     for name in (t.state, t.quarantine):
         topic(p.toolgate, name, "read")
+    # Workers and proxies read the published contracts, and say what each decides with.
+    topic(p.toolgate, t.contracts, "read", "describe")
+    topic(p.toolgate, t.members, "read", "write", "describe")
     prefixed(p.toolgate, "group", config.group_id, "read", "describe")
     prefixed(p.toolgate, "transactional-id", transactional_prefix, "write", "describe")
     acls.append(Acl(p.toolgate, "cluster", _CLUSTER_NAME, "literal", "idempotent-write"))
@@ -113,9 +116,12 @@ def acl_plan(
     topic(p.agent, t.agent, "read", "describe")
     prefixed(p.agent, "group", agent_group_prefix, "read", "describe")
     # Operators: quarantine tail, top, replay (dry run reads; --apply writes intake).
-    for name in (t.quarantine, t.audit, t.requests, t.state):
+    for name in (t.quarantine, t.audit, t.requests, t.state, t.members, t.contracts):
         topic(p.operator, name, "read", "describe")
     topic(p.operator, t.intake, "write", "describe")
+    # Operators publish contracts (toolgate contracts publish --to topic); readers verify
+    # every version against the keyring's publishers, so the write grants no trust.
+    topic(p.operator, t.contracts, "write")
     return sorted(set(acls))
 
 

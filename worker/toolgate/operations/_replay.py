@@ -555,6 +555,54 @@ def check_workers(gate: Gate, urls: list[str], *, force: bool, out: TextIO) -> b
     return True
 
 
+async def check_group(config: Config, gate: Gate, *, force: bool, out: TextIO) -> bool | None:
+    """Compare the local contracts with the set the group's live members decide with (the
+    members topic): True when replaying may go on, False when refused, None when no member is
+    live there (the caller compares with the workers' metrics URLs instead).
+
+    Members that disagree refuse the replay (what would decide it depends on the partition);
+    so does one set that is not the local one. ``force`` prints the refusal as a warning.
+    """
+    from datetime import UTC
+
+    from toolgate.service._members import disagreeing, live_members, read_members
+
+    try:
+        records = await read_members(config, AiokafkaClients(config))
+    except ConfigError:
+        return None
+    members = live_members(records, config.group_id, datetime.now(UTC))
+    if not members:
+        return None
+    mine = gate.contracts
+    listing = ", ".join(f"{m.member} {m.label}" for m in members)
+    if disagreeing(members):
+        problem = (
+            f"the live workers of group {config.group_id} decide with different contract sets ({listing})"
+        )
+    elif members[0].digest != mine.digest:
+        problem = (
+            f"the live workers of group {config.group_id} decide with {members[0].label}, the local "
+            f"contracts are {mine.label}"
+        )
+    else:
+        print(
+            f"the {len(members)} live workers of group {config.group_id} run the local contracts "
+            f"({mine.label})",
+            file=out,
+        )
+        return True
+    if force:
+        print(f"--force: replaying although {problem}", file=out)
+        return True
+    print(
+        f"replay refused: {problem}. Roll the contracts out to every worker (toolgate contracts status "
+        "shows them) or point --contracts at what they run; --force replays anyway.",
+        file=out,
+    )
+    return False
+
+
 @dataclass
 class Followed:
     """What the worker decided on the replayed records, from the audit topic."""
@@ -656,7 +704,10 @@ async def run_replay(
         dry_run(records, gate, requests, ledger, now, max_replays).print(out)
         print("dry run: nothing was written (use --apply to replay)", file=out)
         return 0
-    if workers is not None and not check_workers(gate, workers, force=force, out=out):
+    grouped = await check_group(config, gate, force=force, out=out)
+    if grouped is False:
+        return 1
+    if grouped is None and workers is not None and not check_workers(gate, workers, force=force, out=out):
         return 1
     done = await replayed_accepted(config, now - timedelta(hours=ledger_window_hours))
     skipped = [r for r in records if r in done]

@@ -8,11 +8,14 @@ with the system's CAs or a CA file.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,26 +38,49 @@ class RegistryError(ConfigError):
         super().__init__(message)
 
 
-def parse_source(source: str) -> str:
+def parse_source(source: str, *, setting: str = "--contracts") -> str:
     """The registry's base URL of a ``--contracts registry+http(s)://...`` value.
 
+    Args:
+        setting: the option or variable the value came from, for the error.
+
     Raises:
-        ConfigError: the value is not ``registry+http://`` or ``registry+https://`` and a host.
+        ConfigError: the value is not ``registry+http://`` or ``registry+https://`` and a host,
+            or holds credentials; the message names ``setting`` and never echoes a password.
     """
     if not source.startswith(SOURCE_PREFIX):
-        raise ConfigError(f"--contracts {source!r}: a registry source starts with {SOURCE_PREFIX}")
+        raise ConfigError(f"{setting} {redact_url(source)!r}: a registry source starts with {SOURCE_PREFIX}")
     url = source[len(SOURCE_PREFIX) :]
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(
-            f"--contracts {source!r}: expected registry+http://HOST[:PORT][/PATH] or registry+https://..."
-        )
+    shown = "registry+" + redact_url(url) if setting == "--contracts" else redact_url(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        hostname, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{setting} {shown!r}: not a URL ({exc})") from exc
+    if parts.scheme not in ("http", "https") or not hostname:
+        expected = "registry+http://HOST[:PORT][/PATH] or registry+https://..."
+        if setting != "--contracts":
+            expected = "http://HOST[:PORT][/PATH] or https://..."
+        raise ConfigError(f"{setting} {shown!r}: expected {expected}")
     if parts.username or parts.password:
         raise ConfigError(
-            f"--contracts {source!r}: put credentials in a file (TOOLGATE_REGISTRY_BASIC_AUTH_FILE or "
+            f"{setting} {shown!r}: put credentials in a file (TOOLGATE_REGISTRY_BASIC_AUTH_FILE or "
             "TOOLGATE_REGISTRY_BEARER_TOKEN_FILE), not in the URL"
         )
+    if port == 0:
+        raise ConfigError(f"{setting} {shown!r}: port 0 is not a port")
     return url.rstrip("/")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any credentials before the host replaced by ``***`` (safe to print)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{sep}{authority}{slash}{path}"
 
 
 def _read_secret(path: str, setting: str) -> str:
@@ -88,7 +114,10 @@ class RegistryClient:
         timeout: float = 10.0,
     ) -> None:
         if not 0 < timeout <= 300:
-            raise ConfigError(f"registry timeout {timeout!r}: expected 0 < seconds <= 300")
+            raise ConfigError(
+                f"TOOLGATE_REGISTRY_TIMEOUT_SECONDS={timeout!r} (registry.timeout_seconds): "
+                "expected 0 < seconds <= 300"
+            )
         if basic_auth_file and bearer_token_file:
             raise ConfigError(
                 "TOOLGATE_REGISTRY_BASIC_AUTH_FILE and TOOLGATE_REGISTRY_BEARER_TOKEN_FILE: set one, not both"
@@ -108,12 +137,23 @@ class RegistryClient:
         elif bearer_token_file:
             token = _read_secret(bearer_token_file, "TOOLGATE_REGISTRY_BEARER_TOKEN_FILE")
             self._headers["Authorization"] = f"Bearer {token}"
+        self._deadline: float | None = None
         self._context: ssl.SSLContext | None = None
         if self.url.startswith("https://"):
             try:
                 self._context = ssl.create_default_context(cafile=ca_file)
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigError(f"TOOLGATE_REGISTRY_CA_FILE={ca_file}: cannot load: {exc}") from exc
+
+    @contextlib.contextmanager
+    def until(self, deadline: float) -> Iterator[None]:
+        """Within the block, no request outlives ``deadline`` (``time.monotonic()``): each is
+        bounded by what is left, and none starts once it has passed."""
+        before, self._deadline = self._deadline, deadline
+        try:
+            yield
+        finally:
+            self._deadline = before
 
     def request(self, method: str, path: str, body: Any = None, *, what: str = "") -> Any:
         """One request; the decoded JSON answer.
@@ -131,8 +171,13 @@ class RegistryClient:
         # http(s) only: the constructor refuses any other scheme.
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)  # noqa: S310
         where = f"schema registry {self.url}" + (f", {what}" if what else "")
+        timeout = self.timeout
+        if self._deadline is not None:
+            timeout = min(timeout, self._deadline - time.monotonic())
+            if timeout <= 0:
+                raise RegistryError(f"{where}: no time left before the deadline for {method} {path}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self._context) as resp:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=timeout, context=self._context) as resp:  # noqa: S310
                 raw = resp.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
             detail = _error_detail(exc)

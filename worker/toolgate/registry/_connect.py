@@ -8,10 +8,12 @@ from pathlib import Path
 import msgspec
 
 from toolgate._config import Config
+from toolgate._errors import ConfigError
+from toolgate.gate._signing import Keyring
 from toolgate.registry._client import SOURCE_PREFIX, RegistryClient, parse_source
 from toolgate.registry._snapshot import RegistrySource
 
-__all__ = ["attach", "attached", "client_of", "from_snapshot_on_disk"]
+__all__ = ["attach", "attached", "client_of", "from_snapshot_on_disk", "publishers_keyring"]
 
 # The source of this process's contracts, when they come from a registry (one per process).
 _ATTACHED: list[RegistrySource] = []
@@ -29,6 +31,26 @@ def client_of(url: str, config: Config) -> RegistryClient:
     )
 
 
+def publishers_keyring(config: Config, what: str) -> Keyring:
+    """The keyring (TOOLGATE_KEYRING) whose ``[publishers]`` a registry's sets must be signed by.
+
+    Raises:
+        ConfigError: no keyring, or one without a publisher key, naming ``what`` needs it.
+    """
+    if not config.keyring:
+        raise ConfigError(
+            f"{what}: set TOOLGATE_KEYRING (or --keyring) to a keyring whose [publishers.<id>] keys "
+            "sign the registry's contracts (docs/security.md)"
+        )
+    keyring = Keyring.load(config.keyring)
+    if not keyring.publishers:
+        raise ConfigError(
+            f"{what}: the keyring {config.keyring} has no [publishers.<id>] key: it would trust no "
+            "contract (docs/security.md)"
+        )
+    return keyring
+
+
 def attach(config: Config, on_state: Callable[[bool], None] | None = None) -> Config:
     """For ``--contracts registry+URL``: the first snapshot (or the last one on disk), polling
     started, and the configuration pointed at the snapshot with its watch on.
@@ -43,8 +65,15 @@ def attach(config: Config, on_state: Callable[[bool], None] | None = None) -> Co
         return config
     url = parse_source(config.contracts_dir)
     settings = config.registry
+    keyring = publishers_keyring(config, f"--contracts {config.contracts_dir}")
     source = RegistrySource(
-        client_of(url, config), Path(settings.snapshot_dir), settings.poll_seconds, on_state=on_state
+        client_of(url, config),
+        Path(settings.snapshot_dir),
+        settings.poll_seconds,
+        keyring,
+        set_name=settings.set_name,
+        keyring_file=Path(config.keyring) if config.keyring else None,
+        on_state=on_state,
     )
     current = source.start()
     source.run_in_background()

@@ -20,6 +20,19 @@ beside it under the annotation keyword ``x-toolgate``:
     schema of an MCP tool's definition (the file ``mcp.definition.input_schema`` names, which
     counts in the digest), absent for other contracts.
 
+``published``
+    the signed versions this registration carries (:class:`toolgate.gate._published.PublishedVersion`,
+    usually its own revision; a re-registration for statuses carries the revisions whose
+    ``contract.yaml`` changed): readers load these files, and only when the readers' keyring
+    names their publisher and the signature holds. The rest of the metadata serves ``publish``
+    and the registry's own compatibility check; a reader trusts none of it.
+
+Sets: ``toolgate contracts publish`` writes a signed set marker LAST in the subject
+``<set>-set-value`` (``toolgate-set-value`` by default, ``TOOLGATE_REGISTRY_SET_NAME``), one
+registration per generation: ``{"$schema": draft-07, "x-toolgate-set": <SetMarker>}``. A reader
+loads the versions the newest marker that verifies names, and only when all are there with
+their digests.
+
 Registries check JSON Schema compatibility with drafts 4 to 7 (Apicurio Registry cannot
 parse a 2020-12 document), so the registered ``$schema`` is draft-07 and the contract's own
 dialect travels in ``x-toolgate.dialect``: readers put it back. A status change (retiring
@@ -40,19 +53,29 @@ import msgspec
 
 from toolgate._errors import ConfigError
 from toolgate.gate._contracts import Contract, ContractSpec, contract_digest
+from toolgate.gate._published import PublishedVersion, SetMarker
 
 __all__ = [
     "COMPATIBILITY",
+    "DEFAULT_SET",
     "KEYWORD",
     "REGISTRY_DIALECT",
+    "SET_KEYWORD",
     "Entry",
     "entry_of",
     "fixtures_digest",
+    "marker_text",
+    "parse_marker",
+    "parse_published",
     "parse_subject",
+    "set_subject",
     "subject_of",
 ]
 
 KEYWORD: Final = "x-toolgate"
+SET_KEYWORD: Final = "x-toolgate-set"
+DEFAULT_SET: Final = "toolgate"
+_SET_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 REGISTRY_DIALECT: Final = "http://json-schema.org/draft-07/schema#"
 COMPATIBILITY: Final = "BACKWARD"
 _SUBJECT: Final = re.compile(r"^(?P<tool>.+)-v(?P<major>[1-9][0-9]{0,5})-value$")
@@ -67,6 +90,60 @@ def parse_subject(subject: str) -> tuple[str, int] | None:
     """``(tool, major)`` of a toolgate subject, None for any other subject."""
     match = _SUBJECT.fullmatch(subject)
     return (match["tool"], int(match["major"])) if match else None
+
+
+def set_subject(name: str) -> str:
+    """The subject of a set's markers: ``<name>-set-value``.
+
+    Raises:
+        ConfigError: a name that is not letters, digits, ``_``, ``.`` and ``-`` (at most 100).
+    """
+    if not _SET_NAME.fullmatch(name):
+        raise ConfigError(
+            f"TOOLGATE_REGISTRY_SET_NAME={name!r}: expected letters, digits, '_', '.' and '-' (at most 100)"
+        )
+    return f"{name}-set-value"
+
+
+def marker_text(marker: SetMarker) -> str:
+    """The document registered for a set marker."""
+    document = {"$schema": REGISTRY_DIALECT, SET_KEYWORD: msgspec.to_builtins(marker)}
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def parse_marker(text: str, subject: str, version: int) -> SetMarker:
+    """The set marker a registration holds.
+
+    Raises:
+        ConfigError: not a marker, naming the subject and version.
+    """
+    where = f"schema registry subject {subject} version {version}"
+    try:
+        document = json.loads(text)
+        return msgspec.convert(document[SET_KEYWORD], SetMarker, strict=True)
+    except (ValueError, TypeError, KeyError, msgspec.ValidationError) as exc:
+        raise ConfigError(f"{where}: not a set marker ({type(exc).__name__}: {str(exc)[:200]})") from exc
+
+
+def parse_published(document: dict[str, Any], subject: str, version: int) -> list[PublishedVersion] | None:
+    """The signed versions a registration carries (not verified yet); None when it carries none.
+
+    Raises:
+        ConfigError: ``published`` that does not decode, or a version of another subject.
+    """
+    where = f"schema registry subject {subject} version {version}"
+    meta = document.get(KEYWORD)
+    if not isinstance(meta, dict) or "published" not in meta:
+        return None
+    try:
+        versions = msgspec.convert(meta["published"], list[PublishedVersion], strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: {KEYWORD}.published does not decode: {exc}") from exc
+    parsed = parse_subject(subject)
+    for pv in versions:
+        if parsed is None or (pv.tool, pv.version.partition(".")[0]) != (parsed[0], str(parsed[1])):
+            raise ConfigError(f"{where}: holds {pv.tool} version {pv.version}, not a version of this subject")
+    return versions
 
 
 def fixtures_digest(folder: Path) -> str:
@@ -101,8 +178,9 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
         """Its subject."""
         return subject_of(self.spec.tool, self.spec.version)
 
-    def registered_text(self) -> str:
-        """The schema document registered for it: draft-07, the metadata under ``x-toolgate``."""
+    def registered_text(self, published: list[PublishedVersion] | None = None) -> str:
+        """The schema document registered for it: draft-07, the metadata under ``x-toolgate``
+        with the signed versions it carries."""
         document = {k: v for k, v in self.schema.items() if k != "$schema"}
         document = {"$schema": REGISTRY_DIALECT, **document}
         document[KEYWORD] = {
@@ -116,6 +194,8 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
         }
         if self.input_schema is not None:
             document[KEYWORD]["input_schema"] = self.input_schema
+        if published is not None:
+            document[KEYWORD]["published"] = msgspec.to_builtins(published)
         return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
     def same_version(self, other: Entry) -> bool:
@@ -214,6 +294,7 @@ class _Meta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     statuses: dict[str, str]
     sequence: int = 0
     input_schema: dict[str, Any] | None = None
+    published: list[Any] | None = None  # checked by parse_published, against a keyring
 
 
 def contract_file(entry: Entry, status: str) -> bytes:

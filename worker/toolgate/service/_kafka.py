@@ -438,7 +438,7 @@ def copartition_problem(name: str, count: int, intake_name: str, intake: int) ->
 
 
 def topic_plan(config: Config) -> list[NewTopic]:
-    """The six topics (docs/design.md, Topics and trust boundaries) with partition counts and configs."""
+    """The eight topics (docs/design.md, Topics and trust boundaries) with partition counts and configs."""
     t, p, rf = config.topics, config.partitions, config.replication_factor
     # Requests are keyed by request id and ended by tombstones: compaction keeps
     # the latest record per outstanding request and drops finished ones.
@@ -462,6 +462,9 @@ def topic_plan(config: Config) -> list[NewTopic]:
         NewTopic(t.agent, p.agent, rf),
         NewTopic(t.quarantine, p.quarantine, rf),
         NewTopic(t.audit, p.audit, rf),
+        # One partition each: a reader reads the whole topic in order (the set marker last).
+        NewTopic(t.contracts, 1, rf, topic_configs={"cleanup.policy": "compact"}),
+        NewTopic(t.members, 1, rf, topic_configs=compacted),
     ]
 
 

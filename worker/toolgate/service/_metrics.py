@@ -44,6 +44,7 @@ _TXN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 OUTCOMES = ("success", "failure", "rejected")
 TRANSACTION_RESULTS = ("committed", "aborted")
 WAIT_RESULTS = ("caught_up", "timeout")
+CATCH_UP_RESULTS = ("caught_up", "unchanged", "behind")
 
 
 def observe_many(child: Histogram) -> Callable[[list[float]], None]:
@@ -217,6 +218,39 @@ class Metrics:
             ["tool", "version", "status", "digest"],
             registry=r,
         )
+        self.contract_set_generation = Gauge(
+            "toolgate_contract_set_generation",
+            "Generation of the contract set this worker decides with (0: unordered, a folder); "
+            "every decision's records name the set in their tg-contract-set header.",
+            registry=r,
+        )
+        self.contract_set_info = Gauge(
+            "toolgate_contract_set_info",
+            "The contract set this worker decides with: label (g<generation>-<digest[:12]>, the "
+            "tg-contract-set header of its decisions) and digest (SHA-256 over every loaded version).",
+            ["label", "digest"],
+            registry=r,
+        )
+        self.contract_catch_ups = Counter(
+            "toolgate_contract_catch_ups",
+            "Batches with a result of an unknown tool or version, or naming a newer contract set, "
+            "for which the worker caught up on its contract source before deciding, by result: "
+            "caught_up (a newer set loaded), unchanged (none newer), behind (still behind at the "
+            "bound: CONTRACTS_BEHIND answered, retryable).",
+            ["result"],
+            registry=r,
+        )
+        self.group_disagreement = Gauge(
+            "toolgate_contracts_group_disagreement",
+            "1 while the live workers of this worker's group (the members topic) decide with more "
+            "than one contract set; 0 when they agree (or this worker is alone).",
+            registry=r,
+        )
+        self.group_members = Gauge(
+            "toolgate_contracts_group_members",
+            "Live workers of this worker's group on the members topic, itself included.",
+            registry=r,
+        )
         self.contracts_from_snapshot = Gauge(
             "toolgate_contracts_from_snapshot",
             "1 while the contracts are the last snapshot on disk because the schema registry "
@@ -271,6 +305,14 @@ class Metrics:
             self.transactions.labels(result)
         for result in WAIT_RESULTS:
             self.request_waits.labels(result)
+        for result in CATCH_UP_RESULTS:
+            self.contract_catch_ups.labels(result)
+
+    def contract_set(self, generation: int, label: str, digest: str) -> None:
+        """Export the set the worker decides with (the one series of the info metric)."""
+        self.contract_set_generation.set(generation)
+        self.contract_set_info.clear()
+        self.contract_set_info.labels(label, digest).set(1)
 
     def decided_batch(self, decisions: Sequence[Decision]) -> None:
         """Count a committed batch: one ``inc(n)`` per label set and histogram bucket, not one

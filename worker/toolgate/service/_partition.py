@@ -98,6 +98,10 @@ class Collaborators:
     # have been read; False on timeout (raises KafkaError when the cluster does not answer).
     catch_up: Callable[[int, float], Awaitable[bool]]
     gate: Callable[[], Gate]  # the gate now (a contract reload swaps it between batches)
+    # A batch with results of an unknown tool or version, or naming a newer contract set:
+    # catch up on the contracts (bounded) and return the batch decided again (raises
+    # KafkaError when the contracts topic's cluster does not answer).
+    contracts_behind: Callable[[Batch, Callable[[], Batch]], Awaitable[Batch]]
     ledger: AcceptedLedger
     clock: Callable[[], datetime]
     expires_of: Callable[[str], datetime | None]
@@ -388,6 +392,12 @@ class OwnedPartition:
         phases = uses.phases
         phases.enter(DECIDE)
         batch = self._decide(records, keys)
+        if batch.behind:
+            try:
+                batch = await uses.contracts_behind(batch, lambda: self._decide(records, keys))
+            except KafkaError as exc:  # an outage: decide nothing rather than call them unknown
+                await self.abort(exc)
+                return
         phases.enter(SEND)
         # The changelog records of what the batch accepted, and the tombstones due in this
         # partition, go in the same transaction as the decisions.

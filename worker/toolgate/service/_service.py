@@ -29,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -38,7 +39,14 @@ from toolgate.gate._batch import Batch, ShadowSampler
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import OutRecord
+from toolgate.registry._connect import attached as attached_registry
 from toolgate.registry._connect import from_snapshot_on_disk
+from toolgate.service._contract_source import (
+    CatchUp,
+    ContractSource,
+    RegistryContractSource,
+    TopicContractSource,
+)
 from toolgate.service._kafka import (
     AiokafkaClients,
     Consumer,
@@ -51,6 +59,7 @@ from toolgate.service._kafka import (
     partition_of,
     partitions_of,
 )
+from toolgate.service._members import GroupView, member_id
 from toolgate.service._metrics import HealthServer, Metrics
 from toolgate.service._otel_spans import DecisionTracer, tracer_from_env
 from toolgate.service._partition import Collaborators, OwnedPartition, PartitionSettings
@@ -124,6 +133,11 @@ class WorkerOptions:
     phase_clock: Phases | None = None
     # Monotonic seconds of the contracts watch (TOOLGATE_CONTRACTS_WATCH_SECONDS); tests inject one.
     watch_clock: Callable[[], float] | None = None
+    # Where the contracts come from, to catch up on before deciding a result of an unknown tool
+    # or version or one naming a newer set (None: the folder or registry of the configuration).
+    contract_source: ContractSource | None = None
+    # The catch-up's bound (None: TOOLGATE_CONTRACTS_CATCH_UP_SECONDS).
+    contracts_catch_up_seconds: float | None = None
     # No transaction committed for this long while records are pending in the owned partitions
     # and a fresh client's offset lookup answers: the worker's clients are stuck (seen after a
     # broker was killed and restarted under load), so it rebuilds them and rejoins its group.
@@ -222,6 +236,16 @@ class Worker:
         self._progress_at = 0.0
         self._probed_at = 0.0
         self._export_contracts(gate)
+        self.contracts_catch_up = CatchUp(
+            self.options.contract_source or self._configured_source(),
+            self.reload_contracts,
+            lambda: self.gate.contracts,
+            clock=self.options.monotonic,
+        )
+        self.member = member_id(config)
+        self.group_view: GroupView | None = None
+        self._member_due = True  # publish what this worker decides with at the next turn
+        self._member_at = 0.0
         self._uses = self._collaborators()
 
     def _collaborators(self) -> Collaborators:
@@ -249,6 +273,7 @@ class Worker:
             lookup=self._lookup_without_misrouted,
             catch_up=self._catch_up,
             gate=lambda: self.gate,
+            contracts_behind=self._contracts_behind,
             ledger=self.ledger,
             clock=lambda: self.clock(),
             expires_of=self._expires_of,
@@ -266,12 +291,64 @@ class Worker:
             tracer=self._tracer,
         )
 
+    def _contracts_changed(self) -> bool:
+        """The folder or keyring changed (the watch), or the contracts topic holds a newer set."""
+        if self._watch is not None and self._watch.changed():
+            return True
+        source = self.contracts_catch_up.source
+        return isinstance(source, TopicContractSource) and source.changed()
+
+    def _configured_source(self) -> ContractSource:
+        """The folder (or the registry's snapshots) the configuration names, with the keyring."""
+        paths = [Path(self.config.contracts_dir)]
+        if self.config.keyring:
+            paths.append(Path(self.config.keyring))
+        registry = attached_registry()
+        if registry is not None:
+            return RegistryContractSource(registry.poll, paths)
+        return ContractSource(paths)
+
+    async def _contracts_behind(self, batch: Batch, decide: Callable[[], Batch]) -> Batch:
+        """Catch up on the contracts for the batch's unknown or behind results, then decide
+        the batch again (docs/design.md, One contract set for the group).
+
+        A source that is not behind (nothing newer published, nobody in the group decides
+        with another set) is refreshed once; one that is, until the bound
+        (``contracts_catch_up_seconds``): what is still behind then is CONTRACTS_BEHIND
+        (retryable), never a final UNKNOWN_*.
+        """
+        if self.gate_factory is None:
+            return batch
+        flagged = batch.behind
+        now = self.clock()
+
+        def behind(_contracts: object) -> bool:
+            gate = self.gate
+            return any(gate.evaluate(m, None, now).code == "CONTRACTS_BEHIND" for m in flagged)
+
+        bound = self.options.contracts_catch_up_seconds
+        bound = self.config.contracts_catch_up_seconds if bound is None else bound
+        before = self.gate.contracts
+        after = await self.contracts_catch_up.catch_up(self.options.monotonic() + bound, behind=behind)
+        result = "caught_up" if after is not before else "unchanged"
+        redecided = decide()
+        if any(d.verdict.code == "CONTRACTS_BEHIND" for d in redecided.decisions):
+            result = "behind"
+            log.warning(
+                "contracts behind the group: answered CONTRACTS_BEHIND (retryable)",
+                extra={"contract_set": after.label, "bound_s": bound},
+            )
+        self.metrics.contract_catch_ups.labels(result).inc()
+        return redecided
+
     def _export_contracts(self, gate: Gate) -> None:
         self.metrics.contract_info.clear()  # a reload may have retired or removed versions
         self.metrics.contracts_from_snapshot.set(1 if from_snapshot_on_disk() else 0)
         self.metrics.initialise(
             [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts]
         )
+        contracts = gate.contracts
+        self.metrics.contract_set(contracts.generation, contracts.label, contracts.digest)
 
     def request_reload(self) -> None:
         """Reload the contracts between two batches (SIGHUP)."""
@@ -290,10 +367,19 @@ class Worker:
                 "contract reload failed; keeping the running contracts", extra={"error": str(exc)[:500]}
             )
             return False
+        gate.group = self.gate.group
         self.gate = gate
         gate.home_partition = self._home_partition
         self._export_contracts(gate)
-        log.info("contracts reloaded", extra={"contracts": ",".join(c.key for c in gate.contracts)})
+        self._member_due = True
+        self._group_changed()
+        log.info(
+            "contracts reloaded",
+            extra={
+                "contracts": ",".join(c.key for c in gate.contracts),
+                "contract_set": gate.contracts.label,
+            },
+        )
         return True
 
     @property
@@ -343,6 +429,14 @@ class Worker:
             failing=self._txn_failing or None in self._producers.values(),
         )
 
+    def readyz(self) -> str:
+        """The body of ``/readyz``: :meth:`status`, then the contract set it decides with."""
+        contracts = self.gate.contracts
+        return (
+            f"{self.status()}\ncontracts {contracts.label} "
+            f"(generation {contracts.generation}, digest {contracts.digest})"
+        )
+
     def request_stop(self) -> None:
         """Finish the transactions in flight, leave the group and return from :meth:`run`;
         records not yet in a transaction are left for the next owner."""
@@ -373,7 +467,7 @@ class Worker:
             self.options.metrics_host,
             self.config.metrics_port if port is None else port,
             self.ready,
-            self.status,
+            self.readyz,
         )
         await start_health(self._health, port is None)
         try:
@@ -405,9 +499,38 @@ class Worker:
             self.config.topics.requests, self._apply_request, self._clients, owned=True
         )
         await self._request_reader.start()
+        self.group_view = await GroupView.open(
+            self.config, self._clients, self.member, self.clock, self._group_changed
+        )
+        await self._refresh_member()
         # Everything alive now (contracts, compiled schemas) lives as long as the process:
         # keep it out of the collector's generations and its pauses.
         gc.freeze()
+
+    def _group_changed(self) -> None:
+        """The members topic moved (or this worker's set did): the gate's hint and the metrics."""
+        view = self.group_view
+        if view is None:
+            return
+        self.gate.group, split = view.check(self.gate.contracts)
+        self.metrics.group_disagreement.set(1 if split else 0)
+        self.metrics.group_members.set(len(view.live()))
+
+    async def _refresh_member(self) -> None:
+        """Publish this worker's record when its set changed or its refresh period passed."""
+        view = self.group_view
+        if view is None:
+            return
+        now = self.options.monotonic()
+        if not self._member_due and now - self._member_at < self.config.members_refresh_seconds:
+            return
+        self._member_due = False
+        self._member_at = now
+        try:
+            await view.publish(self.gate.contracts)
+        except KafkaError as exc:
+            log.warning("members topic write failed; retried next period", extra={"error": repr(exc)[:300]})
+        self._group_changed()  # members whose records aged out are no longer live
 
     def _apply_request(self, key: bytes | None, value: bytes | None) -> None:
         """A requests-topic record; a tombstone also ends the request's accepted attempts."""
@@ -585,8 +708,9 @@ class Worker:
             if self._failure is not None:
                 raise self._failure
             await self._check_progress()
-            if self._reload_requested or (self._watch is not None and self._watch.changed()):
+            if self._reload_requested or self._contracts_changed():
                 self.reload_contracts()
+            await self._refresh_member()
             for owned in partitions.values():
                 if owned.producer is None:
                     owned.kick()  # taken over again (its take-over failed)
@@ -983,6 +1107,10 @@ class Worker:
         self._partitions.clear()
         if self._request_reader is not None:
             await self._request_reader.stop()
+        if self.group_view is not None:
+            with contextlib.suppress(KafkaError):
+                await self.group_view.stop()
+            self.group_view = None
         if self._health is not None:
             await self._health.stop()
         self.metrics.ready.set(0)

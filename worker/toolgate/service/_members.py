@@ -1,0 +1,242 @@
+"""The group's view: what each live worker decides with.
+
+See docs/design.md, One contract set for the group.
+
+Each worker writes a :class:`MemberRecord` to the compacted members topic
+(TOOLGATE_TOPIC_MEMBERS), keyed by its member id, when it loads a contract set and every
+``members_refresh_seconds``; it writes a tombstone when it stops. Every worker (and
+``toolgate contracts status``, ``replay --apply``, the proxy) reads the topic: a member not
+heard from for three refresh periods is no longer live. A member of the same group that decides
+with another set than this one is a disagreement: said in one log line, in
+``toolgate_contracts_group_disagreement`` and to the gate (:class:`~toolgate.gate._gate.GroupHint`),
+which then answers CONTRACTS_BEHIND instead of a final UNKNOWN_* for what the others serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+
+import msgspec
+
+from toolgate._config import Config
+from toolgate.gate._contracts import ContractSet
+from toolgate.gate._gate import GroupHint
+from toolgate.service._kafka import KafkaClients, Producer, partitions_of
+from toolgate.service._store import TopicReader, restore_partitions
+
+log = logging.getLogger("toolgate.members")
+
+LIVE_PERIODS = 3  # a member not heard from for this many refresh periods is gone
+
+
+class MemberRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker's contract set, as the members topic holds it."""
+
+    group: str
+    member: str
+    generation: int
+    digest: str
+    label: str
+    tools: list[str]
+    at: datetime
+    refresh_seconds: float
+
+    def live(self, now: datetime) -> bool:
+        """Heard from within three refresh periods of ``now``."""
+        return now - self.at <= timedelta(seconds=LIVE_PERIODS * self.refresh_seconds)
+
+
+_decode = msgspec.json.Decoder(MemberRecord).decode
+
+
+def member_id(config: Config) -> str:
+    """This process's member id: the static group instance id, else host, pid and a nonce."""
+    if config.group_instance_id:
+        return config.group_instance_id
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def live_members(records: Iterable[MemberRecord], group: str, now: datetime) -> list[MemberRecord]:
+    """The live members of ``group``, by member id."""
+    return sorted((r for r in records if r.group == group and r.live(now)), key=lambda r: r.member)
+
+
+def disagreeing(members: list[MemberRecord]) -> bool:
+    """Whether the members decide with more than one set."""
+    return len({m.digest for m in members}) > 1
+
+
+def hint(members: Iterable[MemberRecord], mine: ContractSet, me: str) -> GroupHint | None:
+    """What the gate needs from the others' sets (None: no other member)."""
+    others = [m for m in members if m.member != me]
+    if not others:
+        return None
+    differing = [m for m in others if m.digest != mine.digest]
+    return GroupHint(
+        generation=max(m.generation for m in others),
+        tools=frozenset(t for m in differing for t in m.tools),
+        differs=bool(differing),
+    )
+
+
+class GroupView:
+    """This worker's record on the members topic, and every member's, tailed.
+
+    Args:
+        config: the group id, the members topic and the refresh period.
+        clients: builds the reader's consumers and the producer.
+        me: this worker's member id.
+        clock: the injected UTC clock (liveness and the records' ``at``).
+        on_change: called after each record read (the worker recomputes its view).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        clients: KafkaClients,
+        me: str,
+        clock: Callable[[], datetime],
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.config = config
+        self.topic = config.topics.members
+        self.me = me
+        self.clock = clock
+        self.records: dict[str, MemberRecord] = {}
+        self._clients = clients
+        self._on_change = on_change
+        self._reader = TopicReader(self.topic, self._apply, clients)
+        self._producer: Producer | None = None
+        self._disagreed = False
+
+    @classmethod
+    async def open(
+        cls,
+        config: Config,
+        clients: KafkaClients,
+        me: str,
+        clock: Callable[[], datetime],
+        on_change: Callable[[], None] = lambda: None,
+    ) -> GroupView | None:
+        """The view, started; None (one warning) when the members topic is missing."""
+        if not await partitions_of(clients, config.topics.members):
+            log.warning(
+                "members topic missing: this worker cannot see what the rest of its group decides with",
+                extra={"topic": config.topics.members, "hint": "run: toolgate topics ensure"},
+            )
+            return None
+        view = cls(config, clients, me, clock, on_change)
+        await view._reader.start()
+        producer = clients.producer(acks="all", enable_idempotence=True, linger_ms=0)
+        await producer.start()
+        view._producer = producer
+        await view._reader.catch_up(10.0)
+        return view
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        name = key.decode("utf-8", "replace")
+        if value is None:
+            self.records.pop(name, None)
+        else:
+            try:
+                self.records[name] = _decode(value)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return
+        if len(self.records) > 10_000:  # bounded: the oldest records go first
+            for stale in sorted(self.records, key=lambda k: self.records[k].at)[:1000]:
+                del self.records[stale]
+        self._on_change()
+
+    def live(self) -> list[MemberRecord]:
+        """The live members of this worker's group."""
+        return live_members(self.records.values(), self.config.group_id, self.clock())
+
+    async def publish(self, contracts: ContractSet) -> None:
+        """Say what this worker decides with now."""
+        if self._producer is None:
+            return
+        record = MemberRecord(
+            group=self.config.group_id,
+            member=self.me,
+            generation=contracts.generation,
+            digest=contracts.digest,
+            label=contracts.label,
+            tools=contracts.tools,
+            at=self.clock(),
+            refresh_seconds=self.config.members_refresh_seconds,
+        )
+        await self._producer.send(self.topic, msgspec.json.encode(record), key=self.me.encode())
+
+    def check(self, mine: ContractSet) -> tuple[GroupHint | None, bool]:
+        """The gate's hint and whether the live members disagree; a change of agreement is
+        logged once (a warning naming every member's set, or that they agree again)."""
+        members = self.live()
+        split = disagreeing(members)
+        if split != self._disagreed:
+            self._disagreed = split
+            if split:
+                log.warning(
+                    "the workers of this group decide with different contract sets",
+                    extra={
+                        "group": self.config.group_id,
+                        "members": {m.member: m.label for m in members},
+                        "this_member": self.me,
+                        "hint": "give every worker of a group the same contracts (docs/operations.md, "
+                        "Contract sets)",
+                    },
+                )
+            else:
+                log.info(
+                    "the workers of this group decide with one contract set again", extra={"set": mine.label}
+                )
+        return hint(members, mine, self.me), split
+
+    async def stop(self) -> None:
+        """Say this worker is gone (a tombstone), stop reading."""
+        if self._producer is not None:
+            try:
+                await self._producer.send(self.topic, None, key=self.me.encode())
+                await self._producer.flush()
+            finally:
+                await self._producer.stop()
+                self._producer = None
+        await self._reader.stop()
+
+
+async def read_members(
+    config: Config, clients: KafkaClients, wait_seconds: float = 30.0
+) -> list[MemberRecord]:
+    """Every record of the members topic, read to its end now (tombstoned members left out).
+
+    Raises:
+        ConfigError: the topic is missing.
+    """
+    from toolgate._errors import BrokerError, ConfigError
+
+    topic = config.topics.members
+    if not await partitions_of(clients, topic):
+        raise ConfigError(f"topic {topic!r} does not exist (run: toolgate topics ensure)")
+    records: dict[str, MemberRecord] = {}
+
+    def apply(key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        name = key.decode("utf-8", "replace")
+        if value is None:
+            records.pop(name, None)
+            return
+        try:
+            records[name] = _decode(value)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+
+    if not await restore_partitions(clients, topic, {0}, apply, wait_seconds):
+        raise BrokerError(f"topic {topic!r}: not read to its end within {wait_seconds} s", retriable=True)
+    return list(records.values())
