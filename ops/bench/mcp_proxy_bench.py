@@ -199,12 +199,12 @@ class Breakdown:
                 rows["ack after upstream"].append(
                     max(0.0, spans["request record ack"][1] - spans["upstream call"][1]) * 1000
                 )
-            if all(name in spans for name in ("request record ack", "upstream call", "proxied call")):
+            if all(name in spans for name in ("upstream call", "proxied call")):
                 # The call's time outside its steps: waiting for a slot, the event loop, the
-                # host's and the proxy's MCP sessions (all in this process).
-                path = max(spans["request record ack"][1], spans["upstream call"][1]) - min(
-                    spans["request record ack"][0], spans["upstream call"][0]
-                )
+                # host's and the proxy's MCP sessions (all in this process). Deciding in process
+                # the request record goes with the decision: no acknowledgement beside the call.
+                beside = [spans[name] for name in ("request record ack", "upstream call") if name in spans]
+                path = max(end for _start, end in beside) - min(start for start, _end in beside)
                 path += sum(spans[name][1] - spans[name][0] for name in LATER_STEPS if name in spans)
                 whole = spans["proxied call"][1] - spans["proxied call"][0]
                 rows["rest"].append(max(0.0, whole - path) * 1000)
