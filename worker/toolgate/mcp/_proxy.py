@@ -322,6 +322,8 @@ class Proxy:
 
     ``workers`` counts the members of the worker group (None: not checked): while it says
     none, a call is answered ``GATE_TIMEOUT`` at once rather than after ``--timeout``.
+    ``serving`` says which tools the group's live workers decide (the members topic; None:
+    not known): a call of a tool none of them serves is answered ``TOOL_NOT_SERVED`` at once.
     """
 
     def __init__(
@@ -334,6 +336,7 @@ class Proxy:
         keyring: Keyring | None = None,
         options: ProxyOptions | None = None,
         workers: Callable[[], Awaitable[int]] | None = None,
+        serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
         decider: Decider | None = None,
     ) -> None:
         self.server_name = server
@@ -349,6 +352,8 @@ class Proxy:
         self.stats = ProxyStats()
         self.workers = workers
         self.no_workers = False
+        self.serving = serving
+        self.group_tools: frozenset[str] | None = None  # what the live workers serve (None: unknown)
         self._signers: dict[str, Signer | None] = {}
         self._slots = asyncio.Semaphore(self.options.max_concurrent)
         self._queued = 0
@@ -549,6 +554,12 @@ class Proxy:
                 "the worker group %r has %d member(s): calls are served", self.client.config.group_id, count
             )
         self.no_workers = count == 0
+        if self.serving is not None:
+            try:
+                self.group_tools = await self.serving()
+            except Exception as exc:  # unknown: calls go to the workers as before
+                _log.warning("reading the worker group's contract sets failed: %s", type(exc).__name__)
+                self.group_tools = None
         return count
 
     async def watch_workers(self, every_s: float = WORKER_CHECK_SECONDS) -> None:
@@ -571,6 +582,8 @@ class Proxy:
             return error_result("INVALID_ARGUMENTS", False, lines=lines)
         if self.no_workers:
             return self._fixed("GATE_TIMEOUT")
+        if self.group_tools is not None and served.contract.spec.tool not in self.group_tools:
+            return self._fixed("TOOL_NOT_SERVED")  # no live worker decides it: nothing would answer
         if self._queued >= self.options.max_queued:
             return self._fixed("PROXY_BUSY")
         self._queued += 1
@@ -624,6 +637,7 @@ class Proxy:
                     source=f"mcp:{self.server_name}",
                     traceparent=traceparent if isinstance(traceparent, str) else None,
                     tracestate=tracestate if isinstance(tracestate, str) else None,
+                    contract_generation=self.contracts.generation or None,
                 )
                 answer = await self.client.answer(request)
             except AnswerTimeout:
@@ -865,10 +879,17 @@ def settings_lines(args: argparse.Namespace, config: Config) -> list[str]:
     topics = config.topics
     return [
         f"broker {config.bootstrap} (from {bootstrap_from})",
-        f"contracts {Path(config.contracts_dir).resolve()} (from {contracts_from})",
+        f"contracts {_contracts_text(config.contracts_dir)} (from {contracts_from})",
         f"topics requests={topics.requests} intake={topics.intake} agent={topics.agent}; "
         f"worker group {config.group_id}",
     ]
+
+
+def _contracts_text(contracts: str) -> str:
+    """A folder as its absolute path; a source (``kafka:``, ``registry+URL``) as it is given."""
+    if contracts.startswith(("kafka:", "registry+")):
+        return contracts
+    return str(Path(contracts).resolve())
 
 
 def _say(line: str) -> None:
@@ -882,18 +903,22 @@ async def serve(
     *,
     admin_factory: Callable[[], Any] | None = None,
     say: Callable[[str], None] = _say,
+    contracts: ContractSet | None = None,
+    serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
 ) -> None:
     """Connect upstream and to Kafka, then serve the host until it disconnects (stdio) or
     the process is stopped (HTTP). ``admin_factory`` builds a Kafka admin client (in the
     event loop) that counts the worker group's members at start-up and every
-    :data:`WORKER_CHECK_SECONDS`."""
+    :data:`WORKER_CHECK_SECONDS`. ``contracts``: the set to serve when the caller read it
+    (the contracts topic, ``--contracts kafka:``); else the folder or registry snapshot's."""
     from mcp import Client as McpClient
 
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
     options = options_from(args)
     for line in settings_lines(args, config):
         say(line)
-    contracts = load_contracts(config.contracts_dir)  # a registry set's with its generation
+    if contracts is None:
+        contracts = load_contracts(config.contracts_dir)  # a registry set's with its generation
     refused: ConfigError | None = None
     target = upstream_target(args)
     where = (
@@ -933,6 +958,7 @@ async def serve(
                 keyring=keyring,
                 options=options,
                 workers=workers if admin is not None else None,
+                serving=serving if not in_process else None,
                 decider=Decider(args.server, contracts, keyring, config.topics) if in_process else None,
             )
             proxies.append(proxy)
