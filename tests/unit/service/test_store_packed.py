@@ -108,6 +108,12 @@ class TestPackedForm:
         too_many = msgspec.structs.replace(record, attempt=70_000, max_attempts=70_000)
         assert pack_request(too_many) is too_many
 
+    def test_an_answered_request_keeps_its_mark(self) -> None:
+        """A request an MCP proxy answered (``answered``) is held as it is, the mark kept."""
+        record = msgspec.structs.replace(decode_request(_request(1)), answered=True)
+        assert pack_request(record) is record
+        assert unpack_request(record.request_id, pack_request(record)).answered
+
     def test_a_replaced_request_is_not_served_from_the_last_lookup(self) -> None:
         """get() keeps the last record it rebuilt, but a re-applied request or a tombstone wins."""
         table = RequestTable()
