@@ -220,6 +220,27 @@ def pin(
         path.write_text("\n".join(rows[:end] + lines + rows[end:]) + "\n")
 
 
+def reviewed_deploy_status(root: Path) -> Path:
+    """``deploy_status`` as ``toolgate contracts import-mcp`` writes it under ``root``, pinned to
+    its listed definition and reviewed the way the proxy's tests use it: active, bound to the
+    environment the host asks about, the upstream's ``isError`` retryable. Returns ``root``."""
+    import yaml
+    from toolgate.mcp._import import fetch_listing, import_listing
+
+    tools = anyio.run(fetch_listing, server())
+    import_listing(root, SERVER, tools, only=["deploy_status"], out=lambda _line: None)
+    pin(root, tools)  # the proxy serves only a tool pinned to its reviewed definition
+    path = root / f"{SERVER}.deploy_status" / "v1" / "contract.yaml"
+    spec = yaml.safe_load(path.read_text())
+    spec["status"] = "active"
+    spec["rules"] = [{"kind": "bind", "pointer": "/data/environment", "request_key": "environment"}]
+    spec["mcp"]["error_retryable"] = True
+    spec["retry"] = {"retryable_codes": ["TOOL_ERROR"]}
+    spec.pop("free_text", None)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return root
+
+
 def dump(result: types.Result) -> dict[str, Any]:
     """A result as the SDK serializes it on the wire."""
     out: dict[str, Any] = result.model_dump(by_alias=True, exclude_none=True, mode="json")

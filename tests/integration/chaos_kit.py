@@ -41,12 +41,13 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from toolgate._config import Config
@@ -157,6 +158,24 @@ class PrivateBroker:
             await self.stop()
         await asyncio.sleep(down)
         await self.start()
+
+
+@contextlib.asynccontextmanager
+async def private_broker(data: Path, what: str) -> AsyncIterator[PrivateBroker]:
+    """A broker instance of ``what`` (a test) of its own under ``data``, stopped (``kafka.sh
+    stop``) at the end; a skip when it cannot start, a failure with ``TOOLGATE_REQUIRE_KAFKA=1``."""
+    broker = PrivateBroker.pick(data)
+    try:
+        await broker.start()
+    except BrokerScriptError as exc:
+        reason = f"{what}'s own broker instance did not start: {exc}"
+        if os.environ.get("TOOLGATE_REQUIRE_KAFKA") == "1":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    try:
+        yield broker
+    finally:
+        await broker.stop()
 
 
 @dataclass

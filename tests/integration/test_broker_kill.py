@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.chaos_kit import BrokerScriptError, ChaosRun, Plan, PrivateBroker
+from tests.integration.chaos_kit import ChaosRun, Plan, PrivateBroker, private_broker
 
 MESSAGES = 3_000
 DOWN_SECONDS = 5.0
@@ -48,19 +48,9 @@ HOG = (
 
 @pytest.fixture
 async def killed_broker(tmp_path: Path) -> AsyncIterator[PrivateBroker]:
-    """A broker instance of this test's own, stopped (``kafka.sh stop``) at the end."""
-    broker = PrivateBroker.pick(tmp_path / "kafka")
-    try:
-        await broker.start()
-    except BrokerScriptError as exc:
-        reason = f"the broker-kill test's own broker instance did not start: {exc}"
-        if os.environ.get("TOOLGATE_REQUIRE_KAFKA") == "1":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    try:
+    """A broker instance of this test's own, stopped at the end."""
+    async with private_broker(tmp_path / "kafka", "the broker-kill test") as broker:
         yield broker
-    finally:
-        await broker.stop()
 
 
 class LoadedKill(ChaosRun):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.chaos_kit import BrokerScriptError, Plan, PrivateBroker, run_chaos
+from tests.integration.chaos_kit import Plan, PrivateBroker, private_broker, run_chaos
 
 MESSAGES = 10_000
 OUTAGE_SECONDS = 45.0  # longer than the workers' request timeout (aiokafka's 40 s default)
@@ -36,19 +36,9 @@ pytestmark = pytest.mark.chaos
 
 @pytest.fixture
 async def chaos_broker(tmp_path: Path) -> AsyncIterator[PrivateBroker]:
-    """A broker instance of this test's own, stopped (``kafka.sh stop``) at the end."""
-    broker = PrivateBroker.pick(tmp_path / "kafka")
-    try:
-        await broker.start()
-    except BrokerScriptError as exc:
-        reason = f"the chaos test's own broker instance did not start: {exc}"
-        if os.environ.get("TOOLGATE_REQUIRE_KAFKA") == "1":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    try:
+    """A broker instance of this test's own, stopped at the end."""
+    async with private_broker(tmp_path / "kafka", "the chaos test") as broker:
         yield broker
-    finally:
-        await broker.stop()
 
 
 class TestCopier:

@@ -33,6 +33,7 @@ from toolgate._config import Config
 from toolgate._version import __version__
 from toolgate.client import Client
 from toolgate.gate._contracts import ContractSet, compile_schema
+from toolgate.mcp._decide import Decider
 from toolgate.mcp._import import fetch_listing, import_listing
 from toolgate.mcp._proxy import Proxy, ProxyOptions
 
@@ -49,18 +50,7 @@ HOST_TRACEPARENT = f"00-{TRACE_ID}-b7ad6b7169203331-01"
 def proxy_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The imported deploy_status contract, reviewed: active, bound to the asked environment,
     the upstream's isError retryable."""
-    root = tmp_path_factory.mktemp("proxy-contracts")
-    tools = anyio.run(fetch_listing, mcp_kit.server())
-    import_listing(root, mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
-    mcp_kit.pin(root, tools)
-    path = root / TOOL / "v1" / "contract.yaml"
-    spec = yaml.safe_load(path.read_text())
-    spec["status"] = "active"
-    spec["rules"] = [{"kind": "bind", "pointer": "/data/environment", "request_key": "environment"}]
-    spec["mcp"]["error_retryable"] = True
-    spec["retry"] = {"retryable_codes": ["TOOL_ERROR"]}
-    spec.pop("free_text", None)
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    root = mcp_kit.reviewed_deploy_status(tmp_path_factory.mktemp("proxy-contracts"))
     ContractSet.load(root)  # loads as the worker will
     return root
 
@@ -120,12 +110,15 @@ async def running_worker(cfg: Config) -> AsyncIterator[None]:
 
 @asynccontextmanager
 async def proxied(
-    cfg: Config, upstream: Upstream, options: ProxyOptions | None = None
+    cfg: Config, upstream: Upstream, options: ProxyOptions | None = None, decide: str = "worker"
 ) -> AsyncIterator[tuple[McpClient, Proxy]]:
-    """A host connected to a proxy in front of ``upstream``, on ``cfg``'s topics."""
+    """A host connected to a proxy in front of ``upstream``, on ``cfg``'s topics, deciding
+    as ``decide`` says (``proxy``: in process; ``worker``: the running worker)."""
     opts = options or ProxyOptions(wait_s=30, max_attempts=2)
-    async with Client(cfg) as client, McpClient(upstream.server()) as up:
-        proxy = Proxy(mcp_kit.SERVER, up, client, ContractSet.load(cfg.contracts_dir), options=opts)
+    async with Client(cfg, answers=decide == "worker") as client, McpClient(upstream.server()) as up:
+        contracts = ContractSet.load(cfg.contracts_dir)
+        decider = Decider(mcp_kit.SERVER, contracts, None, cfg.topics) if decide == "proxy" else None
+        proxy = Proxy(mcp_kit.SERVER, up, client, contracts, options=opts, decider=decider)
         assert await proxy.load_tools() == [upstream.served]
         async with McpClient(proxy.mcp_server()) as host:
             yield host, proxy
@@ -164,6 +157,13 @@ def error_of(result: types.CallToolResult) -> dict[str, Any]:
     return body
 
 
+@pytest.fixture(params=["proxy", "worker"])
+def decide(request: pytest.FixtureRequest) -> str:
+    """Who decides: the proxy in process (the default), or the worker fleet."""
+    mode: str = request.param
+    return mode
+
+
 @pytest.fixture
 def cfg(config: Config, proxy_contracts: Path) -> Config:
     return msgspec.structs.replace(config, contracts_dir=str(proxy_contracts))
@@ -172,7 +172,7 @@ def cfg(config: Config, proxy_contracts: Path) -> Config:
 class TestVerdicts:
     """Every verdict class round-trips through the proxy; the host sees only what passed."""
 
-    async def test_every_verdict_class(self, cfg: Config) -> None:
+    async def test_every_verdict_class(self, cfg: Config, decide: str) -> None:
         """Accepted, upstream isError, schema violation, binding mismatch, conflicting views,
         oversized, incomplete; the forged member, the banner and upstream text never reach the host."""
         upstream = Upstream()
@@ -186,7 +186,10 @@ class TestVerdicts:
             "oversized": ({"case": "oversized"}, "limits/PAYLOAD_TOO_LARGE"),
             "input_required": ({"case": "input_required"}, "parse/RESULT_NOT_COMPLETE"),
         }
-        async with running_worker(cfg), proxied(cfg, upstream, ProxyOptions(max_attempts=1)) as (host, _p):
+        async with (
+            running_worker(cfg),
+            proxied(cfg, upstream, ProxyOptions(max_attempts=1), decide) as (host, _p),
+        ):
             listed = await host.list_tools()
             results = {name: await host.call_tool("deploy_status", args) for name, (args, _) in cases.items()}
         (tool,) = listed.tools
@@ -216,10 +219,10 @@ class TestVerdicts:
         ):
             assert forbidden not in everything
 
-    async def test_a_duplicate_result_is_not_a_second_answer(self, cfg: Config) -> None:
+    async def test_a_duplicate_result_is_not_a_second_answer(self, cfg: Config, decide: str) -> None:
         """A second result for the answered attempt is DUPLICATE_RESULT; the host's answer stands."""
         upstream = Upstream()
-        async with running_worker(cfg), proxied(cfg, upstream) as (host, proxy):
+        async with running_worker(cfg), proxied(cfg, upstream, decide=decide) as (host, proxy):
             first = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
             rid = request_id_of(first)
             forged = {"content": [], "structuredContent": {**mcp_kit.GOOD, "state": "failed"}}
@@ -232,11 +235,13 @@ class TestVerdicts:
         assert len(envelopes) == 1
         assert first.structured_content == mcp_kit.GOOD
 
-    async def test_retry_follows_the_contract_and_traceparent_is_carried(self, cfg: Config) -> None:
+    async def test_retry_follows_the_contract_and_traceparent_is_carried(
+        self, cfg: Config, decide: str
+    ) -> None:
         """A retryable upstream isError moves the request to attempt 2; the host's _meta
         traceparent is the intake record's, and so the agent record's trace."""
         upstream = Upstream()
-        async with running_worker(cfg), proxied(cfg, upstream) as (host, _p):
+        async with running_worker(cfg), proxied(cfg, upstream, decide=decide) as (host, _p):
             result = await host.call_tool(
                 "deploy_status",
                 {"case": "flaky", "key": "k1", "environment": "staging"},
@@ -247,26 +252,31 @@ class TestVerdicts:
         rid = request_id_of(result)
         assert (await decisions(cfg))[rid] == ["failure", "success"]
         intake = [r for r in await read_all(cfg, cfg.topics.intake) if r.key == rid]
-        assert [r.headers["tg-attempt"] for r in intake] == [b"1", b"2"]
-        assert all(r.headers["traceparent"] == HOST_TRACEPARENT.encode() for r in intake)
+        if decide == "worker":
+            assert [r.headers["tg-attempt"] for r in intake] == [b"1", b"2"]
+            assert all(r.headers["traceparent"] == HOST_TRACEPARENT.encode() for r in intake)
+        else:  # decided in the proxy: nothing on intake, both attempts audited
+            assert intake == []
+            audit = await read_all(cfg, cfg.topics.audit)
+            assert [json.loads(r.value or b"")["attempt"] for r in audit if r.key == rid] == [1, 2]
         agent = [r for r in await read_all(cfg, cfg.topics.agent) if r.key == rid]
         assert all(r.headers["traceparent"].decode().split("-")[1] == TRACE_ID for r in agent)
 
-    async def test_upstream_protocol_error_is_a_fixed_code(self, cfg: Config) -> None:
+    async def test_upstream_protocol_error_is_a_fixed_code(self, cfg: Config, decide: str) -> None:
         """The upstream's own error text stays in the proxy; unknown tools are not served."""
         upstream = Upstream()
-        async with running_worker(cfg), proxied(cfg, upstream) as (host, _p):
+        async with running_worker(cfg), proxied(cfg, upstream, decide=decide) as (host, _p):
             failed = await host.call_tool("deploy_status", {"case": "protocol_error"})
             unknown = await host.call_tool("echo", {})
         assert error_of(failed) == {"code": "UPSTREAM_ERROR", "retryable": True}
         assert "secret.py" not in seen_by_host(failed)
         assert error_of(unknown) == {"code": "UNKNOWN_TOOL", "retryable": False}
 
-    async def test_a_hundred_concurrent_calls_are_each_answered_once(self, cfg: Config) -> None:
+    async def test_a_hundred_concurrent_calls_are_each_answered_once(self, cfg: Config, decide: str) -> None:
         """100 calls at once through one proxy (20 in flight at a time): 100 answers, 100 requests."""
         upstream = Upstream()
         options = ProxyOptions(max_concurrent=20, max_attempts=1)
-        async with running_worker(cfg), proxied(cfg, upstream, options) as (host, proxy):
+        async with running_worker(cfg), proxied(cfg, upstream, options, decide) as (host, proxy):
             results = await asyncio.gather(
                 *(
                     host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
@@ -660,13 +670,19 @@ def time_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class TestPublishedServer:
     """The proxy in front of mcp-server-time from PyPI, the SDK's client as the host."""
 
-    async def test_time_through_the_proxy(self, config: Config, time_contracts: Path) -> None:
+    async def test_time_through_the_proxy(self, config: Config, time_contracts: Path, decide: str) -> None:
         """Pinned listing with annotations, output types and required members, toolgate's version;
         a validated time; invalid arguments answered from the reviewed schema without reaching
         the upstream; the upstream's invalid-timezone error as the reviewed code."""
         cfg = msgspec.structs.replace(config, contracts_dir=str(time_contracts))
-        async with running_worker(cfg), Client(cfg) as client, McpClient(time_server()) as up:
-            proxy = Proxy(TIME_SERVER, up, client, ContractSet.load(time_contracts))
+        async with (
+            running_worker(cfg),
+            Client(cfg, answers=decide == "worker") as client,
+            McpClient(time_server()) as up,
+        ):
+            contracts = ContractSet.load(time_contracts)
+            decider = Decider(TIME_SERVER, contracts, None, cfg.topics) if decide == "proxy" else None
+            proxy = Proxy(TIME_SERVER, up, client, contracts, decider=decider)
             assert await proxy.load_tools() == ["get_current_time"]
             async with McpClient(proxy.mcp_server()) as host:
                 listed = await host.list_tools()
@@ -816,9 +832,14 @@ class TestLargeText:
 
 class TestStartUp:
     """`toolgate mcp-proxy` as a host starts it (no TOOLGATE_* variables), its settings from
-    --config: it says what it uses, and with no worker in the group it answers at once."""
+    --config: it says what it uses; with no worker in the group it decides itself, or, with
+    --decide worker, answers GATE_TIMEOUT at once."""
 
-    async def test_settings_said_and_no_worker_answered_at_once(self, cfg: Config, tmp_path: Path) -> None:
+    async def test_settings_said_and_no_worker_answered_at_once(
+        self, cfg: Config, tmp_path: Path, decide: str
+    ) -> None:
+        """No worker runs: deciding in process the call is answered with its verdict; through
+        the workers it is GATE_TIMEOUT at once, and the empty group is said once."""
         import socket
 
         with socket.socket() as sock:
@@ -838,7 +859,7 @@ class TestStartUp:
         command = [
             sys.executable, "-m", "toolgate", "mcp-proxy", "--config", str(config_file),
             "--server", "deployer", "--upstream-command", f"{sys.executable} -m tests.mcp_kit",
-            "--listen", f"http://127.0.0.1:{port}/mcp", "--timeout", "30",
+            "--listen", f"http://127.0.0.1:{port}/mcp", "--timeout", "30", "--decide", decide,
         ]  # fmt: skip
         stderr = tmp_path / "stderr.txt"
         with stderr.open("wb") as err:
@@ -858,14 +879,18 @@ class TestStartUp:
                     break
             async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
                 started = asyncio.get_running_loop().time()
-                result = await host.call_tool("deploy_status", {"case": "ok"})
+                result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
                 waited = asyncio.get_running_loop().time() - started
         finally:
             proxy.terminate()
             await proxy.wait()
+        lines = stderr.read_text().splitlines()
+        if decide == "proxy":
+            assert result.structured_content == mcp_kit.GOOD
+            assert not any("has no members" in line for line in lines)
+            return
         assert error_of(result) == {"code": "GATE_TIMEOUT", "retryable": True}
         assert waited < 10  # not the 30 s of --timeout
-        lines = stderr.read_text().splitlines()
         assert f"toolgate mcp-proxy: broker {cfg.bootstrap} (from --config {config_file})" in lines
         assert f"toolgate mcp-proxy: contracts {cfg.contracts_dir} (from --config {config_file})" in lines
         assert any(f"intake={cfg.topics.intake}" in line and cfg.group_id in line for line in lines)

@@ -11,15 +11,12 @@ import os
 import sys
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
-import yaml
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from toolgate._config import Config
 from toolgate.gate._contracts import ContractSet
-from toolgate.mcp._import import fetch_listing, import_listing
 
 from tests import ROOT, mcp_kit
 from tests.integration.registry_kit import publish_set, reader_env, registry_client
@@ -30,19 +27,7 @@ from tests.integration.test_mcp_proxy import TOOL, running_worker
 def reviewed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The imported deploy_status contract, pinned to its definition (``input.schema.json``
     beside it), active and bound to the asked environment."""
-    root = tmp_path_factory.mktemp("registry-proxy-contracts")
-    tools = anyio.run(fetch_listing, mcp_kit.server())
-    import_listing(root, mcp_kit.SERVER, tools, only=["deploy_status"], out=lambda _line: None)
-    mcp_kit.pin(root, tools)  # the proxy serves only a tool pinned to its reviewed definition
-    path = root / TOOL / "v1" / "contract.yaml"
-    spec = yaml.safe_load(path.read_text())
-    spec["status"] = "active"
-    spec["rules"] = [{"kind": "bind", "pointer": "/data/environment", "request_key": "environment"}]
-    spec["mcp"]["error_retryable"] = True
-    spec["retry"] = {"retryable_codes": ["TOOL_ERROR"]}
-    spec.pop("free_text", None)
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return root
+    return mcp_kit.reviewed_deploy_status(tmp_path_factory.mktemp("registry-proxy-contracts"))
 
 
 class TestProxyFromRegistry:

@@ -97,13 +97,6 @@ def proxy_contracts(tmp_path: Path) -> ContractSet:
     return imported(tmp_path, ["deploy_status"])
 
 
-@pytest.fixture
-def world(gate: Any) -> World:
-    w = World()
-    w.gate = gate
-    return w
-
-
 def answer_all(world: World) -> int:
     """Play the worker: an accepted envelope for every result on intake not answered yet."""
     answered = {r.key for p in world.broker.logs[T.agent] for r in p}

@@ -120,6 +120,12 @@ class TestPackedForm:
         too_many = msgspec.structs.replace(record, attempt=70_000, max_attempts=70_000)
         assert pack_request(too_many, 3) == (too_many, 3)
 
+    def test_an_answered_request_keeps_its_mark(self) -> None:
+        """A request an MCP proxy answered (``answered``) is held as it is, the mark kept."""
+        record = msgspec.structs.replace(decode_request(_request(1)), answered=True)
+        assert pack_request(record, 2) == (record, 2)
+        assert unpack_held(record.request_id, pack_request(record, 2)) == (record, 2)
+
     def test_a_replaced_request_is_served_as_replaced(self) -> None:
         """A re-applied request or a tombstone wins, decoded or packed."""
         for decoded in (0, 10):

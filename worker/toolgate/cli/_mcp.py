@@ -91,15 +91,18 @@ COMMANDS: tuple[Command, ...] = (
         "annotations as reviewed, the projected output schema); a tool whose live\n"
         "definition changed is withdrawn (TOOL_CHANGED) until reviewed again. tools/call\n"
         "checks the arguments against the reviewed input schema (INVALID_ARGUMENTS),\n"
-        "issues a request record, calls the upstream, publishes its CallToolResult as it\n"
-        "came to intake and answers with what toolgate decided: the projected data, or\n"
-        "isError with a code and retryable flag (INVALID_RESPONSE for a rejected result).\n"
+        "issues a request record, calls the upstream and decides its CallToolResult as it\n"
+        "came with the workers' gate and contracts (--decide proxy, the default: the\n"
+        "envelope, quarantine and audit records are written, acks=all, before the answer;\n"
+        "--decide worker publishes it to intake and awaits a worker's envelope). The host\n"
+        "gets what toolgate decided: the projected data, or isError with a code and\n"
+        "retryable flag (INVALID_RESPONSE for a rejected result).\n"
         "Other fixed codes: UNKNOWN_TOOL, TOOL_DRAFT, TOOL_DISABLED, TOOL_NOT_SERVED,\n"
         "UPSTREAM_ERROR, UPSTREAM_TIMEOUT, GATE_TIMEOUT, BROKER_UNAVAILABLE, PROXY_BUSY,\n"
         "PAYLOAD_TOO_LARGE, PROXY_ERROR. A tools/list over 100 pages, 10000 tools or 8 MiB\n"
         "stops the start-up (exit 2) and, later, withdraws every tool until one can be read.\n"
         "Prints the broker, contracts folder and topics it uses on stderr at start-up.\n"
-        "Needs a running worker (toolgate run) and pip install 'toolgate[mcp]'.",
+        "Needs pip install 'toolgate[mcp]' (and, with --decide worker, a running worker).",
         (
             'toolgate mcp-proxy --server deployer --upstream-command "python -m deployer_mcp"',
             "toolgate mcp-proxy --server deployer --upstream-url http://127.0.0.1:8000/mcp "

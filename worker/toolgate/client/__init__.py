@@ -34,11 +34,11 @@ operator replays the quarantined result; a client that still waits then sees the
 
 from __future__ import annotations
 
-from toolgate.client._adapter import Signer, call_tool_result_bytes
+from toolgate.client._adapter import Signer, call_tool_result_bytes, result_record
 from toolgate.client._client import Client
 from toolgate.client._errors import AnswerTimeout, ClientClosed
 from toolgate.client._platform import EXPIRY_GRACE_S, Request
-from toolgate.client._reader import DEFAULT_MAX_PENDING, Answer
+from toolgate.client._reader import DEFAULT_MAX_PENDING, Answer, answer_of
 from toolgate.client._sender import DEFAULT_MAX_SENDS, SEND_TIMEOUT_S
 from toolgate.client._values import MAX_ATTEMPTS, MAX_TTL_S
 
@@ -55,5 +55,7 @@ __all__ = [
     "ClientClosed",
     "Request",
     "Signer",
+    "answer_of",
     "call_tool_result_bytes",
+    "result_record",
 ]

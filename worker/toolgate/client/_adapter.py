@@ -3,9 +3,10 @@ of one request, with every header the gate reads and, with a :class:`Signer`, a 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,35 +88,94 @@ class AdapterSide:
             TypeError: an attempt that is not a whole number.
             BrokerError: the result was not acknowledged within the send timeout.
         """
-        whole("attempt", attempt, low=1, high=MAX_ATTEMPTS)
-        raw = call_tool_result_bytes(result)
-        if signer is not None:
-            if adapter is not None and adapter != signer.adapter:
-                raise ValueError(f"the key {signer.key.key_id} belongs to adapter {signer.adapter!r}")
-            adapter = signer.adapter
-        headers: list[tuple[str, bytes]] = [
-            ("tg-tool", tool.encode()),
-            ("tg-request-id", request_id.encode()),
-            ("tg-attempt", str(attempt).encode()),
-            ("tg-adapter-version", adapter_version.encode()),
-            ("tg-content-type", content_type.encode()),
-        ]
-        if adapter is not None:
-            headers.append(("tg-adapter", adapter.encode()))
-        if source is not None:
-            headers.append(("tg-source", source.encode()))
-        if traceparent is not None:
-            context = from_headers([("traceparent", traceparent.encode())])
-            if context is not None:  # an invalid one would be dropped by the worker anyway
-                headers.append(("traceparent", traceparent.encode()))
-                if tracestate:
-                    headers.append(("tracestate", tracestate.encode()))
-        if contract_generation:
-            whole("contract_generation", contract_generation, low=1, high=10**18 - 1)
-            headers.append((CONTRACT_GENERATION_HEADER, str(contract_generation).encode()))
-        if signer is not None:
-            headers.append(("tg-signature", signer.sign(request_id, attempt, raw)))
-        for name, value in headers:
-            if len(value) > 1024 or any(b < 0x20 or b == 0x7F for b in value):
-                raise ValueError(f"header {name}: more than 1024 bytes or a control character")
+        raw, headers = result_record(
+            request_id,
+            attempt,
+            result,
+            tool=tool,
+            adapter_version=adapter_version,
+            adapter=adapter,
+            signer=signer,
+            content_type=content_type,
+            source=source,
+            traceparent=traceparent,
+            tracestate=tracestate,
+            contract_generation=contract_generation,
+        )
         await self._sends.send(self.config.topics.intake, request_id, raw, headers)
+
+    async def publish_records(
+        self, records: Sequence[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]]
+    ) -> None:
+        """Send records a decision made in this process wrote (topic, key, value, headers), each
+        to its key's murmur2 partition, all at once, and return once the broker acknowledged
+        every one (acks=all, idempotent producer: a retried send is not written twice).
+
+        Raises:
+            BrokerError: a record was not acknowledged within the send timeout (some of the
+                others may have been).
+        """
+        sends = [
+            self._sends.send(topic, (key or b"").decode("utf-8", "replace"), value, list(headers))
+            for topic, key, value, headers in records
+        ]
+        results = await asyncio.gather(*sends, return_exceptions=True)
+        for outcome in results:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+
+def result_record(
+    request_id: str,
+    attempt: int,
+    result: bytes | Mapping[str, Any] | Any,
+    *,
+    tool: str,
+    adapter_version: str,
+    adapter: str | None = None,
+    signer: Signer | None = None,
+    content_type: str = "application/json",
+    source: str | None = None,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
+    contract_generation: int | None = None,
+) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """The intake record's value and headers :meth:`AdapterSide.publish_result` sends (and
+    what a decision in process reads as that record).
+
+    Raises:
+        ValueError: a header value that the gate would refuse, an attempt out of range.
+        TypeError: an attempt that is not a whole number.
+    """
+    whole("attempt", attempt, low=1, high=MAX_ATTEMPTS)
+    raw = call_tool_result_bytes(result)
+    if signer is not None:
+        if adapter is not None and adapter != signer.adapter:
+            raise ValueError(f"the key {signer.key.key_id} belongs to adapter {signer.adapter!r}")
+        adapter = signer.adapter
+    headers: list[tuple[str, bytes]] = [
+        ("tg-tool", tool.encode()),
+        ("tg-request-id", request_id.encode()),
+        ("tg-attempt", str(attempt).encode()),
+        ("tg-adapter-version", adapter_version.encode()),
+        ("tg-content-type", content_type.encode()),
+    ]
+    if adapter is not None:
+        headers.append(("tg-adapter", adapter.encode()))
+    if source is not None:
+        headers.append(("tg-source", source.encode()))
+    if traceparent is not None:
+        context = from_headers([("traceparent", traceparent.encode())])
+        if context is not None:  # an invalid one would be dropped by the worker anyway
+            headers.append(("traceparent", traceparent.encode()))
+            if tracestate:
+                headers.append(("tracestate", tracestate.encode()))
+    if contract_generation:
+        whole("contract_generation", contract_generation, low=1, high=10**18 - 1)
+        headers.append((CONTRACT_GENERATION_HEADER, str(contract_generation).encode()))
+    if signer is not None:
+        headers.append(("tg-signature", signer.sign(request_id, attempt, raw)))
+    for name, value in headers:
+        if len(value) > 1024 or any(b < 0x20 or b == 0x7F for b in value):
+            raise ValueError(f"header {name}: more than 1024 bytes or a control character")
+    return raw, headers

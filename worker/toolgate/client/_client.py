@@ -24,6 +24,9 @@ class Client(PlatformSide, AdapterSide):
     timestamps and wait deadlines); ``max_pending`` bounds the concurrent waits,
     ``max_sends`` the records handed to the producer at once (callers beyond either wait);
     ``send_timeout_s`` is how long a handed-over record may go unacknowledged.
+    ``answers`` False: a client that decides in process (the MCP proxy's default) and so
+    reads no envelope: no agent-topic consumer, no wait opened by ``issue``, and
+    ``answer`` refuses.
 
     Raises:
         ValueError, TypeError: a setting out of range or of the wrong type (named).
@@ -39,6 +42,7 @@ class Client(PlatformSide, AdapterSide):
         poll_ms: int = POLL_MS,
         send_timeout_s: float = SEND_TIMEOUT_S,
         max_sends: int = DEFAULT_MAX_SENDS,
+        answers: bool = True,
     ) -> None:
         self.max_pending = whole("max_pending", max_pending, low=1, high=1_000_000)
         poll_ms = whole("poll_ms", poll_ms, low=1, high=60_000)
@@ -51,6 +55,7 @@ class Client(PlatformSide, AdapterSide):
         self._reader = Reader(
             self.config, self._clients, clock=clock, max_pending=self.max_pending, poll_ms=poll_ms
         )
+        self._answers = answers
         self._closed = True  # until started
 
     async def __aenter__(self) -> Client:
@@ -89,7 +94,8 @@ class Client(PlatformSide, AdapterSide):
                     retriable=False,
                 )
             await self._sends.start()
-            await self._reader.start(tps)
+            if self._answers:
+                await self._reader.start(tps)
         except BaseException as exc:
             await self.close()
             if isinstance(exc, BrokerError) or not is_kafka_error(exc):

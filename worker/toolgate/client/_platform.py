@@ -36,6 +36,9 @@ class Request:
     attempt: int
     max_attempts: int
     answer: asyncio.Future[Answer] = field(repr=False, compare=False)
+    # The current attempt has its accepted answer, decided by the caller (an MCP proxy
+    # deciding in process): a further result for it is a duplicate.
+    answered: bool = False
 
     def record(self) -> bytes:
         """The record's value on the requests topic."""
@@ -48,6 +51,7 @@ class Request:
                 "bind": self.bind,
                 "attempt": self.attempt,
                 "max_attempts": self.max_attempts,
+                **({"answered": True} if self.answered else {}),
             },
             separators=(",", ":"),
         ).encode()
@@ -65,6 +69,7 @@ class PlatformSide:
     _sends: Sender
     _reader: Reader
     _closed: bool
+    _answers: bool
 
     async def issue(
         self,
@@ -154,7 +159,10 @@ class PlatformSide:
             )
         wait = _wait_seconds(wait_s)
         following = replace(
-            request, attempt=request.attempt + 1, answer=asyncio.get_running_loop().create_future()
+            request,
+            attempt=request.attempt + 1,
+            answer=asyncio.get_running_loop().create_future(),
+            answered=False,
         )
         await self._write_request(following, wait)
         return following
@@ -165,7 +173,10 @@ class PlatformSide:
         Raises:
             AnswerTimeout: none arrived by the wait's deadline.
             ClientClosed: the client was closed meanwhile.
+            ValueError: the client reads no answers (``Client(answers=False)``).
         """
+        if not self._answers:
+            raise ValueError("this client reads no answers (Client(answers=False)): its caller decides")
         return await asyncio.shield(request.answer)
 
     async def end(self, request: Request) -> None:
@@ -189,6 +200,9 @@ class PlatformSide:
         if self._closed:
             raise ClientClosed("the client is not started (use async with, or start())")
         rid = request.request_id
+        if not self._answers:  # the caller decides: nothing to wait for
+            await self._sends.send(self.config.topics.requests, rid, request.record(), [])
+            return
         expiry = request.expires_at.timestamp() + EXPIRY_GRACE_S
         # Registered before the record is sent: an envelope can only follow the record.
         wait = await self._reader.open(rid, request.attempt, request.answer, wait_s, expiry)

@@ -70,6 +70,29 @@ class _Envelope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 _envelope = msgspec.json.Decoder(_Envelope)
 
 
+def answer_of(request_id: str, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Answer | None:
+    """The :class:`Answer` an agent record (an envelope, its headers) holds for ``request_id``;
+    None when it is no envelope, or another request's."""
+    try:
+        envelope = _envelope.decode(value)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        _log.warning("agent record for %s is not an envelope: %s", request_id, exc)
+        return None
+    if envelope.request_id != request_id:
+        return None
+    traceparent = next((v.decode("ascii", "replace") for n, v in headers if n == "traceparent"), None)
+    return Answer(
+        request_id=request_id,
+        tool=envelope.tool,
+        outcome=envelope.outcome,
+        data=envelope.data,
+        untrusted_text=envelope.untrusted_text,
+        code=envelope.error.code if envelope.error else None,
+        retryable=envelope.error.retryable if envelope.error else False,
+        traceparent=traceparent,
+    )
+
+
 class Wait:
     """One open wait: the attempt it is for, its future and its deadline (client clock)."""
 
@@ -204,24 +227,9 @@ class Reader:
         wait = self._waits.get(rid)
         if wait is None:
             return  # another platform's request, or one no longer awaited
-        try:
-            envelope = _envelope.decode(value)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            _log.warning("agent record for %s is not an envelope: %s", rid, exc)
+        answer = answer_of(rid, value, headers)
+        if answer is None:
             return
-        if envelope.request_id != rid:
-            return
-        traceparent = next((v.decode("ascii", "replace") for n, v in headers if n == "traceparent"), None)
-        answer = Answer(
-            request_id=rid,
-            tool=envelope.tool,
-            outcome=envelope.outcome,
-            data=envelope.data,
-            untrusted_text=envelope.untrusted_text,
-            code=envelope.error.code if envelope.error else None,
-            retryable=envelope.error.retryable if envelope.error else False,
-            traceparent=traceparent,
-        )
         del self._waits[rid]
         self._slots.release()
         self.answered += 1

@@ -221,6 +221,8 @@ def attempt_has_answer(verdict: Verdict, key: str, request: RequestRecord | None
     if verdict.accepted or request is None or key != request.request_id:
         return False
     attempt = verdict.attempt if verdict.attempt is not None else request.attempt
+    if request.answered and attempt == request.attempt:
+        return True  # decided outside the workers (docs/design.md, Exactly once on the proxy path)
     return seen(request.request_id, attempt)
 
 

@@ -156,6 +156,8 @@ class Gate:
             self.schema(evaluation, deciding, envelope)
             attempt = self.correlate(evaluation, deciding, envelope, request, now)
             assert request is not None  # correlate rejects a missing request
+            if request.answered and attempt == request.attempt:
+                ledger = answered_ledger(request, ledger)
             self.semantic(evaluation, deciding, envelope, request, attempt, now, ledger)
             return self.project(evaluation, deciding, envelope, request, attempt)
         except Exception as exc:  # the gate must never crash on input
@@ -756,3 +758,14 @@ def _bounded(text: str) -> str:
 
 
 __all__ = ["DEFAULT_LIMITS", "STAGES", "Gate", "__version__", "rejection"]
+
+
+def answered_ledger(request: RequestRecord, ledger: Ledger | None) -> Ledger:
+    """``ledger`` plus the request's current attempt, which its record says already has its
+    accepted answer (``answered``: decided outside the workers)."""
+    current = (request.request_id, request.attempt)
+
+    def seen(request_id: str, attempt: int) -> bool:
+        return (request_id, attempt) == current or (ledger is not None and ledger(request_id, attempt))
+
+    return seen

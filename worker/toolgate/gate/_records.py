@@ -36,6 +36,10 @@ class RequestRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     bind: dict[str, BindValue] = {}
     attempt: int = 1
     max_attempts: int = 1
+    # The current attempt has its accepted answer, decided outside the workers (an MCP proxy
+    # deciding in process): a further result for it is a duplicate (docs/design.md,
+    # "Exactly once on the proxy path").
+    answered: bool = False
 
     def __post_init__(self) -> None:
         if self.issued_at.tzinfo is None or self.expires_at.tzinfo is None:

@@ -18,18 +18,23 @@ reviewed input schema, then the request record built in full (bound values, its 
 host reads why in lines written from the schema and the bounds alone (``argument /timezone:
 required``), and a call waiting for a slot is checked again as it leaves the queue. Then it:
 
-1. issues the request record (:mod:`toolgate.client`; ``bind`` = the call's scalar
-   arguments, so a contract's ``bind`` rule compares the result with what was asked);
-2. calls the upstream tool and publishes its ``CallToolResult`` as it came on the wire to
-   intake (the very bytes of the JSON-RPC ``result``, :mod:`toolgate.mcp._wire`, before the
-   SDK's own parse and validation, so duplicate names, ``1e400``, ``resultType``, an array
-   ``structuredContent`` or an unknown block are the gate's to judge; signed when the
-   contract requires it; the host's ``_meta.traceparent`` is the intake record's
-   ``traceparent``); a result over the contract's ``max_bytes`` is cut to one byte more
-   before it is published, so the gate decides it ``PAYLOAD_TOO_LARGE``, and one over what a
-   record carries is answered ``PAYLOAD_TOO_LARGE`` without being published;
-3. awaits the decided envelope and answers the host with a ``CallToolResult`` built from
-   the envelope alone: a success is ``structuredContent`` = the projected data and its JSON
+1. builds the request record (:mod:`toolgate.client`; ``bind`` = the call's scalar
+   arguments, so a contract's ``bind`` rule compares the result with what was asked),
+   written beside the upstream call (``--decide worker``) or with the decision;
+2. calls the upstream tool and takes its ``CallToolResult`` as it came on the wire (the very
+   bytes of the JSON-RPC ``result``, :mod:`toolgate.mcp._wire`, before the SDK's own parse
+   and validation, so duplicate names, ``1e400``, ``resultType``, an array
+   ``structuredContent`` or an unknown block are the gate's to judge; with ``--decide
+   worker`` published to intake, signed when the contract requires it, the host's
+   ``_meta.traceparent`` the intake record's ``traceparent``); a result over the contract's
+   ``max_bytes`` is cut to one byte more before it is decided, so the gate decides it
+   ``PAYLOAD_TOO_LARGE``, and one over what a record carries is answered
+   ``PAYLOAD_TOO_LARGE`` without being decided;
+3. decides it (``--decide proxy``, the default: in this process, with the workers' gate,
+   contracts and envelope, the decision's records written and acknowledged first:
+   :mod:`toolgate.mcp._decide`), or awaits a worker's envelope (``--decide worker``), and
+   answers the host with a ``CallToolResult`` built from the envelope alone: a success is
+   ``structuredContent`` = the projected data and its JSON
    as the text block (plus the gate's bounded ``untrusted_text`` for the user, if the
    contract passes any, ``_meta["io.toolgate/truncated"]`` set when the gate cut it; a text-only
    contract's success is that text alone); a valid upstream failure or a rejection is
@@ -93,6 +98,7 @@ from toolgate.mcp._calls import (
     record_lines,
     trace_context,
 )
+from toolgate.mcp._decide import Decider, call_in_process
 from toolgate.registry._snapshot import load_contracts
 
 _log = logging.getLogger("toolgate.mcp_proxy")
@@ -117,6 +123,8 @@ CODES: dict[str, bool] = {
     "PROXY_ERROR": True,  # the proxy failed on the call (logged): never a JSON-RPC error
 }
 DEFAULT_MAX_CONCURRENT = 64
+# --decide: in this process (the default) or by the worker fleet.
+DECIDE_MODES = ("proxy", "worker")
 DEFAULT_MAX_QUEUED = 1024
 # The largest intake record the proxy publishes: under the Kafka producer's default
 # max.request.size (1 MiB) with room for the headers. A result over its contract's
@@ -486,8 +494,10 @@ class Proxy:
         options: ProxyOptions | None = None,
         workers: Callable[[], Awaitable[int]] | None = None,
         serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
+        decider: Decider | None = None,
     ) -> None:
         self.server_name = server
+        self.decider = decider  # None: the workers decide (--decide worker)
         self.upstream = upstream
         self.client = client
         self.contracts = contracts
@@ -811,6 +821,11 @@ class Proxy:
                 checked = self._checked(current, arguments, meta)
                 if not isinstance(checked, tuple):
                     return checked
+                if self.decider is not None:
+                    got = await call_in_process(self, self.decider, current, name, arguments, *checked)
+                    if isinstance(got, Answer):
+                        return self._answered(got, structured=current.tool.output_schema is not None)
+                    return got
                 return await self._call(current, name, arguments, *checked)
             finally:
                 self._slots.release()
@@ -1075,6 +1090,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--allow-remote", action="store_true", help="allow --listen/--upstream-url beyond the loopback"
     )
     p.add_argument(
+        "--decide",
+        choices=DECIDE_MODES,
+        default="proxy",
+        help="who decides a result: proxy (default: in this process, with the workers' gate and "
+        "contracts, records written acks=all before the answer) or worker (published to intake, "
+        "the answer awaited from a worker's envelope)",
+    )
+    p.add_argument(
         "--adapter", default="mcp-proxy", help="tg-adapter of unsigned results (default mcp-proxy)"
     )
     p.add_argument("--adapter-version", default=__version__, help="tg-adapter-version (default: toolgate's)")
@@ -1246,7 +1269,9 @@ async def serve(
     # HTTP, uvicorn's own SIGTERM handling stops serving gracefully, and the upstream with it.
     sigterm = _SigtermEndsUpstream()
     if not listen.stdio:
-        await _serve_with_upstream(args, config, keyring, admin_factory, say, listen, options, sigterm)
+        await _serve_with_upstream(
+            args, config, keyring, admin_factory, say, listen, options, sigterm, contracts, serving
+        )
         return
     with sigterm:
         await _serve_with_upstream(
@@ -1291,14 +1316,16 @@ async def _serve_with_upstream(
         for proxy in proxies:
             proxy.on_upstream_message(message)
 
-    admin = admin_factory() if admin_factory is not None else None
+    in_process = getattr(args, "decide", "proxy") == "proxy"
+    # Deciding in process, the proxy needs no worker to answer: the group is not watched.
+    admin = admin_factory() if admin_factory is not None and not in_process else None
 
     async def workers() -> int:
         assert admin is not None
         count: int = await admin.group_members(config.group_id)
         return count
 
-    async with Client(config) as client, AsyncExitStack() as stack:
+    async with Client(config, answers=not in_process) as client, AsyncExitStack() as stack:
         if admin is not None:
             await admin.start()
             stack.push_async_callback(admin.close)
@@ -1315,7 +1342,8 @@ async def _serve_with_upstream(
                 keyring=keyring,
                 options=options,
                 workers=workers if admin is not None else None,
-                serving=serving,
+                serving=serving if not in_process else None,
+                decider=Decider(args.server, contracts, keyring, config.topics) if in_process else None,
             )
             proxies.append(proxy)
             try:

@@ -95,7 +95,8 @@ def pack_request(record: RequestRecord, home: int = -1) -> Stored:
     expires_off = 0 if expires_at.tzinfo is UTC else _offset_minutes(expires_at)
     tool = record.tool.encode()
     if (
-        issued_off is None
+        record.answered  # rare (a request an MCP proxy answered): kept as it is
+        or issued_off is None
         or expires_off is None
         or len(tool) > 255
         or not (record.attempt <= 65535 and record.max_attempts <= 65535)
