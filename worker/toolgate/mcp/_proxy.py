@@ -58,12 +58,12 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
+from toolgate._urls import redact_url, split_url
 from toolgate._version import __version__
 from toolgate.client import Answer, AnswerTimeout, Client, ClientClosed, Signer, call_tool_result_bytes
 from toolgate.gate._contracts import MCP_SERVER_NAME, Contract, ContractSet, qualified_name
@@ -717,9 +717,9 @@ class Proxy:
 
 
 def _loopback(url: str, flag: str) -> None:
-    parts = urlsplit(url)
+    parts = split_url(url, flag)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{flag} {url}: give an http:// URL")
+        raise ConfigError(f"{flag} {redact_url(url)}: give an http:// URL")
     if parts.hostname == "localhost":
         return
     try:
@@ -753,7 +753,7 @@ def parse_listen(text: str, *, allow_remote: bool) -> Listen:
         return Listen(stdio=True)
     if not allow_remote:
         _loopback(text, "--listen")
-    parts = urlsplit(text)
+    parts = split_url(text, "--listen")
     if parts.scheme != "http" or not parts.hostname or parts.port is None:
         raise ConfigError(f"--listen {text}: give stdio or http://HOST:PORT/PATH")
     return Listen(stdio=False, host=parts.hostname, port=parts.port, path=parts.path or "/mcp")
