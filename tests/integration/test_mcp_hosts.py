@@ -156,12 +156,14 @@ def workdir(root: Path, server: str) -> Path:
 
 
 def reviewed(root: Path, server: str, cmd: list[str]) -> tuple[Path, list[dict[str, Any]]]:
-    """Every tool of the live server imported into ``root`` (none refused) and set active."""
+    """Every tool of the live server imported into ``root`` (none refused), set active and its
+    text let through to the user, as a reviewer does (import passes no text)."""
     tools = anyio.run(fetch_listing, stdio_server(cmd))
     lines: list[str] = []
     import_listing(root, server, tools, out=lines.append)
     assert [line for line in lines if line.startswith("refused")] == []
     mcp_kit.review(root)
+    mcp_kit.pass_text(root)
     return root, tools
 
 
