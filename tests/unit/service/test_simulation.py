@@ -26,7 +26,10 @@ SCHEDULES = 300
 FIRST_SEED = 1_000_000  # apart from make simulate's seeds 0..9999
 # Every planted bug is found within this many schedules from FIRST_SEED: the targeted
 # profiles reach the rare states (docs/simulation.md, Planted bugs, for the figures).
-BUG_BOUND = 100
+BUG_BOUND = 60
+# The in-process hunts of this file run with this process's hash seed, not the table's: a
+# schedule's await order may differ, so they look a little further.
+HUNT = 100
 
 
 def _simulation(*args: str) -> subprocess.CompletedProcess[str]:
@@ -124,7 +127,7 @@ class TestOracle:
         outcome = next(
             o
             for o in (
-                run_schedule(s, gate, worker_class=worker) for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
+                run_schedule(s, gate, worker_class=worker) for s in range(FIRST_SEED, FIRST_SEED + HUNT)
             )
             if o.violation is not None
         )
@@ -139,7 +142,7 @@ class TestOracle:
         outcome = next(
             o
             for o in (
-                run_schedule(s, gate, worker_class=worker) for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
+                run_schedule(s, gate, worker_class=worker) for s in range(FIRST_SEED, FIRST_SEED + HUNT)
             )
             if o.violation is not None
         )
@@ -197,9 +200,9 @@ class TestWaitsAndAbortedState:
             found = any(
                 (outcome := run_schedule(s, gate, worker_class=worker)).violation is not None
                 and outcome.violation.invariant == invariant
-                for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
+                for s in range(FIRST_SEED, FIRST_SEED + HUNT)
             )
-        assert found, f"{invariant!r} broken in none of {BUG_BOUND} schedules"
+        assert found, f"{invariant!r} broken in none of {HUNT} schedules"
 
 
 UNKNOWN_AFTER_PUBLISHED = "no valid result is rejected as unknown once its contract was published before it"
@@ -216,7 +219,7 @@ class TestContractPublication:
         ("bug", "invariant"),
         [
             ("unknown-without-catching-up", UNKNOWN_AFTER_PUBLISHED),
-            ("catch-up-to-stale-end", UNKNOWN_AFTER_PUBLISHED),
+            ("catch-up-to-stale-end", "a contracts catch-up that says it caught up read to its end"),
             ("header-names-wrong-set", "each decision names the set that made it"),
             ("old-set-after-bound", "a set that knows it is behind answers retryable"),
         ],
@@ -247,7 +250,7 @@ class TestPlantedBugs:
         worker = BUGS["answer-without-ledger"]
         seed = next(
             s
-            for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
+            for s in range(FIRST_SEED, FIRST_SEED + HUNT)
             if run_schedule(s, gate, worker_class=worker).violation
         )
         first = run_schedule(seed, gate, worker_class=worker)
