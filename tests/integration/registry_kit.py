@@ -11,6 +11,7 @@ shared and keeps what it is given until it restarts. Every set this process publ
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -20,11 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from toolgate.authoring._publish import Published, publish, pull
-from toolgate.gate._contracts import ContractSet
+from toolgate.gate._contracts import ContractSet, ContractSpec, contract_digest
+from toolgate.gate._published import PublishedVersion, canonical_bytes
 from toolgate.gate._signing import Key, Keyring
-from toolgate.registry import RegistryClient, RegistryError, RegistrySource
+from toolgate.registry import RegistryClient, RegistryError, RegistrySource, subject_of
+from toolgate.registry._layout import KEYWORD
 
 from tests import ROOT
 
@@ -118,6 +122,29 @@ def registered(client: RegistryClient, subject: str) -> list[dict[str, Any]]:
         document = json.loads(client.schema(subject, number))
         out.append(document["x-toolgate"])
     return out
+
+
+def drop_rules(client: RegistryClient, tool: str) -> str:
+    """Register the tool's v1 again through the registry's API with its rules dropped and every
+    digest recomputed; ``<subject> version <n>`` of the new registration."""
+    subject = subject_of(tool, 1)
+    document = json.loads(client.schema(subject, client.versions(subject)[-1]))
+    meta = document[KEYWORD]
+    meta["contract"]["rules"] = []
+    spec = msgspec.convert(meta["contract"], ContractSpec)
+    schema = {k: v for k, v in document.items() if k not in ("$schema", KEYWORD)}
+    schema = {"$schema": meta["dialect"], **schema}
+    meta["digest"] = contract_digest(spec, schema, None)
+    meta["sequence"] += 1
+    pv = msgspec.convert(meta["published"][0], PublishedVersion)
+    contract = pv.files["contract.yaml"]
+    start = contract.index("rules:")
+    end = contract.index("projection:")
+    files = {**pv.files, "contract.yaml": contract[:start] + contract[end:]}
+    digest = hashlib.sha256(canonical_bytes(pv.tool, pv.version, files)).hexdigest()
+    meta["published"] = [msgspec.to_builtins(msgspec.structs.replace(pv, files=files, digest=digest))]
+    client.register(subject, json.dumps(document), what="a foreign re-registration")
+    return f"{subject} version {client.versions(subject)[-1]}"
 
 
 class PrivateRegistry:

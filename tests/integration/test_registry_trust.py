@@ -9,18 +9,16 @@ ignores it with one line naming the subject and version, and the loaded set stay
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import subprocess
 import sys
 from pathlib import Path
 
-import msgspec
 import pytest
-from toolgate.gate._contracts import ContractSet, ContractSpec, contract_digest
+from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
-from toolgate.gate._published import PublishedVersion, canonical_bytes, sign_marker
+from toolgate.gate._published import sign_marker
 from toolgate.registry import RegistryClient, RegistrySource, subject_of
 from toolgate.registry._layout import KEYWORD, marker_text, set_subject
 from toolgate.registry._snapshot import load_contracts
@@ -28,6 +26,7 @@ from toolgate.registry._snapshot import load_contracts
 from tests import ROOT
 from tests.integration.registry_kit import (
     KIT_SET,
+    drop_rules,
     new_tool,
     publish_set,
     publisher_key,
@@ -62,29 +61,6 @@ def _published_and_read(client: RegistryClient, tmp_path: Path) -> tuple[str, Re
     return tool, source
 
 
-def _drop_rules(client: RegistryClient, tool: str) -> str:
-    """Register the tool's v1 again through the registry's API with its rules dropped and every
-    digest recomputed; ``<subject> version <n>`` of the new registration."""
-    subject = subject_of(tool, 1)
-    document = json.loads(client.schema(subject, client.versions(subject)[-1]))
-    meta = document[KEYWORD]
-    meta["contract"]["rules"] = []
-    spec = msgspec.convert(meta["contract"], ContractSpec)
-    schema = {k: v for k, v in document.items() if k not in ("$schema", KEYWORD)}
-    schema = {"$schema": meta["dialect"], **schema}
-    meta["digest"] = contract_digest(spec, schema, None)
-    meta["sequence"] += 1
-    pv = msgspec.convert(meta["published"][0], PublishedVersion)
-    contract = pv.files["contract.yaml"]
-    start = contract.index("rules:")
-    end = contract.index("projection:")
-    files = {**pv.files, "contract.yaml": contract[:start] + contract[end:]}
-    digest = hashlib.sha256(canonical_bytes(pv.tool, pv.version, files)).hexdigest()
-    meta["published"] = [msgspec.to_builtins(msgspec.structs.replace(pv, files=files, digest=digest))]
-    client.register(subject, json.dumps(document), what="a foreign re-registration")
-    return f"{subject} version {client.versions(subject)[-1]}"
-
-
 def _foreign_approval_accepted(current: Path, tool: str) -> bool:
     """Whether the loaded set accepts an approval of CR-9999 for a request bound to CR-1042."""
     gate = Gate(load_contracts(current))
@@ -113,7 +89,7 @@ class TestForeignChange:
         """The running source, a new one and pull refuse it; the bind rule still rejects CR-9999."""
         tool, running = _published_and_read(client, tmp_path)
         assert not _foreign_approval_accepted(running.current, tool)
-        where = _drop_rules(client, tool)
+        where = drop_rules(client, tool)
         caplog.set_level(logging.INFO, "toolgate.registry")
         assert running.poll() is False
         client.register(subject_of(new_tool(), 1), RAW, what="a change to read again")
@@ -136,7 +112,7 @@ class TestForeignChange:
     def test_publish_is_not_blocked_by_it(self, client: RegistryClient, tmp_path: Path) -> None:
         """The publisher publishes a new revision beside the forged registration."""
         tool = _published(client, tmp_path)
-        _drop_rules(client, tool)
+        drop_rules(client, tool)
         write_version(
             tmp_path / "authored", tool, "v1.1", decisions=["approved", "rejected", "pending", "withdrawn"]
         )

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 from toolgate._config import Config
+from toolgate.authoring._publish import Published
 from toolgate.gate._contracts import ContractSet
 from toolgate.registry import RegistryClient
 
-from tests.integration.registry_kit import new_tool, reader_env, registry_client, write_version
+from tests.integration.registry_kit import drop_rules, new_tool, reader_env, registry_client, write_version
 from tests.integration.registry_kit import publish_set as publish_contracts
 from tests.integration.worker_kit import (
     CONTRACTS,
@@ -113,6 +114,11 @@ def _info(tool: str, version: str) -> Callable[[str], bool]:
     )
 
 
+def _generation(done: list[Published]) -> int:
+    """The generation of the set marker a publish wrote."""
+    return int(next(item.key for item in done if item.action == "set").removeprefix("generation "))
+
+
 def _gauge(text: str, name: str) -> float | None:
     match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
     return float(match[1]) if match else None
@@ -128,11 +134,12 @@ class TestWorkerFromRegistry:
         tool = new_tool()
         shutil.copytree(CONTRACTS, tmp_path / "a")  # the set: the bundled contracts and one tool more
         write_version(tmp_path / "a", tool, "v1")
-        publish_contracts(ContractSet.load(tmp_path / "a"), client)
+        first = _generation(publish_contracts(ContractSet.load(tmp_path / "a"), client))
         worker = _Worker(config, f"registry+{client.url}", tmp_path / "snapshots", tmp_path / "worker.log")
         try:
             text = worker.wait_for(_info(tool, "1"), f"{tool} v1 loaded")
             assert _gauge(text, "toolgate_contracts_from_snapshot") == 0
+            assert _gauge(text, "toolgate_contract_set_generation") == first  # the set marker's
             items = samples(12)
             asyncio.run(publish(config, items))
             decided = asyncio.run(wait_for_count(config, config.topics.audit, len(items), 90))
@@ -140,12 +147,43 @@ class TestWorkerFromRegistry:
             write_version(
                 tmp_path / "a", tool, "v1.1", decisions=["approved", "rejected", "pending", "withdrawn"]
             )
-            publish_contracts(ContractSet.load(tmp_path / "a"), client)
-            worker.wait_for(_info(tool, "1.1"), f"{tool} v1.1 loaded without a restart")
+            second = _generation(publish_contracts(ContractSet.load(tmp_path / "a"), client))
+            text = worker.wait_for(_info(tool, "1.1"), f"{tool} v1.1 loaded without a restart")
+            assert (second, _gauge(text, "toolgate_contract_set_generation")) == (first + 1, second)
         finally:
             worker.stop()
         assert worker.proc.returncode == 0, worker.log.read_text()[-3000:]
         assert "contracts reloaded" in worker.log.read_text()
+
+    def test_a_foreign_change_is_refused(
+        self, client: RegistryClient, config: Config, tmp_path: Path
+    ) -> None:
+        """A version re-registered with its rule dropped: one log line naming subject and version,
+        and the worker keeps the signed version (its digest in toolgate_contract_info)."""
+        tool = new_tool()
+        write_version(tmp_path / "a", tool, "v1")
+        publish_contracts(ContractSet.load(tmp_path / "a"), client)
+        signed = ContractSet.load(tmp_path / "a").contracts[0].digest
+        worker = _Worker(config, f"registry+{client.url}", tmp_path / "snapshots", tmp_path / "worker.log")
+        try:
+            worker.wait_for(_info(tool, "1"), f"{tool} v1 loaded")
+            where = drop_rules(client, tool)
+            deadline = time.monotonic() + 60
+            while where not in worker.log.read_text() and time.monotonic() < deadline:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    worker.proc.wait(timeout=0.5)  # returns at once if it exits
+            text = worker.metrics()
+        finally:
+            worker.stop()
+        lines = [line for line in worker.log.read_text().splitlines() if where in line]
+        assert len(lines) == 1, lines
+        assert f"schema registry subject {where}: refused" in lines[0]
+        assert "bad signature" in lines[0]
+        info = [
+            line for line in text.splitlines() if line.startswith("toolgate_contract_info{") and tool in line
+        ]
+        assert len(info) == 1
+        assert f'digest="{signed}"' in info[0]
 
     def test_registry_down_at_start_up(self, client: RegistryClient, config: Config, tmp_path: Path) -> None:
         """The last complete snapshot on disk: one log line, toolgate_contracts_from_snapshot 1."""

@@ -37,8 +37,10 @@ class TestConfig:
             load_config(path, environ={})
 
     def test_bad_environment_value(self) -> None:
-        """A TOOLGATE_* value of the wrong type fails naming the field."""
-        with pytest.raises(ConfigError, match="metrics_port"):
+        """A TOOLGATE_* value of the wrong type fails naming the variable, its value and the field."""
+        with pytest.raises(
+            ConfigError, match=r"^TOOLGATE_METRICS_PORT='lots' \(metrics_port\): Expected `int`"
+        ):
             load_config(environ={"TOOLGATE_METRICS_PORT": "lots"})
 
     def test_broker_script_knobs_are_not_configuration(self) -> None:

@@ -167,6 +167,22 @@ _NOT_CONFIG = {"TOOLGATE_CONFIG", "TOOLGATE_REQUIRE_KAFKA", "TOOLGATE_REQUIRE_RE
 _NOT_CONFIG_PREFIX = ("TOOLGATE_KAFKA_", "TOOLGATE_APICURIO_")
 
 
+def _environment_error(exc: msgspec.ValidationError, environ: dict[str, str]) -> str:
+    """One line naming the variable whose value does not convert (its value, unless a secret)."""
+    message, found, path = str(exc).rpartition(" - at `$.")
+    parts = path.rstrip("`").split(".")
+    sections = {section: prefix for prefix, section in _NESTED.items()}
+    if len(parts) > 1 and parts[0] in sections:
+        name = _ENV_PREFIX + sections[parts[0]] + "_".join(parts[1:]).upper()
+    else:
+        name = _ENV_PREFIX + "_".join(parts).upper()
+    if not found or name not in environ:
+        return f"TOOLGATE_* environment: {exc}"
+    secret = any(word in name for word in ("PASSWORD", "SECRET", "TOKEN"))
+    field = ".".join(parts)
+    return f"{name}={'***' if secret else repr(environ[name])} ({field}): {message}"
+
+
 def _from_env(environ: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in environ.items():
@@ -217,7 +233,7 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: dict[str, s
         # Environment values are strings; strict=False lets "3" become 3 for int fields.
         config = msgspec.convert(_merge(data, env_data), Config, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"TOOLGATE_* environment: {exc}") from exc
+        raise ConfigError(_environment_error(exc, env)) from exc
     return _with_secrets(config)
 
 

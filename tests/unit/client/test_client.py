@@ -337,6 +337,24 @@ class TestAdapterSide:
                 await client.publish_result("req.x1", 1, b"{}", tool="t", adapter_version="1\n2")
         assert all(not p for p in world.broker.logs[T.intake])
 
+    async def test_the_contract_generation_seen_is_a_header(self, world: World, clock: Any) -> None:
+        """contract_generation becomes tg-contract-generation; none or 0 writes no header."""
+        async with Client(CONFIG, clients=world.clients, clock=clock) as client:
+            await client.publish_result(
+                "req.g1", 1, b"{}", tool="t", adapter_version="1", contract_generation=7
+            )
+            await client.publish_result("req.g2", 1, b"{}", tool="t", adapter_version="1")
+            with pytest.raises(ValueError, match="contract_generation"):
+                await client.publish_result(
+                    "req.g3", 1, b"{}", tool="t", adapter_version="1", contract_generation=-2
+                )
+        seen = {
+            r.key: dict(r.headers).get("tg-contract-generation")
+            for p in world.broker.logs[T.intake]
+            for r in p
+        }
+        assert seen == {b"req.g1": b"7", b"req.g2": None}
+
 
 class TestPublicApi:
     """The client is part of the public API, loaded only when used."""

@@ -690,6 +690,33 @@ class TestWorkers:
         assert sum("has no members" in r.getMessage() for r in caplog.records) == 1
 
 
+class TestGroupServing:
+    """A tool no live worker of the group serves (the members topic) is TOOL_NOT_SERVED at once."""
+
+    async def test_a_tool_no_member_serves(self, world: World, proxy_contracts: ContractSet) -> None:
+        """The group's workers serve other tools only: the call is answered TOOL_NOT_SERVED, nothing sent."""
+        upstream = Upstream()
+        served: list[frozenset[str] | None] = [frozenset({"some_other_tool"})]
+
+        async def workers() -> int:
+            return 2
+
+        async def serving() -> frozenset[str] | None:
+            return served[0]
+
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, proxy_contracts, workers=workers, serving=serving)
+            await proxy.load_tools()
+            await proxy.check_workers()
+            result = await proxy.call("deploy_status", {"case": "ok"}, None)
+            assert code_of(result) == "TOOL_NOT_SERVED"
+            assert (upstream.calls, intake_records(world)) == (0, [])
+            tool = next(iter(proxy.served.values())).contract.spec.tool
+            served[0] = frozenset({tool})
+            await proxy.check_workers()
+            assert proxy.group_tools == frozenset({tool})
+
+
 class TestStartUp:
     """At start-up the proxy says which broker, folder and topics it uses, and where from."""
 

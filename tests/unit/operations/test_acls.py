@@ -78,19 +78,28 @@ class TestTrustTable:
 
     def test_toolgate_topics(self, plan: list[Acl]) -> None:
         """toolgate reads requests and intake, writes the three outputs and its state
-        changelog, reads back the changelog (restore) and quarantine (replay)."""
+        changelog, reads back the changelog (restore) and quarantine (replay), reads the
+        published contracts and reads and writes the members topic (the group's view)."""
         assert _topic_ops(plan, P.toolgate, "read") == {
             TOPICS.requests,
             TOPICS.intake,
             TOPICS.state,
             TOPICS.quarantine,
+            TOPICS.contracts,
+            TOPICS.members,
         }
         assert _topic_ops(plan, P.toolgate, "write") == {
             TOPICS.agent,
             TOPICS.quarantine,
             TOPICS.audit,
             TOPICS.state,
+            TOPICS.members,
         }
+
+    def test_contracts_are_published_by_operators_only(self, plan: list[Acl]) -> None:
+        """Only operators write the contracts topic; workers and operators read it."""
+        assert _who(plan, TOPICS.contracts, "write") == {P.operator}
+        assert _who(plan, TOPICS.contracts, "read") == {P.toolgate, P.operator}
 
     def test_toolgate_group_transactions_and_idempotence(self, plan: list[Acl]) -> None:
         """Its consumer group (the configured id, as a prefix), the transactional ids the worker

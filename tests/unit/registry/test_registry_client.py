@@ -220,6 +220,16 @@ class TestBadInputThroughTheCli:
                 "TOOLGATE_REGISTRY_TIMEOUT_SECONDS=301.0 (registry.timeout_seconds): expected 0 < seconds",
             ),
             (
+                ["contracts", "pull", "--registry", "http://127.0.0.1:9/x", "out"],
+                {"TOOLGATE_KEYRING": KEYRING, "TOOLGATE_REGISTRY_TIMEOUT_SECONDS": "soon"},
+                "TOOLGATE_REGISTRY_TIMEOUT_SECONDS='soon' (registry.timeout_seconds): Expected `float`",
+            ),
+            (
+                ["contracts", "lint"],
+                {"TOOLGATE_PARTITIONS_AUDIT": "many"},
+                "toolgate: TOOLGATE_PARTITIONS_AUDIT='many' (partitions.audit): Expected `int`, got `str`",
+            ),
+            (
                 ["contracts", "lint", "--contracts", "registry+http://127.0.0.1:9/x"],
                 {"TOOLGATE_KEYRING": KEYRING, "TOOLGATE_REGISTRY_POLL_SECONDS": "nan"},
                 "TOOLGATE_REGISTRY_POLL_SECONDS=nan (registry.poll_seconds): expected 0 < seconds <= 3600",

@@ -255,6 +255,19 @@ class TestReaderRefuses:
         done = publish(ContractSet.load(tmp_path / "contracts"), registry, publisher())
         assert [d.action for d in done] == ["unchanged"]
 
+    def test_publish_signs_a_registry_filled_before_signing(self, tmp_path: Path) -> None:
+        """Unsigned registrations and no marker: publish registers the signed versions and marker 1."""
+        registry = MemoryRegistry()
+        publish(ContractSet.load(review_folder(tmp_path)), registry, publisher())
+        document = json.loads(registry.store["review_status-v1-value"][0])
+        del document[KEYWORD]["published"]
+        registry.store = {"review_status-v1-value": [json.dumps(document)]}
+        with pytest.raises(EmptyRegistry):
+            fetch_set(registry, sample_keyring())
+        done = publish(ContractSet.load(tmp_path / "contracts"), registry, publisher())
+        assert [d.action for d in done] == ["statuses", "set"]
+        assert fetch_set(registry, sample_keyring()).marker.generation == 1
+
 
 class TestReaderIgnores:
     """What a reader ignores it says once per subject and version."""
@@ -401,3 +414,37 @@ def _keyring(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "ring.toml"
     path.write_text(body)
     return path
+
+
+class TestReadersState:
+    """The keyring and the digests read before are the reader's state on disk."""
+
+    def test_keyring_change_taken_up(self, registry: MemoryRegistry, tmp_path: Path) -> None:
+        """A publisher removed from the keyring file signs no new set; put back, its set loads."""
+        ring = tmp_path / "readers.toml"
+        shutil.copy(KEYRING, ring)
+        reader = RegistrySource(registry, tmp_path / "snap", 1, Keyring.load(ring), keyring_file=ring)
+        reader.start()
+        trusted = ring.read_text()
+        ring.write_text(trusted.split("[publishers.sample-publisher]")[0])
+        shadowed(registry, tmp_path)
+        assert not reader.poll()
+        assert reader.generation == 1
+        ring.write_text(trusted + "\n")  # another size: seen as changed
+        assert reader.poll()
+        assert reader.generation == 2
+
+    def test_unreadable_seen_file_starts_afresh(
+        self, registry: MemoryRegistry, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A damaged registrations.json is named in one warning and rebuilt."""
+        (tmp_path / "snap").mkdir()
+        (tmp_path / "snap" / "registrations.json").write_text("{not json")
+        caplog.set_level(logging.WARNING, "toolgate.registry")
+        source(registry, tmp_path / "snap").start()
+        assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+            str(tmp_path / "snap" / "registrations.json")
+        ]
+        assert "review_status-v1-value/1" in json.loads(
+            (tmp_path / "snap" / "registrations.json").read_text()
+        )

@@ -13,7 +13,7 @@ import pytest
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate, GroupHint
 from toolgate.gate._records import CONTRACT_GENERATION_HEADER, CONTRACT_SET_HEADER
-from toolgate.service._contract_source import CatchUp, ContractSource
+from toolgate.service._contract_source import CatchUp, ContractSource, RegistryContractSource
 from toolgate.service._service import Worker, WorkerOptions
 
 from tests.unit.builders import CONTRACTS, NOW, message, pairs, review_request, review_value
@@ -199,3 +199,28 @@ class TestCatchUpSeam:
         assert await seam.catch_up(2.0, behind=lambda _: True) is contracts
         assert source.refreshes == 5
         assert now[0] == pytest.approx(2.0)
+
+
+class TestSources:
+    """Each source's refresh says whether there is something newer to load."""
+
+    async def test_a_folder_changed_since_the_last_look(self, tmp_path: Path) -> None:
+        """A rescan finds a file added since the last one, once."""
+        source = ContractSource([tmp_path])
+        assert not await source.refresh(1)
+        (tmp_path / "new.yaml").write_text("x")
+        assert await source.refresh(1)
+        assert not await source.refresh(1)
+
+    async def test_a_registry_is_fetched_now(self, tmp_path: Path) -> None:
+        """The registry is fetched on each refresh; a new snapshot says so."""
+        fetched: list[int] = []
+
+        def poll() -> bool:
+            fetched.append(1)
+            return len(fetched) == 2
+
+        source = RegistryContractSource(poll, [tmp_path])
+        assert not await source.refresh(1)
+        assert await source.refresh(1)
+        assert len(fetched) == 2

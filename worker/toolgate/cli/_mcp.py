@@ -35,8 +35,43 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     def admin() -> Any:
         return AiokafkaClients(config).admin(timeout_ms=10_000)
 
-    asyncio.run(serve(args, config, keyring, admin_factory=admin))
+    async def serving() -> frozenset[str] | None:
+        """The tools the group's live workers decide (the members topic); None without it."""
+        from datetime import UTC, datetime
+
+        from toolgate.service._members import live_members, read_members
+
+        try:
+            records = await read_members(config, AiokafkaClients(config), wait_seconds=10)
+        except ConfigError:
+            return None  # no members topic: an older cluster
+        members = live_members(records, config.group_id, datetime.now(UTC))
+        return frozenset(t for m in members for t in m.tools) if members else None
+
+    from toolgate.service._contract_source import is_topic_source
+
+    if is_topic_source(config.contracts_dir):
+        asyncio.run(_serve_from_topic(args, config, admin, serving))
+    else:
+        asyncio.run(serve(args, config, keyring, admin_factory=admin, serving=serving))
     return EXIT_OK
+
+
+async def _serve_from_topic(args: argparse.Namespace, config: Config, admin: Any, serving: Any) -> None:
+    """``--contracts kafka:``: the contracts topic read to its end, its newest complete set served."""
+    from toolgate.mcp._proxy import serve
+    from toolgate.registry._connect import publishers_keyring
+    from toolgate.service._contract_source import TopicContractSource, topic_of
+    from toolgate.service._kafka import AiokafkaClients
+
+    keyring = publishers_keyring(config, f"--contracts {config.contracts_dir}")
+    topic = topic_of(config.contracts_dir, config.topics.contracts)
+    source = TopicContractSource(topic, AiokafkaClients(config), keyring)
+    await source.start(config.contracts_catch_up_seconds * 6)
+    try:
+        await serve(args, config, keyring, admin_factory=admin, contracts=source.load(), serving=serving)
+    finally:
+        await source.stop()
 
 
 def _mcp_proxy_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from toolgate._config import Config
 from toolgate._errors import ConfigError
 from toolgate.client._sender import Sender
 from toolgate.client._values import MAX_ATTEMPTS, whole
+from toolgate.gate._records import CONTRACT_GENERATION_HEADER
 from toolgate.gate._signing import Key, Keyring, signed_message_v2
 from toolgate.gate._trace_context import from_headers
 
@@ -71,12 +72,15 @@ class AdapterSide:
         source: str | None = None,
         traceparent: str | None = None,
         tracestate: str | None = None,
+        contract_generation: int | None = None,
     ) -> None:
         """Publish one result to intake: raw bytes, or an MCP ``CallToolResult`` (an SDK
         model or its wire form), keyed by the request id, with ``tg-tool``,
         ``tg-request-id``, ``tg-attempt``, ``tg-adapter``, ``tg-adapter-version``,
         ``tg-content-type`` (and ``tg-source``, ``traceparent``, ``tracestate`` when given)
         and, with a ``signer``, ``tg-signature`` (scheme v2; ``tg-adapter`` is the key's).
+        ``contract_generation``: the contract set generation the caller saw (1 or more), as
+        ``tg-contract-generation``: a worker with an older set catches up before deciding.
 
         Raises:
             ValueError: a header value that the gate would refuse, an attempt out of range.
@@ -106,6 +110,9 @@ class AdapterSide:
                 headers.append(("traceparent", traceparent.encode()))
                 if tracestate:
                     headers.append(("tracestate", tracestate.encode()))
+        if contract_generation:
+            whole("contract_generation", contract_generation, low=1, high=10**18 - 1)
+            headers.append((CONTRACT_GENERATION_HEADER, str(contract_generation).encode()))
         if signer is not None:
             headers.append(("tg-signature", signer.sign(request_id, attempt, raw)))
         for name, value in headers:

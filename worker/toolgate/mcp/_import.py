@@ -38,12 +38,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 import yaml
 
 from toolgate._errors import ConfigError, ContractError, RejectedInput
+from toolgate._urls import redact_url, split_url
 from toolgate.authoring._close import Unclosable, closed, leaves, split
 from toolgate.gate._contracts import (
     MASK,
@@ -128,9 +128,9 @@ def check_loopback(url: str) -> None:
     Raises:
         ConfigError: naming the URL.
     """
-    parts = urlsplit(url)
+    parts = split_url(url, "--url")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{url}: give an http:// or https:// URL")
+        raise ConfigError(f"{redact_url(url)}: give an http:// or https:// URL")
     host = parts.hostname
     if host == "localhost":
         return

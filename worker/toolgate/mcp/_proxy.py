@@ -58,12 +58,12 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
+from toolgate._urls import redact_url, split_url
 from toolgate._version import __version__
 from toolgate.client import Answer, AnswerTimeout, Client, ClientClosed, Signer, call_tool_result_bytes
 from toolgate.gate._contracts import MCP_SERVER_NAME, Contract, ContractSet, qualified_name
@@ -315,6 +315,8 @@ class Proxy:
 
     ``workers`` counts the members of the worker group (None: not checked): while it says
     none, a call is answered ``GATE_TIMEOUT`` at once rather than after ``--timeout``.
+    ``serving`` says which tools the group's live workers decide (the members topic; None:
+    not known): a call of a tool none of them serves is answered ``TOOL_NOT_SERVED`` at once.
     """
 
     def __init__(
@@ -327,6 +329,7 @@ class Proxy:
         keyring: Keyring | None = None,
         options: ProxyOptions | None = None,
         workers: Callable[[], Awaitable[int]] | None = None,
+        serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
     ) -> None:
         self.server_name = server
         self.upstream = upstream
@@ -340,6 +343,8 @@ class Proxy:
         self.stats = ProxyStats()
         self.workers = workers
         self.no_workers = False
+        self.serving = serving
+        self.group_tools: frozenset[str] | None = None  # what the live workers serve (None: unknown)
         self._signers: dict[str, Signer | None] = {}
         self._slots = asyncio.Semaphore(self.options.max_concurrent)
         self._queued = 0
@@ -540,6 +545,12 @@ class Proxy:
                 "the worker group %r has %d member(s): calls are served", self.client.config.group_id, count
             )
         self.no_workers = count == 0
+        if self.serving is not None:
+            try:
+                self.group_tools = await self.serving()
+            except Exception as exc:  # unknown: calls go to the workers as before
+                _log.warning("reading the worker group's contract sets failed: %s", type(exc).__name__)
+                self.group_tools = None
         return count
 
     async def watch_workers(self, every_s: float = WORKER_CHECK_SECONDS) -> None:
@@ -562,6 +573,8 @@ class Proxy:
             return error_result("INVALID_ARGUMENTS", False, lines=lines)
         if self.no_workers:
             return self._fixed("GATE_TIMEOUT")
+        if self.group_tools is not None and served.contract.spec.tool not in self.group_tools:
+            return self._fixed("TOOL_NOT_SERVED")  # no live worker decides it: nothing would answer
         if self._queued >= self.options.max_queued:
             return self._fixed("PROXY_BUSY")
         self._queued += 1
@@ -627,6 +640,7 @@ class Proxy:
                     source=f"mcp:{self.server_name}",
                     traceparent=traceparent if isinstance(traceparent, str) else None,
                     tracestate=tracestate if isinstance(tracestate, str) else None,
+                    contract_generation=self.contracts.generation or None,
                 )
                 answer = await self.client.answer(request)
             except AnswerTimeout:
@@ -703,9 +717,9 @@ class Proxy:
 
 
 def _loopback(url: str, flag: str) -> None:
-    parts = urlsplit(url)
+    parts = split_url(url, flag)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{flag} {url}: give an http:// URL")
+        raise ConfigError(f"{flag} {redact_url(url)}: give an http:// URL")
     if parts.hostname == "localhost":
         return
     try:
@@ -739,7 +753,7 @@ def parse_listen(text: str, *, allow_remote: bool) -> Listen:
         return Listen(stdio=True)
     if not allow_remote:
         _loopback(text, "--listen")
-    parts = urlsplit(text)
+    parts = split_url(text, "--listen")
     if parts.scheme != "http" or not parts.hostname or parts.port is None:
         raise ConfigError(f"--listen {text}: give stdio or http://HOST:PORT/PATH")
     return Listen(stdio=False, host=parts.hostname, port=parts.port, path=parts.path or "/mcp")
@@ -860,10 +874,17 @@ def settings_lines(args: argparse.Namespace, config: Config) -> list[str]:
     topics = config.topics
     return [
         f"broker {config.bootstrap} (from {bootstrap_from})",
-        f"contracts {Path(config.contracts_dir).resolve()} (from {contracts_from})",
+        f"contracts {_contracts_text(config.contracts_dir)} (from {contracts_from})",
         f"topics requests={topics.requests} intake={topics.intake} agent={topics.agent}; "
         f"worker group {config.group_id}",
     ]
+
+
+def _contracts_text(contracts: str) -> str:
+    """A folder as its absolute path; a source (``kafka:``, ``registry+URL``) as it is given."""
+    if contracts.startswith(("kafka:", "registry+")):
+        return contracts
+    return str(Path(contracts).resolve())
 
 
 def _say(line: str) -> None:
@@ -877,18 +898,22 @@ async def serve(
     *,
     admin_factory: Callable[[], Any] | None = None,
     say: Callable[[str], None] = _say,
+    contracts: ContractSet | None = None,
+    serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
 ) -> None:
     """Connect upstream and to Kafka, then serve the host until it disconnects (stdio) or
     the process is stopped (HTTP). ``admin_factory`` builds a Kafka admin client (in the
     event loop) that counts the worker group's members at start-up and every
-    :data:`WORKER_CHECK_SECONDS`."""
+    :data:`WORKER_CHECK_SECONDS`. ``contracts``: the set to serve when the caller read it
+    (the contracts topic, ``--contracts kafka:``); else the folder or registry snapshot's."""
     from mcp import Client as McpClient
 
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
     options = options_from(args)
     for line in settings_lines(args, config):
         say(line)
-    contracts = load_contracts(config.contracts_dir)  # a registry set's with its generation
+    if contracts is None:
+        contracts = load_contracts(config.contracts_dir)  # a registry set's with its generation
     refused: ConfigError | None = None
     target = upstream_target(args)
     where = (
@@ -926,6 +951,7 @@ async def serve(
                 keyring=keyring,
                 options=options,
                 workers=workers if admin is not None else None,
+                serving=serving,
             )
             proxies.append(proxy)
             try:

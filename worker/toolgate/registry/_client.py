@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from toolgate._errors import ConfigError
+from toolgate._urls import redact_url, split_url
 
 __all__ = ["SOURCE_PREFIX", "RegistryClient", "RegistryError", "parse_source"]
 
@@ -52,12 +53,9 @@ def parse_source(source: str, *, setting: str = "--contracts") -> str:
         raise ConfigError(f"{setting} {redact_url(source)!r}: a registry source starts with {SOURCE_PREFIX}")
     url = source[len(SOURCE_PREFIX) :]
     shown = "registry+" + redact_url(url) if setting == "--contracts" else redact_url(url)
-    try:
-        parts = urllib.parse.urlsplit(url)
-        hostname, port = parts.hostname, parts.port
-    except ValueError as exc:
-        raise ConfigError(f"{setting} {shown!r}: not a URL ({exc})") from exc
-    if parts.scheme not in ("http", "https") or not hostname:
+    split_url(source if setting == "--contracts" else url, setting)  # a bad host or port: one line
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         expected = "registry+http://HOST[:PORT][/PATH] or registry+https://..."
         if setting != "--contracts":
             expected = "http://HOST[:PORT][/PATH] or https://..."
@@ -67,20 +65,9 @@ def parse_source(source: str, *, setting: str = "--contracts") -> str:
             f"{setting} {shown!r}: put credentials in a file (TOOLGATE_REGISTRY_BASIC_AUTH_FILE or "
             "TOOLGATE_REGISTRY_BEARER_TOKEN_FILE), not in the URL"
         )
-    if port == 0:
+    if parts.port == 0:
         raise ConfigError(f"{setting} {shown!r}: port 0 is not a port")
     return url.rstrip("/")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any credentials before the host replaced by ``***`` (safe to print)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        authority = "***@" + authority.rpartition("@")[2]
-    return f"{scheme}{sep}{authority}{slash}{path}"
 
 
 def _read_secret(path: str, setting: str) -> str:

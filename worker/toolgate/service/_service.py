@@ -179,6 +179,9 @@ class Worker:
 
     # What an assigned partition is made of (a subclass in tests only).
     partition_class: type[OwnedPartition] = OwnedPartition
+    # The catch-up on the contracts before deciding an unknown tool or version (a subclass
+    # in the simulation, which plants bugs in it).
+    catch_up_class: type[CatchUp] = CatchUp
 
     def __init__(
         self,
@@ -236,7 +239,7 @@ class Worker:
         self._progress_at = 0.0
         self._probed_at = 0.0
         self._export_contracts(gate)
-        self.contracts_catch_up = CatchUp(
+        self.contracts_catch_up = self.catch_up_class(
             self.options.contract_source or self._configured_source(),
             self.reload_contracts,
             lambda: self.gate.contracts,
