@@ -219,30 +219,32 @@ class _CatchUpOffByOne(SimWorker):
     reader_class = _CaughtUpOneEarly
 
 
-class _GivesUpOnFailedRead(TopicReader):
-    """A wait whose end-offsets lookup failed (an outage, a refused call) gives up as if
-    its bound had run out: the result is decided ``UNKNOWN_REQUEST`` instead of waiting
-    for the cluster."""
+class _ReadFailureAnswered(TopicReader):
+    """A wait whose end-offsets lookup failed returns ``answer`` instead of raising."""
+
+    answer = False
 
     async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
         try:
             return await super()._reach(tps, wait_seconds)
         except KafkaError:
-            return False
+            return self.answer
+
+
+class _GivesUpOnFailedRead(_ReadFailureAnswered):
+    """A wait whose end-offsets lookup failed (an outage, a refused call) gives up as if
+    its bound had run out: the result is decided ``UNKNOWN_REQUEST`` instead of waiting
+    for the cluster."""
 
 
 class _WaitGivesUpOnError(SimWorker):
     reader_class = _GivesUpOnFailedRead
 
 
-class _FailedReadCaughtUp(TopicReader):
+class _FailedReadCaughtUp(_ReadFailureAnswered):
     """A wait (catch-up or restore) whose end-offsets lookup failed counts as caught up."""
 
-    async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
-        try:
-            return await super()._reach(tps, wait_seconds)
-        except KafkaError:
-            return True
+    answer = True
 
 
 class _FailedReadAsCaughtUp(SimWorker):
@@ -264,20 +266,25 @@ class _StaleEndReader(TopicReader):
     _stale: dict[TopicPartition, int] | None = None
 
     async def _reach(self, tps: list[TopicPartition], wait_seconds: float) -> bool:
-        assert self._offsets is not None
+        offsets = self._offsets
+        assert offsets is not None
         if self._stale is None:
-            self._stale = await self._offsets.end_offsets(tps)
-        targets = self._stale
+            self._stale = await offsets.end_offsets(tps)
+        self._offsets = _Ends(self._stale)  # type: ignore[assignment]
+        try:
+            return await super()._reach(tps, wait_seconds)
+        finally:
+            self._offsets = offsets
 
-        def reached() -> bool:
-            return all(self._positions.get(tp, 0) >= end for tp, end in targets.items())
 
-        async with self._progress:
-            try:
-                await asyncio.wait_for(self._progress.wait_for(reached), wait_seconds)
-            except TimeoutError:
-                return False
-        return True
+class _Ends:
+    """End offsets as they were once read."""
+
+    def __init__(self, ends: dict[TopicPartition, int]) -> None:
+        self.ends = ends
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return self.ends
 
 
 class _CatchUpToStaleEnd(SimWorker):

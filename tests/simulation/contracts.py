@@ -21,13 +21,14 @@ import contextvars
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.service._contract_source import ContractSource, TopicContractSource
-from toolgate.service._kafka import KafkaClients
+from toolgate.service._kafka import KafkaClients, TopicPartition
 from toolgate.service._store import TopicReader
 
 from tests.unit.builders import CONTRACTS
@@ -84,6 +85,9 @@ class SimContractSource(TopicContractSource):
         clients: the node's clients (its calls go through the simulation's hook).
         base: the gate of generation 0, the one every node starts with.
         reader_class: a planted bug's reader (tests/simulation/bugs.py); None: the worker's.
+        ends: the topic's end offset per partition now (what the fake broker holds).
+        fail: called with a detail when a catch-up of the source said it caught up but had
+            not read everything written before it began.
     """
 
     def __init__(
@@ -92,6 +96,9 @@ class SimContractSource(TopicContractSource):
         clients: KafkaClients,
         base: Gate,
         reader_class: type[TopicReader] | None = None,
+        *,
+        ends: Callable[[], dict[int, int]],
+        fail: Callable[[str], None],
     ) -> None:
         ContractSource.__init__(self, [])
         self.topic = topic
@@ -102,6 +109,8 @@ class SimContractSource(TopicContractSource):
         self._named: tuple[int, set[str]] | None = None
         self.generation = 0
         self._loaded_generation = 0
+        self._ends = ends
+        self._fail = fail
 
     async def start(self, wait_seconds: float) -> None:
         """Start tailing the topic from its beginning, and read it to its end (bounded; a
@@ -111,7 +120,30 @@ class SimContractSource(TopicContractSource):
             self._reader.__class__ = self._reader_class
         for consumer in (self._reader._consumer, self._reader._offsets):
             consumer.sim_contracts = True  # type: ignore[union-attr]  # the hook aims faults at it
+        self._watch(self._reader)
         await self._reader.catch_up(wait_seconds)
+
+    def _watch(self, reader: TopicReader) -> None:
+        """A catch-up that says it caught up has read every record written before it began
+        (the reader's positions reached the end offsets of its call)."""
+        original = reader.catch_up
+
+        async def catch_up(wait_seconds: float, partitions: set[int] | None = None) -> bool:
+            before = self._ends()
+            done = await original(wait_seconds, partitions)
+            behind = {
+                p: (reader._positions.get(TopicPartition(self.topic, p), 0), end)
+                for p, end in before.items()
+                if reader._positions.get(TopicPartition(self.topic, p), 0) < end
+            }
+            if done and behind:
+                self._fail(
+                    "said it caught up at positions "
+                    + ", ".join(f"{at} of end offset {end}" for at, end in behind.values())
+                )
+            return done
+
+        reader.catch_up = catch_up  # type: ignore[method-assign]
 
     def load(self) -> ContractSet:
         """The newest complete set."""

@@ -19,6 +19,7 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import random
@@ -206,10 +207,10 @@ ROLLOUT = Profile(
     # The source's catch-up lookup fails (the batch is decided again later), its polls are
     # slow (a result of the new version is often fetched before the source read the marker).
     boost={"contracts": {"end_offsets_error": 0.1}},
-    latency={"contracts_read": (0.7, 150)},
+    latency={"contracts_read": (0.9, 500)},
     publish=True,
-    contracts_lag=0.3,
-    contracts_cut=0.1,
+    contracts_lag=0.5,
+    contracts_cut=0.5,
 )
 PROFILES: tuple[Profile, ...] = (
     Profile("mixed"),
@@ -522,22 +523,17 @@ def traffic(seed: int, requests: int = 6, kind: str = "mixed") -> Traffic:
 
 def rollout(plan: Traffic, seed: int) -> Traffic:
     """``plan`` with a contract version published to the contracts topic (its version
-    record, then the set marker) and results of the adapter version only it decides,
-    written around the publication; half of those written after it name the published
-    generation (``tg-contract-generation``), as an issuer that saw it does."""
+    record, then the set marker), while adapters move to the version only it decides: most
+    results written from a little before the marker to a little after it are of the new
+    adapter version, and most of those written after it name the published generation
+    (``tg-contract-generation``), as an issuer that saw it does."""
     rnd = random.Random(seed ^ 0xC0417AC7)
-    at = rnd.uniform(0.3, 2.5)
-    events = list(plan.events)
-    events.append((at - rnd.uniform(0.0, 0.3), "version", 0, 0))
-    events.append((at, "marker", 0, 0))
-    first: dict[int, float] = {}
-    for t, kind, i, _ in plan.events:
-        if kind == "request":
-            first.setdefault(i, t)
-    for i, t in sorted(first.items()):
-        if rnd.random() < 0.6:
-            when = max(t, at + rnd.uniform(-0.6, 1.2))
-            events.append((when, "v2g" if when > at and rnd.random() < 0.5 else "v2", i, 1))
+    at = rnd.uniform(0.3, 2.0)
+    events = [(at - rnd.uniform(0.0, 0.3), "version", 0, 0), (at, "marker", 0, 0)]
+    for t, kind, i, attempt in plan.events:
+        if kind == "result" and at - 0.4 <= t <= at + 0.8 and rnd.random() < 0.8:
+            kind = "v2g" if t > at and rnd.random() < 0.7 else "v2"
+        events.append((t, kind, i, attempt))
     events.sort(key=lambda e: e[0])
     return Traffic(events)
 
@@ -665,7 +661,12 @@ class World:
         gate_factory = None
         if self.profile.publish:
             source = SimContractSource(
-                T.contracts, clients, self.gate, reader_class=self.worker_class.contracts_reader_class
+                T.contracts,
+                clients,
+                self.gate,
+                reader_class=self.worker_class.contracts_reader_class,
+                ends=lambda: {p: len(log) for p, log in enumerate(self.broker.logs[T.contracts])},
+                fail=functools.partial(self._contracts_not_read, len(self.nodes)),
             )
             options.contract_source = source
             gate_factory = source.gate
@@ -836,6 +837,9 @@ class World:
             return _CONTRACTS_AIMS.get(operation, operation)
         return operation
 
+    def _contracts_not_read(self, node: int, detail: str) -> None:
+        self.fail("a contracts catch-up that says it caught up read to its end", f"node {node}: {detail}")
+
     def contracts_failed(self) -> None:
         """A call of a contracts source failed: it may lag while it backs off."""
         now = self.loop.time()
@@ -862,7 +866,7 @@ class World:
         self.contracts_unreadable.append(span)
         self.broker.stall(T.contracts)
         if lag:
-            self.loop.call_later(0.05 * lag, self._serve_contracts, span)
+            self.loop.call_later(0.1 * lag, self._serve_contracts, span)
         else:
             self.cut = span
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from unittest import mock
 
 import pytest
 from toolgate.gate._gate import Gate
@@ -20,13 +19,16 @@ from toolgate.gate._gate import Gate
 from tests import ROOT
 from tests.simulation.__main__ import shrink
 from tests.simulation.bugs import BUGS
-from tests.simulation.world import FAULTS, PROFILES, World, profile_of, run_schedule
+from tests.simulation.world import FAULTS, PROFILES, profile_of, run_schedule
 
 SCHEDULES = 300
 FIRST_SEED = 1_000_000  # apart from make simulate's seeds 0..9999
 # Every planted bug is found within this many schedules from FIRST_SEED: the targeted
 # profiles reach the rare states (docs/simulation.md, Planted bugs, for the figures).
-BUG_BOUND = 100
+BUG_BOUND = 60
+# The in-process hunts of this file run with this process's hash seed, not the table's: a
+# schedule's await order may differ, so they look a little further.
+HUNT = 100
 
 
 def _simulation(*args: str) -> subprocess.CompletedProcess[str]:
@@ -124,7 +126,7 @@ class TestOracle:
         outcome = next(
             o
             for o in (
-                run_schedule(s, gate, worker_class=worker) for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
+                run_schedule(s, gate, worker_class=worker) for s in range(FIRST_SEED, FIRST_SEED + HUNT)
             )
             if o.violation is not None
         )
@@ -139,13 +141,16 @@ class TestOracle:
         outcome = next(
             o
             for o in (
-                run_schedule(s, gate, worker_class=worker) for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
+                run_schedule(s, gate, worker_class=worker) for s in range(FIRST_SEED, FIRST_SEED + HUNT)
             )
             if o.violation is not None
         )
         assert outcome.violation is not None
         assert outcome.violation.invariant == "decisions go on after healing"
         assert outcome.faults["outage"] == 1
+
+
+CHANGELOG = "the state changelog equals the owners' ledger"
 
 
 class TestWaitsAndAbortedState:
@@ -180,26 +185,16 @@ class TestWaitsAndAbortedState:
         that differs from the changelog or from the committed acceptances."""
         hit = bug_hunt.get(bug)
         assert hit is not None
-        assert hit[1] in (
-            "the state changelog equals the owners' ledger",
-            "accepted ledger equals committed acceptances",
-        )
+        assert hit[1] in (CHANGELOG, "accepted ledger equals committed acceptances")
 
-    def test_the_changelog_check_finds_a_ledger_that_lost_a_retry(self, gate: Gate) -> None:
-        """Without the ledger check before each decision, a ledger that lost a retried
-        batch's acceptances is still found, after healing, by the changelog invariant: a
-        partition that decides nothing more is checked too."""
-        worker = BUGS["retry-forgets-ledger"]
-        invariant = "the state changelog equals the owners' ledger"
-        with mock.patch.object(World, "check_ledger"):
-            # Up to the first schedule it breaks (others may break invariant 6's end check:
-            # a later batch of the request writes the attempts the ledger lost, no more).
-            found = any(
-                (outcome := run_schedule(s, gate, worker_class=worker)).violation is not None
-                and outcome.violation.invariant == invariant
-                for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
-            )
-        assert found, f"{invariant!r} broken in none of {BUG_BOUND} schedules"
+    def test_the_changelog_check_finds_what_the_others_miss(
+        self, bug_hunt: dict[str, tuple[int, str] | None]
+    ) -> None:
+        """The changelog invariant is the first to break for some planted bugs: state lost
+        with an aborted transaction (or by a take-over that fences nothing) on a partition
+        that decides nothing more breaks no other invariant before the end."""
+        first = {bug for bug, hit in bug_hunt.items() if hit is not None and hit[1] == CHANGELOG}
+        assert first & {"retry-drops-state-records", "retry-forgets-ledger", "no-fence-on-take-over"}
 
 
 UNKNOWN_AFTER_PUBLISHED = "no valid result is rejected as unknown once its contract was published before it"
@@ -216,7 +211,7 @@ class TestContractPublication:
         ("bug", "invariant"),
         [
             ("unknown-without-catching-up", UNKNOWN_AFTER_PUBLISHED),
-            ("catch-up-to-stale-end", UNKNOWN_AFTER_PUBLISHED),
+            ("catch-up-to-stale-end", "a contracts catch-up that says it caught up read to its end"),
             ("header-names-wrong-set", "each decision names the set that made it"),
             ("old-set-after-bound", "a set that knows it is behind answers retryable"),
         ],
@@ -247,7 +242,7 @@ class TestPlantedBugs:
         worker = BUGS["answer-without-ledger"]
         seed = next(
             s
-            for s in range(FIRST_SEED, FIRST_SEED + BUG_BOUND)
+            for s in range(FIRST_SEED, FIRST_SEED + HUNT)
             if run_schedule(s, gate, worker_class=worker).violation
         )
         first = run_schedule(seed, gate, worker_class=worker)
