@@ -45,7 +45,7 @@ def intake_count(live: LiveWorker) -> int:
 
 
 def test_apply_checks_the_workers_contracts_and_waits(live: LiveWorker, tmp_path: Path) -> None:
-    """Refused while the worker runs other contracts; --force replays (still rejected, shown by
+    """Refused while the group's live worker runs other contracts; --force replays (still rejected, shown by
     --wait); after the worker reloads the fixed contracts, the replay passes the check and --wait
     shows every replayed record accepted."""
     assert live.config is not None
@@ -58,17 +58,22 @@ def test_apply_checks_the_workers_contracts_and_waits(live: LiveWorker, tmp_path
     # 1. The worker runs the bundled contracts, the local folder has review_status v2: refused.
     refused = replay(live, fixed, "--apply")
     assert refused.returncode == 1, refused.stdout + refused.stderr
-    assert f"the worker at {live.metrics_url} runs other contracts than the local folder" in refused.stdout
+    # The group's view (the members topic) says what the live worker decides with.
+    running = live.worker.gate.contracts.label
+    local = gate_for(fixed).contracts.label
+    assert running != local
+    assert (
+        f"replay refused: the live workers of group {live.config.group_id} decide with {running}, "
+        f"the local contracts are {local}"
+    ) in refused.stdout
     v2 = next(c for c in gate_for(fixed).contracts if c.key == "review_status@v2")
-    assert f"review_status v2: only in the local contracts (active, digest {v2.digest})" in refused.stdout
-    assert "replay refused" in refused.stdout
     assert intake_count(live) == COUNT  # nothing was sent
 
     # 2. --force replays anyway; --wait shows what the worker (still on v1) decided.
     before_force = datetime.now(UTC).isoformat()
     forced = replay(live, fixed, "--apply", "--force", "--wait", "60")
     assert forced.returncode == 0, forced.stdout + forced.stderr
-    assert "--force: replaying although the contracts differ" in forced.stdout
+    assert f"--force: replaying although the live workers of group {live.config.group_id}" in forced.stdout
     assert f"replayed {commented} records" in forced.stdout
     assert f"decided: {commented} of {commented}   accepted now: 0   rejected again: {commented}" in (
         forced.stdout
@@ -91,7 +96,7 @@ def test_apply_checks_the_workers_contracts_and_waits(live: LiveWorker, tmp_path
     live.wait_until(reports_v2, 30, "reporting the reloaded contracts")
     done = replay(live, fixed, "--apply", "--until", before_force, "--wait", "60")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"the worker at {live.metrics_url} runs the local contracts" in done.stdout
+    assert f"live workers of group {live.config.group_id} run the local contracts ({local})" in done.stdout
     assert (
         f"decided: {commented} of {commented}   accepted now: {commented}   rejected again: 0" in done.stdout
     )

@@ -121,20 +121,24 @@ class TestRestoreBeforeDeciding:
 
         worker = make_worker(config, restore_hook=slow)
         task = asyncio.create_task(worker.run())
-        await until(lambda: bool(held) and worker.metrics_port is not None)
-        url = f"http://127.0.0.1:{worker.metrics_port}/readyz"
-        with pytest.raises(urllib.error.HTTPError) as caught:
-            await asyncio.to_thread(urllib.request.urlopen, url, timeout=5)
-        assert caught.value.code == 503
-        assert caught.value.read() == b"restoring\n"
-        assert worker.stats.decided == 0
-        assert await read_all(config, config.topics.audit) == []
-        release.set()
-        await until(lambda: worker.stats.decided == 5)
-        with await asyncio.to_thread(urllib.request.urlopen, url, timeout=5) as answer:
-            assert answer.status == 200
-        worker.request_stop()
-        await task
+        try:
+            await until(lambda: bool(held) and worker.metrics_port is not None)
+            url = f"http://127.0.0.1:{worker.metrics_port}/readyz"
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                await asyncio.to_thread(urllib.request.urlopen, url, timeout=5)
+            assert caught.value.code == 503
+            # Readiness first; the second line names the contract set the worker decides with.
+            assert caught.value.read().decode().splitlines()[0] == "restoring"
+            assert worker.stats.decided == 0
+            assert await read_all(config, config.topics.audit) == []
+            release.set()
+            await until(lambda: worker.stats.decided == 5)
+            with await asyncio.to_thread(urllib.request.urlopen, url, timeout=5) as answer:
+                assert answer.status == 200
+        finally:  # a failed check above must not leave the worker waiting on its restore
+            release.set()
+            worker.request_stop()
+            await task
         assert {rid: codes for rid, codes in (await decisions(config)).items()} == {
             s.request_id: ["-"] for s in items
         }

@@ -100,10 +100,12 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
     gate = build_gate(config, keyring_path(args, config))
     warn_unknown_tools(args.tool, gate.contracts.tools, config)
     workers = None
+    workers_named = False
     if args.apply:
         from toolgate.operations._top import default_url
 
         listed = [u for u in os.environ.get("TOOLGATE_WORKERS", "").replace(",", " ").split() if u]
+        workers_named = bool(args.workers or listed)
         workers = args.workers or listed or [default_url(config.metrics_host, config.metrics_port)]
     if args.wait is not None and not 0 < args.wait <= 3600:
         raise ConfigError("--wait must be above 0 and at most 3600 seconds")
@@ -117,6 +119,7 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
             max_replays=args.max_replays,
             now=now,
             workers=workers,
+            workers_named=workers_named,
             force=args.force,
             wait_seconds=args.wait,
         )
@@ -135,8 +138,9 @@ COMMANDS: tuple[Command, ...] = (
         "again, and a result already accepted for its request attempt is a duplicate.\n"
         "--apply first compares the local contracts with the set the group's live\n"
         "workers decide with (the members topic, as toolgate contracts status shows it)\n"
-        "and refuses when the workers disagree or run another set; with no live member\n"
-        "there, it asks the workers' metrics (--workers, toolgate_contract_info digests).\n"
+        "and refuses when the workers disagree or run another set; it also asks the\n"
+        "workers' metrics (toolgate_contract_info digests) you name with --workers, and\n"
+        "the local worker's when no member is live there.\n"
         "--force overrides; it skips records whose earlier replay was accepted.\n"
         "--wait S follows the replayed records to their decisions and prints the table.",
         (

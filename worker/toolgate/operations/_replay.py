@@ -688,6 +688,7 @@ async def run_replay(
     ledger_window_hours: float = 24.0,
     out: TextIO = sys.stdout,
     workers: list[str] | None = None,
+    workers_named: bool = False,
     force: bool = False,
     wait_seconds: float | None = None,
 ) -> int:
@@ -707,7 +708,10 @@ async def run_replay(
     grouped = await check_group(config, gate, force=force, out=out)
     if grouped is False:
         return 1
-    if grouped is None and workers is not None and not check_workers(gate, workers, force=force, out=out):
+    # The workers' metrics are asked when no member is live on the members topic, and always
+    # when the operator named them (--workers, TOOLGATE_WORKERS): both must agree then.
+    asked = workers is not None and (grouped is None or workers_named)
+    if asked and workers is not None and not check_workers(gate, workers, force=force, out=out):
         return 1
     done = await replayed_accepted(config, now - timedelta(hours=ledger_window_hours))
     skipped = [r for r in records if r in done]
