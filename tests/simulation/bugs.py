@@ -352,15 +352,6 @@ class _OffsetBeforeFence(SimPartition):
         self._settle(committed)
 
 
-class _SettleOffByOne(SimPartition):
-    """A commit whose answer was lost counts as committed only when the committed offset
-    is past its batch's next offset: one that just reached it is settled as aborted, and
-    its acceptances never join the ledger."""
-
-    def _settle(self, committed: int) -> None:
-        super()._settle(committed - 1)
-
-
 class _GivesUpAfterOutage(SimPartition):
     """After failing to take partitions over for 15 s on end (a long outage), the worker
     stops trying: its clients are taken for dead and never rebuilt."""
@@ -400,7 +391,6 @@ BUGS: dict[str, type[SimWorker]] = {
     "ledger-ignores-attempt": _LedgerIgnoresAttempt,
     "catch-up-off-by-one": _CatchUpOffByOne,
     "offset-before-fence": _worker(_OffsetBeforeFence),
-    "settle-off-by-one": _worker(_SettleOffByOne),
     "gives-up-after-outage": _worker(_GivesUpAfterOutage),
     # waits that give up on a failed read, and state lost with an aborted transaction
     "wait-gives-up-on-error": _WaitGivesUpOnError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -19,7 +19,7 @@ from toolgate.service._kafka import Outgoing, Producer
 from toolgate.service._metrics import Metrics
 from toolgate.service._partition import Collaborators, OwnedPartition, PartitionSettings
 from toolgate.service._phases import NO_PHASES
-from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate
+from toolgate.service._store import AcceptedLedger, RequestTable, StateUpdate, restore_partitions
 
 from tests.fakes.kafka import FakeBroker, FakeClients, FakeConsumer, FakeRecord
 from tests.unit.builders import NOW, message, review_request, review_value
@@ -35,12 +35,15 @@ def rid(i: int) -> str:
 
 
 class Harness:
-    """One partition's collaborators over a one-partition broker, recording every call."""
+    """One partition's collaborators over a one-partition broker (a new one, or another
+    node's: two owners of the partition), recording every call."""
 
-    def __init__(self, gate: Gate) -> None:
-        self.broker = FakeBroker(now_ms=int(NOW.timestamp() * 1000))
-        for name in (T.requests, T.intake, T.agent, T.audit, T.state, T.quarantine):
-            self.broker.create_topic(name, 1)
+    def __init__(self, gate: Gate, broker: FakeBroker | None = None) -> None:
+        if broker is None:
+            broker = FakeBroker(now_ms=int(NOW.timestamp() * 1000))
+            for name in (T.requests, T.intake, T.agent, T.audit, T.state, T.quarantine):
+                broker.create_topic(name, 1)
+        self.broker = broker
         self.clients = FakeClients(self.broker)
         consumer = self.clients.consumer(group_id=CONFIG.group_id, isolation_level="read_committed")
         assert isinstance(consumer, FakeConsumer)
@@ -55,6 +58,9 @@ class Harness:
         self.behind: list[int] = []
         self.crashes: list[BaseException] = []
         self.owner: OwnedPartition | None = None
+        self.restores: list[OwnedPartition] = []
+        # Run during the abort's backoff (another node acting meanwhile), once.
+        self.meanwhile: Callable[[], Awaitable[None]] | None = None
         self.uses = Collaborators(
             settings=PartitionSettings(group_id=CONFIG.group_id, topics=T, request_wait_seconds=0.01),
             clients=self.clients,
@@ -69,12 +75,13 @@ class Harness:
             expires_of=self.requests.expires_at,
             outputs=self.outputs,
             prepare=self.prepare,
+            restore=self.restore,
             committed=self.committed,
             aborted=self.aborted,
             fenced=self.fences.append,
             owns=lambda owned: owned is self.owner,
             crashed=self.crashes.append,
-            sleep=lambda seconds: asyncio.sleep(0),
+            sleep=self.sleep,
             metrics=_METRICS,
             phases=NO_PHASES,
         )
@@ -93,6 +100,20 @@ class Harness:
 
     async def prepare(self, producer: Producer) -> None:
         return None
+
+    async def restore(self, owned: OwnedPartition) -> None:
+        """As the worker: the partition's ledger read again from the state changelog."""
+        self.restores.append(owned)
+        self.ledger.drop_partitions({0}, 1)
+        assert await restore_partitions(
+            self.clients, T.state, {0}, lambda key, value: self.ledger.apply(key, value, NOW), 1.0
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            await meanwhile()
+        await asyncio.sleep(0)
 
     async def outputs(
         self,
@@ -196,3 +217,97 @@ class TestDecideAndCommit:
         await owned.decide_and_commit([record])  # decided again after the take-over
         assert len(harness.commits) == 1
         assert harness.ledger(rid(1), 1)
+
+
+class TestTakeOverAgain:
+    """An abort takes the partition over again (its producer re-initialised, fencing any
+    newer owner): when the committed offset it reads is not the one this owner last knew,
+    another owner may have committed meanwhile, and the partition's state is restored again
+    before it decides."""
+
+    def two_owners(self, harness: Harness, gate: Gate) -> Harness:
+        other = Harness(gate, harness.broker)
+        other.request(1)
+        other.request(2)
+        return other
+
+    async def test_a_newer_owners_commits_are_restored_before_deciding(
+        self, harness: Harness, gate: Gate
+    ) -> None:
+        """A paused owner whose commit timed out, taking over again after another owner
+        accepted an attempt, rejects that attempt's duplicate instead of answering it twice."""
+        other = self.two_owners(harness, gate)
+        harness.request(1)
+        harness.request(2)
+        first = harness.partition()
+        await first.take_over()
+        answered, accepted, duplicate = harness.result(1), harness.result(2), harness.result(2)
+
+        async def newer_owner_commits() -> None:
+            second = other.partition()
+            await second.take_over()  # the group gave the partition to the other node
+            await second.decide_and_commit([answered, accepted])
+
+        harness.meanwhile = newer_owner_commits
+        harness.broker.fail("commit", KafkaError("injected commit timeout"))
+        await first.decide_and_commit([answered])
+        assert first.next_offset == accepted.offset + 1
+        await first.decide_and_commit([duplicate])
+        assert harness.audit_codes()[-1] == "DUPLICATE_RESULT"
+        assert len(harness.broker.committed_values(T.agent)) == 2  # each attempt answered once
+        assert harness.restores == [first]
+
+    async def test_a_newer_owner_at_the_same_offset_is_not_taken_for_its_own_commit(
+        self, harness: Harness, gate: Gate
+    ) -> None:
+        """The other owner decided the same record differently (it held the request, this owner
+        did not) and committed to the offset this owner's timed-out commit would have: the
+        offset cannot tell them apart, so the state is read again and the duplicate rejected."""
+        other = self.two_owners(harness, gate)
+        first = harness.partition()
+        await first.take_over()
+        answered = harness.result(1)
+
+        async def newer_owner_commits() -> None:
+            second = other.partition()
+            await second.take_over()
+            await second.decide_and_commit([answered])  # accepted: its request is held there
+
+        harness.meanwhile = newer_owner_commits
+        harness.broker.fail("commit", KafkaError("injected commit timeout"))
+        await first.decide_and_commit([answered])  # UNKNOWN_REQUEST here; the commit times out
+        assert first.next_offset == answered.offset + 1
+        harness.request(1)  # the request record is read late
+        await first.decide_and_commit([harness.result(1)])
+        assert harness.audit_codes() == ["-", "DUPLICATE_RESULT"]
+        assert harness.restores == [first]
+
+    async def test_its_own_lost_commit_is_read_back_from_the_changelog(self, harness: Harness) -> None:
+        """A commit that went through with its answer lost moves the committed offset: the state
+        is read again, and its acceptance is in the ledger from the changelog."""
+        harness.request(1)
+        owned = harness.partition()
+        await owned.take_over()
+        harness.broker.fail("commit", KafkaError("injected lost answer"), after=True)
+        record = harness.result(1)
+        await owned.decide_and_commit([record])
+        assert harness.restores == [owned]
+        assert owned.next_offset == record.offset + 1
+        harness.ledger.drop_partitions({0}, 1)  # what the settle added: the changelog must hold it too
+        await harness.restore(owned)
+        assert harness.ledger(rid(1), 1)
+
+    async def test_a_failed_commit_with_no_other_owner_keeps_the_state(self, harness: Harness) -> None:
+        """A commit that failed with no other owner leaves the committed offset where this
+        owner last knew it: nothing is read again, and the batch is decided again."""
+        harness.request(1)
+        owned = harness.partition()
+        await owned.take_over()
+        harness.broker.fail("commit", KafkaError("injected commit failure"))
+        record = harness.result(1)
+        await owned.decide_and_commit([record])
+        assert harness.restores == []
+        assert owned.next_offset == 0
+        await owned.decide_and_commit([record])
+        assert harness.ledger(rid(1), 1)
+        assert harness.restores == []  # its own commit moved the offset it knows

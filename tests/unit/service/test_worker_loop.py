@@ -633,6 +633,61 @@ class TestPartitionLocalState:
         assert [e.get("code") for e in world.audit() if e.get("tool")] == ["DUPLICATE_RESULT"]
 
 
+class TestTakeOverAgain:
+    """A take-over again (after a failed commit) that reads a committed offset the partition did
+    not know restores that partition's state, as at assignment, before it decides."""
+
+    async def test_a_moved_offset_restores_the_partition_from_the_changelog(self, world: World) -> None:
+        """A commit whose answer was lost moved the offset: the partition alone is restored
+        again, with what the changelog holds (here also another owner's entry), and a
+        duplicate of that owner's attempt is rejected."""
+        world.request(1)
+        world.request(2)
+        first = world.result(1)
+        partition = first.partition
+        restored: list[set[int]] = []
+
+        async def hook(partitions: set[int]) -> None:
+            restored.append(set(partitions))
+            if len(restored) == 2:  # the restore again: another owner's acceptance is there
+                world.state_entry(2, [1])
+
+        world.broker.fail("commit", KafkaError("injected lost answer"), after=True)
+        worker = world.worker(restore_hook=hook)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: len(restored) >= 2 and worker.ready())
+        assert restored[1] == {partition}
+        assert worker.ledger(rid(1), 1)  # its own acceptance, from the changelog
+        assert worker.ledger(rid(2), 1) == (partition_for(rid(2).encode(), PARTITIONS) == partition)
+        world.result(1)
+        await until(lambda: len(world.audit()) == 2)
+        worker.request_stop()
+        await task
+        assert world.codes() == ["-", "DUPLICATE_RESULT"]
+
+    async def test_a_restore_again_that_cannot_finish_ends_at_stop(self, world: World) -> None:
+        """While the changelog cannot be read the restore again retries and nothing is decided;
+        stopping the worker ends it."""
+        world.request(1)
+        world.result(1)
+        restored: list[set[int]] = []
+
+        async def hook(partitions: set[int]) -> None:
+            restored.append(set(partitions))
+            if len(restored) == 2:
+                world.broker.stall(T.state)
+
+        world.broker.fail("commit", KafkaError("injected lost answer"), after=True)
+        worker = world.worker(restore_hook=hook, restore_wait_seconds=0.01)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: len(restored) >= 4)
+        world.result(1)
+        assert worker.status() == "restoring"
+        worker.request_stop()
+        await task
+        assert len(world.audit()) == 1
+
+
 class TestStateChangelog:
     """Accepted attempts live in the state changelog: written with the decision, restored
     per partition, tombstoned when the request ends."""

@@ -11,7 +11,8 @@ the transaction in flight. Its operations are the four the exactly-once scheme h
 - :meth:`decide_and_commit`: decide a batch and commit the records, the state updates and
   the consumed offset in one transaction;
 - :meth:`abort`: after a failed transaction, back off, replace the producer and take the
-  partition over again (the committed offset says what the failed commit did);
+  partition over again (the committed offset says what the failed commit did; one that
+  moved since this owner last knew it may be another owner's: its state is restored again);
 - :meth:`fence`: another owner's producer took the transactional id: stop deciding.
 
 The poll loop does not wait for them: it hands the partition the records fetched for it
@@ -108,6 +109,10 @@ class Collaborators:
     outputs: OutputBuilder
     # Called with a new producer before the committed offset is read at a take-over.
     prepare: Callable[[Producer], Awaitable[None]]
+    # A take-over again read a committed offset this owner did not know (another owner may
+    # have committed since): read the partition's accepted ledger and requests again, as at
+    # assignment, before it decides (its ``restoring`` is set meanwhile).
+    restore: Callable[[OwnedPartition], Awaitable[None]]
     committed: CommitListener
     # A transaction of the partition failed: count it; returns the backoff to wait.
     aborted: Callable[[TopicPartition, Exception], float]
@@ -155,6 +160,9 @@ class OwnedPartition:
     # The offset to continue from: records a fetch returned from before a seek
     # (assignment, abort) are dropped, never decided twice. None until taken over.
     next_offset: int | None = None
+    # The committed offset as this owner last knew it (read at its take-over, or moved by
+    # its own commit): a take-over again that reads another restores its state first.
+    known_offset: int | None = None
     restoring: bool = False  # its requests and accepted attempts are being read
     # State tombstones due: requests that ended (expired or tombstoned) with an entry in
     # the changelog; written with the next batch, or by the sweep when it is idle.
@@ -299,9 +307,16 @@ class OwnedPartition:
         of this partition and settles its open transaction, so the committed offset read
         after it is final. Raises KafkaError when the cluster does not answer; the
         partition then stays owned without a producer (None).
+
+        Taking it over again (after an abort) re-initialises the producer, which fences
+        any owner the group gave the partition to meanwhile: when the committed offset is
+        not the one this owner last knew, that owner may have committed since, and the
+        state this one decides with (its accepted ledger) would miss what the other
+        accepted, so it is restored again first (``restore``).
         """
         self.producer = None
         self.next_offset = None
+        known = self.known_offset
         producer = await self._start_producer()
         try:
             committed = await self._committed_offset(producer)
@@ -314,6 +329,17 @@ class OwnedPartition:
         # The consumer reads again from the committed offset: what was queued comes again.
         self._drop_queue()
         self._settle(committed)
+        self.known_offset = committed
+        if known is not None and committed != known:
+            # Moved since this owner last knew it committed: by its own commit whose answer
+            # was lost, or by another owner (the offset cannot tell them apart, even where
+            # both decided the same records: with other requests or ledgers, other verdicts).
+            # The state changelog can: decide nothing with the state of before.
+            log.info(
+                "committed offset moved while the partition's commit was in doubt; restoring its state",
+                extra={"partition": self.tp.partition, "known": known, "committed": committed},
+            )
+            await self.uses.restore(self)
 
     def _settle(self, committed: int) -> None:
         """The transaction whose commit failed: committed when the committed offset (final
@@ -421,7 +447,7 @@ class OwnedPartition:
             return
         phases.enter(METRICS)
         self.open = None
-        self.next_offset = txn.next_offset
+        self.next_offset = self.known_offset = txn.next_offset
         uses.committed(batch, updates, len(records), time.perf_counter() - started)
 
     def _fresh(self, records: list[Any]) -> list[Any]:
@@ -540,7 +566,7 @@ class OwnedPartition:
         self.queue = []
         self.open = None
         self.uses.fenced(self)
-        self.next_offset = None
+        self.next_offset = self.known_offset = None
         self.tombstones = set()
         fenced, self.producer = self.producer, None
         if fenced is not None:

@@ -283,6 +283,7 @@ class Worker:
             expires_of=self._expires_of,
             outputs=self._outputs,
             prepare=self._prepare,
+            restore=self._restore_again,
             committed=self._committed,
             aborted=self._aborted,
             fenced=self._fenced,
@@ -612,7 +613,9 @@ class Worker:
         started = time.perf_counter()
         failing = False
         backoff = 0.0
-        while not self._stop.is_set():
+        # Not for partitions given up meanwhile (a restore again runs outside the assignment,
+        # so a revoke waits for it).
+        while not self._stop.is_set() and not (owned and all(p.closing for p in owned)):
             error = await self._restore_once(partitions)
             if error is None:
                 break
@@ -639,6 +642,14 @@ class Worker:
                 "recovered": failing,
             },
         )
+
+    async def _restore_again(self, owned: OwnedPartition) -> None:
+        """``owned`` was taken over again after another owner committed it: its accepted
+        ledger misses what that owner accepted. Read it again from the state changelog, and
+        the partition's requests up to their end, as at assignment."""
+        partition = owned.tp.partition
+        self.ledger.drop_partitions({partition}, self._intake_count)
+        await self._restore({partition})
 
     async def _restore_once(self, partitions: set[int]) -> str | None:
         """One restore attempt; None when both reached the end offsets read now, else why not."""
