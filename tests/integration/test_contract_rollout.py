@@ -310,12 +310,16 @@ class TestTwoFolders:
 
 
 def _status(env: dict[str, str]) -> int:
+    import logging
     import os
 
     saved = dict(os.environ)
+    client_logs = logging.getLogger("aiokafka")
+    level = client_logs.level
     os.environ.update(env)
     try:
         return main(["contracts", "status"])
-    finally:
+    finally:  # the command quiets the Kafka client's logger: the tests after this one keep theirs
+        client_logs.setLevel(level)
         os.environ.clear()
         os.environ.update(saved)
