@@ -101,6 +101,8 @@ def _shapes(draw: st.DrawFn) -> dict[str, Any]:
     projection = [f"/data/{n}" for n in pointers]
     if "obj" in names and draw(st.booleans()):  # a nested pointer instead of the object itself
         projection = [p for p in projection if p != "/data/obj"] + ["/data/obj/x"]
+    if "objlist" in names and draw(st.booleans()):  # every item's member instead of the array
+        projection = [p for p in projection if p != "/data/objlist"] + ["/data/objlist/*/x"]
     spec: dict[str, Any] = {
         "tool": tool,
         "version": 1,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import yaml
 from toolgate.client import Answer
 from toolgate.gate._contracts import ContractSet
 from toolgate.mcp._import import import_listing
@@ -58,13 +59,118 @@ class TestImportedAndServed:
         assert served == sorted(t["name"] for t in listing(server)), proxy.refused
 
 
+GRAPH = {
+    "entities": [
+        {"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]},
+        {"name": "Analytical Engine", "entityType": "machine", "observations": []},
+    ],
+    "relations": [{"from": "Ada", "to": "Analytical Engine", "relationType": "programmed"}],
+}
+
+
+def graph_result(graph: dict[str, Any]) -> dict[str, Any]:
+    """A server-memory answer as it sends one: the JSON text beside structuredContent."""
+    return {"content": [{"type": "text", "text": json.dumps(graph, indent=2)}], "structuredContent": graph}
+
+
+def decided(contracts: ContractSet, tool: str, raw: dict[str, Any]) -> Any:
+    """The in-process decision on ``raw`` for a call of ``tool`` (its qualified name)."""
+    import asyncio
+    from datetime import UTC, datetime, timedelta
+
+    from toolgate.client import Request
+    from toolgate.mcp._decide import Decider
+
+    from tests.unit.worker_kit import CONFIG
+
+    now = datetime(2026, 7, 28, 12, 0, tzinfo=UTC)
+
+    async def run() -> Any:
+        request = Request(
+            request_id="req.graph0001",
+            tool=tool,
+            issued_at=now - timedelta(seconds=1),
+            expires_at=now + timedelta(seconds=60),
+            bind={},
+            attempt=1,
+            max_attempts=1,
+            answer=asyncio.get_running_loop().create_future(),
+        )
+        decider = Decider(tool.split(".")[0], contracts, None, CONFIG.topics, clock=lambda: now)
+        return decider.decide(
+            request,
+            raw,
+            adapter_version="1.0.0",
+            adapter="mcp-proxy",
+            signer=None,
+            source="mcp:memory",
+            traceparent=None,
+            tracestate=None,
+        )
+
+    return asyncio.run(run())
+
+
+class TestArraysOfRecords:
+    """Tools that answer lists of records (server-memory's graph) are imported with each item's
+    members projected through ``*``, and the agent gets every record, member by member."""
+
+    def test_graph_tools_project_every_member(self, tmp_path: Path) -> None:
+        """read_graph projects the entities' and relations' members, one pointer each, through '*'."""
+        contracts, _ = reviewed(tmp_path, "memory")
+        (contract,) = contracts.versions("memory.read_graph")
+        assert sorted(contract.spec.projection) == [
+            "/data/entities/*/entityType",
+            "/data/entities/*/name",
+            "/data/entities/*/observations",
+            "/data/relations/*/from",
+            "/data/relations/*/relationType",
+            "/data/relations/*/to",
+        ]
+
+    @pytest.mark.parametrize("tool", ["read_graph", "search_nodes", "open_nodes"])
+    def test_the_graph_reaches_the_agent(self, tool: str, tmp_path: Path) -> None:
+        """A graph result is accepted and the agent's data is the graph, records in order."""
+        contracts, _ = reviewed(tmp_path, "memory")
+        got = decided(contracts, f"memory.{tool}", graph_result(GRAPH))
+        assert got.verdict.outcome == "success", got.verdict
+        assert got.answer.data == GRAPH
+
+    def test_an_empty_graph_is_data_not_nothing(self, tmp_path: Path) -> None:
+        """No entities is an answer the agent can read: empty lists, not NOTHING_PASSED."""
+        contracts, _ = reviewed(tmp_path, "memory")
+        empty = {"entities": [], "relations": []}
+        got = decided(contracts, "memory.read_graph", graph_result(empty))
+        assert got.answer.data == empty
+
+    def test_an_undeclared_member_of_an_item_never_rides_along(self, tmp_path: Path) -> None:
+        """An item holding a member the outputSchema does not declare is refused, not passed."""
+        contracts, _ = reviewed(tmp_path, "memory")
+        hostile = json.loads(json.dumps(GRAPH))
+        hostile["entities"][1]["admin_override"] = True
+        got = decided(contracts, "memory.read_graph", graph_result(hostile))
+        assert (got.verdict.stage, got.verdict.code) == ("schema", "SCHEMA_VIOLATION")
+
+
 class TestNoEmptySuccess:
     """A success of which nothing may reach the host is never an empty success: lint names the
     contract at import, and the proxy answers NOTHING_PASSED."""
 
     def test_lint_names_what_projects_nothing(self, tmp_path: Path) -> None:
-        """server-memory's graph tools return arrays of objects: each is a nothing-projected finding."""
-        _, lines = reviewed(tmp_path, "memory")
+        """A tool answering only arrays of arrays projects nothing: a nothing-projected finding;
+        every tool of the reference servers projects something."""
+        tools = [*listing("memory")]
+        grid = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+        tools.append(
+            {
+                "name": "grid",
+                "inputSchema": {"type": "object"},
+                "outputSchema": {"type": "object", "properties": {"rows": {"type": "array", "items": grid}}},
+            }
+        )
+        lines: list[str] = []
+        import_listing(tmp_path, "memory", tools, out=lines.append)
+        mcp_kit.review(tmp_path)
         from toolgate.authoring._lint import lint_contracts
 
         flagged = {
@@ -72,19 +178,25 @@ class TestNoEmptySuccess:
             for f in lint_contracts(ContractSet.load(tmp_path))
             if f.rule == "nothing-projected"
         }
-        assert {"memory.read_graph", "memory.search_nodes", "memory.open_nodes"} <= flagged
-        assert "memory.delete_entities" not in flagged  # success and message project
+        assert flagged == {"memory.grid"}
         assert any("nothing-projected" in line for line in lines)
 
     def test_a_disabled_contract_is_settled(self, tmp_path: Path) -> None:
-        """Setting status: disabled (reviewed, not served) settles the finding."""
+        """A contract cut to no projection is a finding; status: disabled (reviewed, not served)
+        settles it."""
         reviewed(tmp_path, "memory")
         path = tmp_path / "memory.read_graph" / "v1" / "contract.yaml"
-        path.write_text(path.read_text().replace("\nstatus: active\n", "\nstatus: disabled\n"))
+        spec = yaml.safe_load(path.read_text())
+        path.write_text(yaml.safe_dump({**spec, "projection": []}, sort_keys=False))
         from toolgate.authoring._lint import lint_contracts
 
-        rules = {f.rule for f in lint_contracts(ContractSet.load(tmp_path)) if "memory.read_graph" in f.file}
-        assert "nothing-projected" not in rules
+        def rules() -> set[str]:
+            found = lint_contracts(ContractSet.load(tmp_path))
+            return {f.rule for f in found if "memory.read_graph" in f.file}
+
+        assert "nothing-projected" in rules()
+        path.write_text(path.read_text().replace("\nstatus: active\n", "\nstatus: disabled\n"))
+        assert "nothing-projected" not in rules()
 
     def test_an_empty_success_is_answered_nothing_passed(self) -> None:
         """An envelope with no data and no text reaches the host as NOTHING_PASSED, not content []."""

@@ -39,6 +39,7 @@ import jsonschema_rs
 
 from toolgate.authoring._dialect import Unclosable as Untranslatable
 from toolgate.authoring._dialect import to_draft_2020_12
+from toolgate.gate._contracts import EVERY_ITEM
 
 UPSTREAM_ID: Final = "urn:toolgate:upstream:"
 CLOSURE_ID: Final = "urn:toolgate:closure:"
@@ -497,11 +498,26 @@ def _position(skeleton: dict[str, Any], node: Any) -> Any:
     return node
 
 
+def _uniform_items(skeleton: dict[str, Any], position: Any) -> Any:
+    """The closure position of every item of the arrays admitted at ``position``, or None
+    where items differ by index (``prefixItems``) or no array is admitted."""
+    if not isinstance(position, dict) or "array" not in position.get("type", ()):
+        return None
+    if "prefixItems" in position or not isinstance(position.get("items"), dict):
+        return None
+    return _position(skeleton, position["items"])
+
+
 def at_path(skeleton: dict[str, Any], tokens: tuple[str, ...]) -> Any:
-    """The closure position of the member at instance path ``tokens`` (member names), or
-    None when the closure declares no such member."""
+    """The closure position of the member at instance path ``tokens`` (member names, and
+    ``*`` for every item of an array), or None when the closure declares no such member."""
     node = _position(skeleton, skeleton)
     for token in tokens:
+        if token == EVERY_ITEM:
+            node = _uniform_items(skeleton, node)
+            if node is None:
+                return None
+            continue
         properties = node.get("properties") if isinstance(node, dict) else None
         if not isinstance(properties, dict) or token not in properties:
             return None
@@ -530,10 +546,13 @@ def holds_leaves(skeleton: dict[str, Any], position: Any) -> bool:
 
 
 def leaves(skeleton: dict[str, Any], max_depth: int = 4) -> list[tuple[str, ...]]:
-    """Instance paths (member names) of every member, reached through objects at most
-    ``max_depth`` deep, whose every admitted value :func:`holds_leaves`: what an imported
-    contract projects. Judged on the closure, so that what it admits at a projected field
-    (every branch, ``prefixItems`` included) always fits the agent envelope."""
+    """Instance paths of every member, reached through objects at most ``max_depth`` member
+    names deep, whose every admitted value :func:`holds_leaves`: what an imported contract
+    projects. An array (or null) whose every item is an object is walked into through
+    ``*`` (every item): its items' members are projected one by one. Judged on the closure,
+    so that what it admits at a projected field (every branch, ``prefixItems`` included)
+    always fits the agent envelope. A member named ``*`` is never projected: its pointer
+    would read as every item."""
     out: list[tuple[str, ...]] = []
 
     def walk(node: Any, path: tuple[str, ...]) -> None:
@@ -542,10 +561,18 @@ def leaves(skeleton: dict[str, Any], max_depth: int = 4) -> list[tuple[str, ...]
         if path and holds_leaves(skeleton, node):
             out.append(path)
             return
+        depth = sum(token != EVERY_ITEM for token in path)
+        kinds = set(node.get("type", ()))
+        if path and kinds and kinds <= {"array", "null"} and depth < max_depth:
+            items = _uniform_items(skeleton, node)
+            if isinstance(items, dict) and set(items.get("type", ())) == {"object"}:
+                walk(items, (*path, EVERY_ITEM))
+            return
         properties = node.get("properties")
-        if "object" in node.get("type", ()) and isinstance(properties, dict) and len(path) < max_depth:
+        if "object" in kinds and isinstance(properties, dict) and depth < max_depth:
             for name, member in properties.items():
-                walk(_position(skeleton, member), (*path, name))
+                if name != EVERY_ITEM:
+                    walk(_position(skeleton, member), (*path, name))
 
     walk(_position(skeleton, skeleton), ())
     return out

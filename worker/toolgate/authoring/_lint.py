@@ -95,7 +95,7 @@ from urllib.parse import unquote
 
 import msgspec
 
-from toolgate.gate._contracts import MISSING, Contract, ContractSet, parse_pointer, resolve
+from toolgate.gate._contracts import EVERY_ITEM, MISSING, Contract, ContractSet, parse_pointer, resolve
 
 __all__ = [
     "Finding",
@@ -780,7 +780,8 @@ _IMPORTED_AT = ("$defs", "structuredContent")
 
 def _check_nothing_projected(contract: Contract, skeleton: dict[str, Any] | None) -> Iterator[Finding]:
     """An imported MCP contract whose outputSchema declares members of which none can be
-    projected (arrays of objects, objects nested past 4 levels): each success would reach
+    projected (arrays of arrays, items that differ by position, objects nested past 4
+    levels): each success would reach
     the agent empty, so the proxy answers it ``NOTHING_PASSED`` rather than an empty success."""
     if skeleton is None or contract.data_projection or contract.spec.status == "disabled":
         return
@@ -793,8 +794,9 @@ def _check_nothing_projected(contract: Contract, skeleton: dict[str, Any] | None
         file=str(contract.path),
         pointer="$.projection",
         rule="nothing-projected",
-        message="no member of the outputSchema can be projected (arrays of objects, objects deeper than "
-        "4 levels): every success would reach the agent empty, so mcp-proxy answers NOTHING_PASSED; "
+        message="no member of the outputSchema can be projected (arrays of arrays, items that differ by "
+        "position, objects deeper than 4 levels): every success would reach the agent empty, so "
+        "mcp-proxy answers NOTHING_PASSED; "
         "set status: disabled, or serve the tool from an outputSchema with scalar fields",
     )
 
@@ -901,14 +903,9 @@ def _free_text(level: list[tuple[str, Any]]) -> bool:
 
 def _nodes_at(doc: SchemaDocument, tokens: tuple[str, ...]) -> list[tuple[str, Any]]:
     """Every subschema (outside failure branches) applied to the value at ``tokens``."""
-    level = [(p, n) for p, n in doc.in_place("", doc.root) if not _is_failure_branch(n)]
+    level = _success_level(doc)
     for token in tokens:
-        found: list[tuple[str, Any]] = []
-        for pointer, node in level:
-            properties = node.get("properties")
-            if isinstance(properties, dict) and token in properties:
-                found.append((_join(pointer, "properties", token), properties[token]))
-        level = [pair for p, n in found for pair in doc.in_place(p, n)]
+        level = [pair for p, n in _declared(level, token) for pair in doc.in_place(p, n)]
     return level
 
 
@@ -968,6 +965,13 @@ def _check_envelope_fit(
             and skeleton is None
             and any(_admits(doc, p, n, kind, frozenset()) for p, n in entries)
         ]
+        for at, token in enumerate(tokens):  # each array projected item by item
+            if token == EVERY_ITEM and not sized and skeleton is None:
+                arrays = _entries_at(doc, tokens[:at])
+                if any(_admits(doc, p, n, "array", frozenset()) for p, n in arrays):
+                    full = parse_pointer(pointer)
+                    array = _join("", *full[: at + len(full) - len(tokens)])
+                    problems.append(f"in an array ({array}) of more than {_ENVELOPE_ITEMS} items")
         if skeleton is not None:  # what data may hold there is exactly what the closure admits
             position = at_path(skeleton, tuple(tokens))
             if position is not None and not holds_leaves(skeleton, position):
@@ -986,14 +990,10 @@ def _check_envelope_fit(
 
 def _entries_at(doc: SchemaDocument, tokens: tuple[str, ...]) -> list[tuple[str, Any]]:
     """The subschemas that declare the member at ``tokens`` (outside failure branches)."""
-    level = [(p, n) for p, n in doc.in_place("", doc.root) if not _is_failure_branch(n)]
+    level = _success_level(doc)
     found: list[tuple[str, Any]] = []
     for depth, token in enumerate(tokens):
-        found = []
-        for pointer, node in level:
-            properties = node.get("properties")
-            if isinstance(properties, dict) and token in properties:
-                found.append((_join(pointer, "properties", token), properties[token]))
+        found = _declared(level, token)
         if depth < len(tokens) - 1:
             level = [pair for p, n in found for pair in doc.in_place(p, n)]
     return found
@@ -1110,23 +1110,41 @@ def _is_failure_branch(node: dict[str, Any]) -> bool:
 
 def _declares(doc: SchemaDocument, tokens: tuple[str, ...]) -> bool:
     """Whether some path of subschemas, outside failure branches, declares ``tokens``."""
-    level = [(p, n) for p, n in doc.in_place("", doc.root) if not _is_failure_branch(n)]
+    level = _success_level(doc)
     for token in tokens:
-        found: list[tuple[str, Any]] = []
-        for pointer, node in level:
-            properties = node.get("properties")
-            if isinstance(properties, dict) and token in properties:
-                found.append((_join(pointer, "properties", token), properties[token]))
-            elif token.isdigit():
-                prefix = node.get("prefixItems")
-                if isinstance(prefix, list) and int(token) < len(prefix):
-                    found.append((_join(pointer, "prefixItems", token), prefix[int(token)]))
-                elif isinstance(node.get("items"), dict):
-                    found.append((_join(pointer, "items"), node["items"]))
-        level = [pair for p, n in found for pair in doc.in_place(p, n)]
+        found = _declared(level, token, indexes=True)
         if not found:
             return False
+        level = [pair for p, n in found for pair in doc.in_place(p, n)]
     return True
+
+
+def _success_level(doc: SchemaDocument) -> list[tuple[str, Any]]:
+    """The subschemas applied to the whole result, outside failure branches."""
+    return [(p, n) for p, n in doc.in_place("", doc.root) if not _is_failure_branch(n)]
+
+
+def _declared(level: list[tuple[str, Any]], token: str, *, indexes: bool = False) -> list[tuple[str, Any]]:
+    """The subschemas ``level`` declares for the member ``token``: a property, every item of
+    an array for ``*`` (``items`` and each ``prefixItems``), and with ``indexes`` the item a
+    digit token names."""
+    found: list[tuple[str, Any]] = []
+    for pointer, node in level:
+        properties = node.get("properties")
+        prefix = node.get("prefixItems")
+        if token == EVERY_ITEM:
+            if isinstance(node.get("items"), dict):
+                found.append((_join(pointer, "items"), node["items"]))
+            if isinstance(prefix, list):
+                found.extend((_join(pointer, "prefixItems", i), item) for i, item in enumerate(prefix))
+        elif isinstance(properties, dict) and token in properties:
+            found.append((_join(pointer, "properties", token), properties[token]))
+        elif indexes and token.isdigit():
+            if isinstance(prefix, list) and int(token) < len(prefix):
+                found.append((_join(pointer, "prefixItems", token), prefix[int(token)]))
+            elif isinstance(node.get("items"), dict):
+                found.append((_join(pointer, "items"), node["items"]))
+    return found
 
 
 # --- MCP: the pinned tool definition ----------------------------------------------------

@@ -271,6 +271,9 @@ def parse_pointer(pointer: str) -> Pointer:
 
 
 _MISSING: Any = object()
+# A projection pointer's token for "every item of this array": /data/entities/*/name gives
+# the agent data.entities, an array holding each item's name (toolgate.gate._project).
+EVERY_ITEM: Final = "*"
 
 
 def resolve(doc: Any, tokens: Pointer) -> Any:
@@ -404,8 +407,12 @@ class Contract:
         elif spec.text_pattern is not None:
             raise ContractError(where, "$.text_pattern", "only text/plain contracts take one")
         self.data_projection = tuple(
-            (p, _data_pointer(where, f"$.projection[{i}]", p)) for i, p in enumerate(spec.projection)
+            (p, _data_pointer(where, f"$.projection[{i}]", p, every_item=True))
+            for i, p in enumerate(spec.projection)
         )
+        for i, (pointer, tokens) in enumerate(self.data_projection):
+            if EVERY_ITEM in tokens:
+                _every_item_pointer(where, f"$.projection[{i}]", schema, pointer, tokens)
         # Projected fields the schema types as integers: a JSON number like 1.0, 1e0 or
         # -0.0 passes "type": "integer" and is emitted as the integer it equals.
         self.integer_fields = frozenset(
@@ -586,23 +593,37 @@ def _in_place(root: Any, node: Any) -> list[dict[str, Any]]:
     return found
 
 
-def _types_at(schema: Any, tokens: Pointer, *, items: bool = False) -> set[str]:
-    """The ``type`` names of the subschemas at ``tokens`` (or of their array items)."""
+def item_schemas(node: Mapping[str, Any]) -> list[Any]:
+    """The subschemas ``node`` applies to its array's items: ``items`` and every ``prefixItems``."""
+    found = [node["items"]] if isinstance(node.get("items"), dict) else []
+    prefix = node.get("prefixItems")
+    return found + (list(prefix) if isinstance(prefix, list) else [])
+
+
+def _level_at(schema: Any, tokens: Pointer) -> list[dict[str, Any]]:
+    """The subschemas applied to the value at ``tokens``; :data:`EVERY_ITEM` steps into items."""
     level = _in_place(schema, schema)
     for token in tokens:
         below: list[dict[str, Any]] = []
         for node in level:
+            if token == EVERY_ITEM:
+                for item in item_schemas(node):
+                    below += _in_place(schema, item)
+                continue
             members = node.get("properties")
             if isinstance(members, dict) and token in members:
                 below += _in_place(schema, members[token])
         level = below
-    if items:
-        level = [
-            n
-            for node in level
-            if isinstance(node.get("items"), dict)
-            for n in _in_place(schema, node["items"])
-        ]
+    return level
+
+
+def _types_at(schema: Any, tokens: Pointer, *, items: bool = False) -> set[str]:
+    """The ``type`` names of the subschemas at ``tokens`` (or of their array items)."""
+    level = _level_at(schema, (*tokens, EVERY_ITEM) if items else tokens)
+    return _type_names(level)
+
+
+def _type_names(level: list[dict[str, Any]]) -> set[str]:
     types: set[str] = set()
     for node in level:
         kind = node.get("type")
@@ -651,14 +672,60 @@ def compile_text_pattern(pattern: str, where: str, path: str) -> TextPattern:
     return compiled
 
 
-def _data_pointer(where: str, path: str, pointer: str) -> Pointer:
+def _data_pointer(where: str, path: str, pointer: str, *, every_item: bool = False) -> Pointer:
     try:
         tokens = parse_pointer(pointer)
     except ValueError as exc:
         raise ContractError(where, path, str(exc)) from exc
     if len(tokens) < 2 or tokens[0] != "data":
         raise ContractError(where, path, f"pointer {pointer!r} must point inside /data")
+    if EVERY_ITEM in tokens and not every_item:
+        raise ContractError(
+            where,
+            path,
+            f"pointer {pointer!r}: '{EVERY_ITEM}' (every item of an array) is for projection only",
+        )
     return tokens
+
+
+def _every_item_pointer(where: str, path: str, schema: Any, pointer: str, tokens: Pointer) -> None:
+    """Each ``*`` of a projection pointer stands where the schema holds an array (or null)
+    of objects with one schema for every item, and a member name follows it: the agent gets
+    an array of closed objects, each holding the named members of one item. Judged on the
+    ``type`` keywords this walk reaches (a reference into an embedded resource it cannot
+    follow leaves the place untyped, and the closed output schema still refuses any item
+    that is not an object).
+
+    Raises:
+        ContractError: naming the pointer and what the schema says there.
+    """
+    for at, token in enumerate(tokens):
+        if token != EVERY_ITEM:
+            continue
+        if at == len(tokens) - 1:
+            raise ContractError(
+                where,
+                path,
+                f"{pointer} ends in '{EVERY_ITEM}': project an array of scalars by its own pointer, "
+                f"or name the items' members ({pointer}/<member>)",
+            )
+        array = _level_at(schema, tokens[:at])
+        kinds = _type_names(array)
+        shown = "/" + "/".join(tokens[:at])
+        if kinds and not ("array" in kinds and kinds <= {"array", "null"}):
+            message = f"{pointer}: the schema must type {shown} as an array, not {sorted(kinds)}"
+            raise ContractError(where, path, message)
+        if any(isinstance(node.get("prefixItems"), list) for node in array):
+            raise ContractError(
+                where, path, f"{pointer}: '{EVERY_ITEM}' needs one schema for every item, not prefixItems"
+            )
+        items = _type_names(_level_at(schema, tokens[: at + 1]))
+        if items and items != {"object"}:
+            raise ContractError(
+                where,
+                path,
+                f"{pointer}: the schema must type the items of {shown} as objects, not {sorted(items)}",
+            )
 
 
 def _no_overlaps(where: str, projection: tuple[tuple[str, Pointer], ...]) -> None:

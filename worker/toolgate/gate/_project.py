@@ -8,7 +8,10 @@ schema generated from the contract before it may leave.
 
 Projected leaves must be scalars or arrays of scalars: a contract that points at
 an object has to name that object's fields one by one, so a new upstream field
-can never ride along.
+can never ride along. An array of objects is projected the same way, through
+the ``*`` token: ``/data/entities/*/name`` and ``/data/entities/*/type`` give
+``data.entities``, an array of fresh objects, one per item in the same order,
+each holding only that item's ``name`` and ``type``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolgate._errors import RejectedInput
-from toolgate.gate._contracts import MISSING, Contract, compile_schema, resolve
+from toolgate.gate._contracts import EVERY_ITEM, Contract, Pointer, compile_schema, resolve
 
 SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 _SCALAR_TYPES = ["string", "number", "boolean", "null"]
@@ -47,15 +50,26 @@ _FAILURE = {
 }
 
 
+def _closed_object() -> dict[str, Any]:
+    return {"type": "object", "properties": {}, "additionalProperties": False}
+
+
 def output_schema(contract: Contract) -> dict[str, Any]:
     """The closed schema every agent envelope for ``contract`` must satisfy."""
-    data: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+    data = _closed_object()
     for _, tokens in contract.data_projection:
         node = data
-        for token in tokens[1:-1]:
-            node = node["properties"].setdefault(
-                token, {"type": "object", "properties": {}, "additionalProperties": False}
-            )
+        for at in range(1, len(tokens) - 1):
+            if tokens[at] == EVERY_ITEM:
+                continue  # its array was made by the token before it
+            if tokens[at + 1] == EVERY_ITEM:
+                array = node["properties"].setdefault(
+                    tokens[at],
+                    {"type": ["array", "null"], "maxItems": _LEAF["maxItems"], "items": _closed_object()},
+                )
+                node = array["items"]
+            else:
+                node = node["properties"].setdefault(tokens[at], _closed_object())
         node["properties"][tokens[-1]] = _LEAF
     success: dict[str, Any] = {
         "type": "object",
@@ -106,9 +120,10 @@ class Projector:
     def __init__(self, contract: Contract) -> None:
         self.contract = contract
         self.tool = contract.spec.tool
-        self.fields = tuple(tokens for _, tokens in contract.data_projection)
+        self.fields = _plan(contract)
         # The common case, every pointer one level under /data: copy by name.
-        self.flat = tuple(t[1] for t in self.fields) if all(len(t) == 2 for t in self.fields) else None
+        pointers = [tokens for _, tokens in contract.data_projection]
+        self.flat = tuple(t[1] for t in pointers) if all(len(t) == 2 for t in pointers) else None
         self.display = contract.display
         self.integer_fields = contract.integer_fields
         self.integer_items = contract.integer_items
@@ -128,15 +143,16 @@ class Projector:
         data: dict[str, Any] = {}
         source = envelope.get("data")  # absent: a text-only result, whose data is empty
         flat = self.flat
-        if flat is not None and isinstance(source, dict):
-            for name in flat:
-                if name in source:
-                    value = source[name]
-                    data[name] = list(value) if isinstance(value, list) else value
-        else:
-            self._copy_nested(envelope, data)
-        if self.integers:
-            self._integers(data)
+        if flat is not None:
+            if isinstance(source, dict):
+                for name in flat:
+                    if name in source:
+                        value = source[name]
+                        data[name] = list(value) if isinstance(value, list) else value
+            if self.integers:
+                self._integers(data)
+        elif isinstance(source, dict):
+            data = _copy(source, self.fields)
         out: dict[str, Any] = {
             "tool": self.tool,
             "request_id": request_id,
@@ -157,34 +173,85 @@ class Projector:
             raise _unsafe()
         return out
 
-    def _copy_nested(self, envelope: Any, data: dict[str, Any]) -> None:
-        for tokens in self.fields:
-            value = resolve(envelope, tokens)
-            if value is MISSING:
-                continue  # an optional field the result left out
-            node = data
-            for token in tokens[1:-1]:
-                node = node.setdefault(token, {})
-            node[tokens[-1]] = list(value) if isinstance(value, list) else value
-
     def _integers(self, data: dict[str, Any]) -> None:
-        """Integer-typed fields hold ints: 1.0, 1e0 and -0.0 become 1, 1 and 0."""
+        """Integer-typed fields hold ints: 1.0, 1e0 and -0.0 become 1, 1 and 0 (flat fields;
+        nested ones are converted as :func:`_copy` copies them)."""
         for tokens, items in self.integers:
-            node: Any = data
-            for token in tokens[1:-1]:
-                node = node.get(token) if isinstance(node, dict) else None
-            if not isinstance(node, dict) or tokens[-1] not in node:
+            name = tokens[-1]
+            if name not in data:
                 continue
-            value = node[tokens[-1]]
+            value = data[name]
             if items and isinstance(value, list):
-                node[tokens[-1]] = [_integer(v) for v in value]
+                data[name] = [_integer(v) for v in value]
             elif not items:
-                node[tokens[-1]] = _integer(value)
+                data[name] = _integer(value)
 
     def check(self, out: dict[str, Any]) -> None:
         """Refuse to emit anything the closed output schema does not allow."""
         if not self.is_valid(out):
             raise _unsafe()
+
+
+# What to copy of one object: member name -> a leaf (0: as it is, 1: an integer, 2: an
+# array of integers), the plan of a nested object (a dict), or the plan of each item of an
+# array of objects (a one-item list holding that plan).
+Plan = dict[str, Any]
+_AS_IS, _INTEGER, _INTEGER_ITEMS = 0, 1, 2
+
+
+def _plan(contract: Contract) -> Plan:
+    """The projection of ``contract`` as one tree, built once per contract."""
+    plan: Plan = {}
+    for _, tokens in contract.data_projection:
+        node = plan
+        at = 1
+        while at < len(tokens) - 1:
+            name = tokens[at]
+            if tokens[at + 1] == EVERY_ITEM:
+                node = node.setdefault(name, [{}])[0]
+                at += 2
+            else:
+                node = node.setdefault(name, {})
+                at += 1
+        node[tokens[-1]] = _leaf_kind(contract, tokens)
+    return plan
+
+
+def _leaf_kind(contract: Contract, tokens: Pointer) -> int:
+    if tokens in contract.integer_fields:
+        return _INTEGER
+    return _INTEGER_ITEMS if tokens in contract.integer_items else _AS_IS
+
+
+def _copy(source: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    """A fresh object holding what ``plan`` names of ``source``: an optional member the
+    result left out (or an object that holds none of the planned members) is left out,
+    an array of objects keeps every item, in order, each copied by the items' plan."""
+    out: dict[str, Any] = {}
+    for name, step in plan.items():
+        if name not in source:
+            continue
+        value = source[name]
+        if type(step) is int:
+            if step == _INTEGER:
+                out[name] = _integer(value)
+            elif isinstance(value, list):
+                out[name] = [_integer(v) for v in value] if step == _INTEGER_ITEMS else list(value)
+            else:
+                out[name] = value
+        elif type(step) is list:
+            if isinstance(value, list):
+                out[name] = [_copy(item, step[0]) if isinstance(item, dict) else item for item in value]
+            elif value is None:
+                out[name] = None
+        else:
+            if isinstance(value, list):  # an index token (/data/list/0/name) names one item
+                value = {k: value[int(k)] for k in step if k.isdigit() and int(k) < len(value)}
+            if isinstance(value, dict):
+                inner = _copy(value, step)
+                if inner:
+                    out[name] = inner
+    return out
 
 
 def _integer(value: Any) -> Any:

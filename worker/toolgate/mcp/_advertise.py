@@ -20,7 +20,14 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from toolgate.gate._contracts import Contract, declared_names, parse_pointer, resolve
+from toolgate.gate._contracts import (
+    EVERY_ITEM,
+    Contract,
+    declared_names,
+    item_schemas,
+    parse_pointer,
+    resolve,
+)
 
 LEAF_MAX_LENGTH = 4096  # the projection's closed leaf (gate/_project.py _LEAF)
 LEAF_MAX_ITEMS = 1000
@@ -169,7 +176,9 @@ def advertised_output_schema(contract: Contract) -> dict[str, Any] | None:
     data_nodes = _success_data(root)
     for _, tokens in contract.data_projection:
         node, nodes = top, data_nodes
-        for depth, token in enumerate(tokens[1:], start=1):
+        at = 1
+        while at < len(tokens):
+            token = tokens[at]
             below = [
                 n
                 for parent in nodes
@@ -181,19 +190,38 @@ def advertised_output_schema(contract: Contract) -> dict[str, Any] | None:
                 node.setdefault("required", [])
                 if token not in node["required"]:
                     node["required"].append(token)
-            if depth == len(tokens) - 1:
+            if at == len(tokens) - 1:
                 node["properties"][token] = _leaf(root, below)
+            elif tokens[at + 1] == EVERY_ITEM:  # an array of objects, projected item by item
+                node = node["properties"].setdefault(token, _array_of_objects(below))["items"]
+                nodes = [n for parent in below for item in item_schemas(parent) for n in _applied(root, item)]
+                at += 2
+                continue
             else:
-                node = node["properties"].setdefault(
-                    token, {"type": "object", "properties": {}, "additionalProperties": False}
-                )
+                node = node["properties"].setdefault(token, _closed_object())
             nodes = below
+            at += 1
     _prune_required(top)
     defs = root.get("$defs")
     bounds = _closure_bounds(defs.get("structuredContent")) if isinstance(defs, dict) else None
     if bounds is not None:  # the closure's bounds hold everywhere: never advertise looser ones
         _clamp(top, *bounds)
     return top
+
+
+def _closed_object() -> dict[str, Any]:
+    return {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _array_of_objects(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The advertised array whose items the projection copies member by member: its bounds
+    on the count, never ``uniqueItems``, ``const`` or ``enum`` (items that differed only in a
+    member left out are equal once projected)."""
+    out = _bounded(nodes, _types(nodes) & {"array", "null"}, items=False)
+    for keyword in ("uniqueItems", "const", "enum"):
+        out.pop(keyword, None)
+    out["items"] = _closed_object()
+    return out
 
 
 def _closure_bounds(schema: Any) -> tuple[int, int] | None:
@@ -318,6 +346,8 @@ def _prune_required(node: dict[str, Any]) -> bool:
     for name, child in members.items():
         if name not in kept and child.get("type") == "object":
             _prune_required(child)
+        elif isinstance(child.get("items"), dict) and child["items"].get("type") == "object":
+            _prune_required(child["items"])  # each item of an array of objects, on its own
     if kept:
         node["required"] = kept
     else:
