@@ -125,15 +125,8 @@ def calls(server: str, work: Path) -> list[tuple[str, dict[str, Any]]]:
 # one the proxy neither lists nor drives (TASK_REQUIRED).
 REFUSED: dict[str, dict[str, str]] = {
     "everything": {"gzip-file-as-resource": "NOTHING_PASSED", "simulate-research-query": "TASK_REQUIRED"},
-    "filesystem": {"read_media_file": "NOTHING_PASSED"},
-    "memory": {
-        "create_entities": "NOTHING_PASSED",
-        "create_relations": "NOTHING_PASSED",
-        "add_observations": "NOTHING_PASSED",
-        "read_graph": "NOTHING_PASSED",
-        "search_nodes": "NOTHING_PASSED",
-        "open_nodes": "NOTHING_PASSED",
-    },
+    "filesystem": {},
+    "memory": {},
     "git": {},
 }
 SERVERS = tuple(REFUSED)
@@ -196,6 +189,7 @@ class TestReferenceServers:
         """The MCP SDK's client, through the in-process proxy, gets data or the documented refusal."""
         work, cmd, root, tools, cfg = await set_up(server, config, tmp_path)
         got: dict[str, str] = {}
+        structured: dict[str, Any] = {}
         env = {"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}
         target = with_upstream_env(stdio_server(cmd), ["MEMORY_FILE_PATH"], env)
         options = ProxyOptions(wait_s=30, upstream_timeout_s=30)
@@ -207,8 +201,21 @@ class TestReferenceServers:
                 for name, arguments in calls(server, work):
                     result = await host.call_tool(name, arguments)
                     got[name] = answer_of(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+                    structured[name] = result.structured_content
         expected = {name: REFUSED[server].get(name, "data") for name, _ in calls(server, work)}
         assert got == expected
+        if server == "memory":  # lists of records arrive whole, record by record
+            graph = structured["read_graph"]
+            assert [e["name"] for e in graph["entities"]] == ["toolgate", "kafka"]
+            assert graph["relations"] == [{"from": "toolgate", "to": "kafka", "relationType": "reads"}]
+            assert structured["open_nodes"]["entities"][0]["observations"] == ["gates results", "is tested"]
+        if server == "filesystem":
+            (image,) = structured["read_media_file"]["content"]
+            assert (image["type"], image["mimeType"], image["data"]) == (
+                "image",
+                "image/png",
+                base64.b64encode(PNG).decode(),
+            )
         assert set(got) == {t["name"] for t in tools}
 
     @pytest.mark.parametrize("server", SERVERS)

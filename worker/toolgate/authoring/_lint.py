@@ -43,7 +43,7 @@ Rules (``Finding.rule``)::
                           upstream text passes (mcp.text_max_length); setting status:
                           active marks them reviewed
     nothing-projected     (imported MCP contracts) the outputSchema declares members and none
-                          can be projected (arrays of objects): every success would be empty
+                          can be projected (arrays of arrays): every success would be empty
     input-*               (MCP contracts) the pinned input schema held to the rules above
                           (input-open-object, input-unbounded-string, ...): arguments are
                           closed and bounded like results

@@ -931,7 +931,7 @@ class Proxy:
 
     def _answered(self, answer: Answer, *, structured: bool) -> Any:
         """The host's result (:func:`host_result`), or ``NOTHING_PASSED`` where a success would
-        reach the host empty: no projected data and no text (a result of arrays of objects the
+        reach the host empty: no projected data and no text (a result of arrays of arrays the
         contract cannot project, or of resource, image or audio blocks only). An agent then
         tells "nothing passed" from "nothing there"."""
         result = host_result(answer, structured=structured)
