@@ -13,7 +13,8 @@ from toolgate.gate import ContractSet, Gate
 from toolgate.gate._project import Projector
 from toolgate.mcp._advertise import advertised_output_schema
 
-from tests.unit.gate.test_gate import NOW, REQUEST_ID, agent, message, review_request, write_contract
+from tests.unit.builders import NOW, REQUEST_ID, message, review_request
+from tests.unit.gate.test_gate import write_contract
 
 RUN = {
     "type": "object",
@@ -90,6 +91,11 @@ def contracts(root: Path, projection: list[str], runs: dict[str, Any] = RUNS, ex
         schema("runs", runs),
     )
     return ContractSet.load(root)
+
+
+def agent(verdict: Any) -> Any:
+    """The agent envelope of a verdict, decoded."""
+    return json.loads(verdict.agent)
 
 
 def decide(contract_set: ContractSet, data: dict[str, Any]) -> Any:

@@ -139,7 +139,7 @@ class TestArraysOfRecords:
     def test_an_empty_graph_is_data_not_nothing(self, tmp_path: Path) -> None:
         """No entities is an answer the agent can read: empty lists, not NOTHING_PASSED."""
         contracts, _ = reviewed(tmp_path, "memory")
-        empty = {"entities": [], "relations": []}
+        empty: dict[str, list[Any]] = {"entities": [], "relations": []}
         got = decided(contracts, "memory.read_graph", graph_result(empty))
         assert got.answer.data == empty
 
