@@ -102,7 +102,7 @@ async def ended(process: asyncio.subprocess.Process, seconds: float) -> bool:
 
 async def run_suite(url: str, out: Path) -> Run:
     """The suite's server scenarios (its default, active suite) against ``url``, bounded."""
-    log = out.with_suffix(".log")
+    log = out.with_name(f"{out.name}-suite.log")
     command = [str(node_kit.node22()), str(node_kit.CONFORMANCE), "server", "--url", url, "-o", str(out)]
     suite = await start(command, log)
     finished = await ended(suite, SUITE_BOUND_S)
@@ -143,7 +143,7 @@ async def import_everything(url: str, root: Path, env: dict[str, str]) -> None:
     """Every tool the upstream at ``url`` lists imported under ``root`` (none refused) by
     ``toolgate contracts import-mcp``, then reviewed: set active, its text let through."""
     command = [str(TOOLGATE), "contracts", "import-mcp", "--url", url, "--server", SERVER]
-    log = root.with_suffix(".log")
+    log = root.with_name(f"{root.name}-import.log")
     importing = await start([*command, "--contracts", str(root)], log, env)
     assert await ended(importing, COMMAND_BOUND_S), f"the import ran over {COMMAND_BOUND_S:g}s"
     said = await asyncio.to_thread(tail, log)
@@ -173,8 +173,8 @@ class TestConformance:
     those docs/mcp.md lists as refused by design; the figures are the ones the page gives."""
 
     async def test_bare_and_through_the_proxy(self, config: Config, tmp_path: Path) -> None:
-        """Bare, then through the proxy: the scenarios lost are exactly the documented refusals, the
-        documented passes pass, and both runs' figures are the page's."""
+        """Bare, then through the proxy serving every imported tool: the scenarios lost are exactly
+        the documented refusals, the documented passes pass, and both runs' figures are the page's."""
         docs = documented()
         node = str(node_kit.node22())
         upstream_port, proxy_port = free_port(), free_port()
@@ -195,6 +195,10 @@ class TestConformance:
             ]  # fmt: skip
             async with serving(proxy_command, proxy_port, tmp_path / "proxy.log", env):
                 proxied = await run_suite(proxy_url, tmp_path / "proxy")
+        imported = {path.name for path in (tmp_path / "contracts").iterdir() if path.is_dir()}
+        said = (tmp_path / "proxy.log").read_text(errors="replace").splitlines()
+        serving_line = next((line for line in said if line.startswith("toolgate mcp-proxy: serving ")), "")
+        assert set(serving_line.removeprefix("toolgate mcp-proxy: serving ").split(", ")) == imported, said
         print(f"\nconformance {figures('server-everything itself', bare)}")
         print(f"conformance {figures('through the proxy', proxied)}")
         print(f"conformance lost through the proxy: {sorted(bare.passed() - proxied.passed())}")
