@@ -35,10 +35,12 @@ def reviewed(tmp_path: Path) -> ContractSet:
     return imported(tmp_path, ["deploy_status"])
 
 
-def issued(rid: str = "req.decide0001", *, bind: dict[str, Any] | None = None, attempt: int = 1) -> Request:
+def issued(
+    rid: str = "req.decide0001", *, bind: dict[str, Any] | None = None, attempt: int = 1, tool: str = TOOL
+) -> Request:
     return Request(
         request_id=rid,
-        tool=TOOL,
+        tool=tool,
         issued_at=NOW - timedelta(seconds=1),
         expires_at=NOW + timedelta(seconds=60),
         bind=bind or {},

@@ -5,6 +5,7 @@ and the proxy's start-up, without a broker."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
 from typing import Any, cast
@@ -75,38 +76,14 @@ def graph_result(graph: dict[str, Any]) -> dict[str, Any]:
 
 def decided(contracts: ContractSet, tool: str, raw: dict[str, Any]) -> Any:
     """The in-process decision on ``raw`` for a call of ``tool`` (its qualified name)."""
-    import asyncio
-    from datetime import UTC, datetime, timedelta
-
-    from toolgate.client import Request
     from toolgate.mcp._decide import Decider
 
+    from tests.unit.mcp.test_mcp_decide import NOW, decide, issued
     from tests.unit.worker_kit import CONFIG
 
-    now = datetime(2026, 7, 28, 12, 0, tzinfo=UTC)
-
     async def run() -> Any:
-        request = Request(
-            request_id="req.graph0001",
-            tool=tool,
-            issued_at=now - timedelta(seconds=1),
-            expires_at=now + timedelta(seconds=60),
-            bind={},
-            attempt=1,
-            max_attempts=1,
-            answer=asyncio.get_running_loop().create_future(),
-        )
-        decider = Decider(tool.split(".")[0], contracts, None, CONFIG.topics, clock=lambda: now)
-        return decider.decide(
-            request,
-            raw,
-            adapter_version="1.0.0",
-            adapter="mcp-proxy",
-            signer=None,
-            source="mcp:memory",
-            traceparent=None,
-            tracestate=None,
-        )
+        decider = Decider(tool.split(".")[0], contracts, None, CONFIG.topics, clock=lambda: NOW)
+        return decide(decider, issued(tool=tool), raw)
 
     return asyncio.run(run())
 

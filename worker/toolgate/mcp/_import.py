@@ -698,25 +698,6 @@ class Planned:
         return Imported(self.tool, self.folder, "draft", self.previous, notes=list(self.notes))
 
 
-def import_tool(
-    root: Path,
-    server: str,
-    tool: dict[str, Any],
-    *,
-    max_string: int = DEFAULT_MAX_STRING,
-    max_items: int = DEFAULT_MAX_ITEMS,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> Imported:
-    """Write the next contract version of one listed tool, whole or not at all.
-
-    Raises:
-        Refused: the tool cannot be imported (one line: the tool and why).
-    """
-    return plan_tool(
-        root, server, tool, max_string=max_string, max_items=max_items, max_bytes=max_bytes
-    ).write()
-
-
 def plan_tool(
     root: Path,
     server: str,
@@ -1191,7 +1172,6 @@ __all__ = [
     "example",
     "fetch_listing",
     "import_listing",
-    "import_tool",
     "listing_from_json",
     "projection",
     "read_listing",
