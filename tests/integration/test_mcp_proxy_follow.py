@@ -1,0 +1,174 @@
+"""`toolgate mcp-proxy --contracts kafka:` follows the contracts topic while it serves, on the
+real broker: in front of mcp-server-time from PyPI, the SDK's client as the host, a new
+generation published with `toolgate contracts publish --to topic` decides the next call
+without a restart, and `toolgate contracts status` lists the proxy with its set."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import mcp.types as types
+import yaml
+from mcp import Client as McpClient
+from toolgate._config import Config
+
+from tests import ROOT
+from tests.integration.test_mcp_proxy import (  # noqa: F401  (time_contracts: a fixture)
+    TIME_TOOL,
+    request_id_of,
+    time_contracts,
+)
+from tests.integration.worker_kit import KEYRING, Record, read_all
+
+TIME_COMMAND = f"{Path(sys.executable).parent / 'mcp-server-time'} --local-timezone UTC"
+
+
+def toolgate(config_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """One toolgate command with the test's configuration file and nothing else of the environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "toolgate", *args, "--config", str(config_file)],
+        env=minimal_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def minimal_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def config_file(cfg: Config, path: Path) -> Path:
+    """The TOML a host would name with --config: the test's broker, group, topics and keyring."""
+    topics = "\n".join(
+        f'{role} = "{name}"'
+        for role, name in zip(cfg.topics.__struct_fields__, cfg.topics.names(), strict=True)
+    )
+    path.write_text(
+        f'bootstrap = "{cfg.bootstrap}"\ngroup_id = "{cfg.group_id}"\nkeyring = "{KEYRING}"\n'
+        f"contracts_watch_seconds = 0.5\nmembers_refresh_seconds = 1\n[topics]\n{topics}\n"
+    )
+    return path
+
+
+def revised(contracts: Path, root: Path) -> Path:
+    """``contracts`` plus the compatible revision v1.1 of get_current_time (the same files)."""
+    shutil.copytree(contracts, root)
+    folder = root / TIME_TOOL / "v1.1"
+    shutil.copytree(root / TIME_TOOL / "v1", folder)
+    spec = yaml.safe_load((folder / "contract.yaml").read_text())
+    spec["minor"] = 1
+    (folder / "contract.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return root
+
+
+async def until(condition: Callable[[], bool], seconds: float) -> None:
+    """Wait, bounded, for ``condition`` (run off the event loop: the host's session goes on)."""
+    async with asyncio.timeout(seconds):
+        while True:
+            if await asyncio.to_thread(condition):
+                return
+            await asyncio.sleep(0.2)
+
+
+def decided(cfg: Config, records: list[Record], rid: str) -> tuple[str, str, bytes]:
+    """The call's audit decision: the contract version that decided it, the set on the agent
+    envelope, and the generation its request record names."""
+    (audit,) = [json.loads(r.value or b"") for r in records if r.topic == cfg.topics.audit and r.key == rid]
+    (agent,) = [r for r in records if r.topic == cfg.topics.agent and r.key == rid]
+    (request,) = [r for r in records if r.topic == cfg.topics.requests and r.key == rid]
+    return (
+        audit["contract"],
+        agent.headers["tg-contract-set"].decode(),
+        request.headers["tg-contract-generation"],
+    )
+
+
+async def written(cfg: Config) -> list[Record]:
+    out: list[Record] = []
+    for topic in (cfg.topics.audit, cfg.topics.agent, cfg.topics.requests):
+        out += await read_all(cfg, topic)
+    return out
+
+
+class TestFollowingTheTopic:
+    """A proxy started with --contracts kafka: keeps serving while a new generation is
+    published, and the next call is decided by it."""
+
+    async def test_a_new_generation_decides_the_next_call(
+        self,
+        config: Config,
+        time_contracts: Path,  # noqa: F811
+        tmp_path: Path,
+    ) -> None:
+        """Generation 1 serves get_current_time v1; `contracts publish --to topic` of generation
+        2 (adding v1.1) while the host stays connected; once the proxy's member record names
+        generation 2, the next call is decided by v1.1, its envelope stamped g2-..., its request
+        record tg-contract-generation 2; `contracts status` lists the proxy with that set."""
+        cfg_file = config_file(config, tmp_path / "toolgate.toml")
+        publish = ("contracts", "publish", "--to", "topic", "--publisher-key", "sample-publisher")
+        one = toolgate(cfg_file, *publish, "--contracts", str(time_contracts))
+        assert one.returncode == 0, one.stderr
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        stderr = tmp_path / "stderr.txt"
+        command = [
+            sys.executable, "-m", "toolgate", "mcp-proxy", "--config", str(cfg_file), "--contracts", "kafka:",
+            "--server", "time", "--upstream-command", TIME_COMMAND, "--listen", f"http://127.0.0.1:{port}/mcp",
+        ]  # fmt: skip
+        with stderr.open("wb") as err:
+            proxy = await asyncio.create_subprocess_exec(
+                *command, env=minimal_env(), cwd=ROOT, stdin=subprocess.DEVNULL, stderr=err
+            )
+        try:
+            async with asyncio.timeout(60):
+                while True:
+                    try:
+                        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    except OSError:
+                        assert proxy.returncode is None, stderr.read_text()
+                        await asyncio.sleep(0.1)
+                        continue
+                    writer.close()
+                    break
+            async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
+                first = await host.call_tool("get_current_time", {"timezone": "UTC"})
+                two_folder = revised(time_contracts, tmp_path / "two")
+                two = await asyncio.to_thread(toolgate, cfg_file, *publish, "--contracts", str(two_folder))
+                assert two.returncode == 0, two.stderr
+                status: list[str] = []
+
+                def says_generation_2() -> bool:
+                    done = toolgate(cfg_file, "contracts", "status")
+                    status[:] = done.stdout.splitlines()
+                    return any("mcp-proxy:time@" in line and "generation 2 " in line for line in status)
+
+                await until(says_generation_2, 60)
+                second = await host.call_tool("get_current_time", {"timezone": "Europe/Paris"})
+                assert proxy.returncode is None  # the same process, the same host session
+        finally:
+            proxy.terminate()
+            await proxy.wait()
+        for result in (first, second):
+            assert isinstance(result, types.CallToolResult)
+            assert not result.is_error, result.content
+        records = await written(config)
+        v1, set1, gen1 = decided(config, records, request_id_of(first))
+        v2, set2, gen2 = decided(config, records, request_id_of(second))
+        assert (v1, set1[:3], gen1) == (f"{TIME_TOOL}@v1", "g1-", b"1")
+        assert (v2, set2[:3], gen2) == (f"{TIME_TOOL}@v1.1", "g2-", b"2")
+        assert any(set2 in line and "mcp-proxy:time@" in line for line in status), status
+        lines = stderr.read_text()
+        assert f"contract set {set2} decides from now on" in lines
