@@ -166,8 +166,11 @@ COMMANDS: tuple[Command, ...] = (
         "retryable flag (INVALID_RESPONSE for a rejected result).\n"
         "Other fixed codes: UNKNOWN_TOOL, TOOL_DRAFT, TOOL_DISABLED, TOOL_NOT_SERVED,\n"
         "UPSTREAM_ERROR, UPSTREAM_TIMEOUT, GATE_TIMEOUT, BROKER_UNAVAILABLE, PROXY_BUSY,\n"
-        "PAYLOAD_TOO_LARGE, PROXY_ERROR. A tools/list over 100 pages, 10000 tools or 8 MiB\n"
-        "stops the start-up (exit 2) and, later, withdraws every tool until one can be read.\n"
+        "PAYLOAD_TOO_LARGE, PROXY_ERROR, CONTRACTS_BEHIND. A tools/list over 100 pages, 10000\n"
+        "tools or 8 MiB stops the start-up (exit 2) and, later, withdraws every tool until one\n"
+        "can be read. With --contracts kafka: or registry+URL the proxy follows the set there\n"
+        "while it runs (every TOOLGATE_CONTRACTS_WATCH_SECONDS, and before a call of a tool it\n"
+        "does not serve) and, deciding in process, is listed by toolgate contracts status.\n"
         "Prints the broker, contracts folder and topics it uses on stderr at start-up.\n"
         "Needs pip install 'toolgate[mcp]' (and, with --decide worker, a running worker).",
         (
