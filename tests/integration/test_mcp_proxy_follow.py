@@ -9,10 +9,8 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import mcp.types as types
@@ -26,6 +24,7 @@ from tests.integration.test_mcp_proxy import (  # noqa: F401  (time_contracts: a
     request_id_of,
     time_contracts,
 )
+from tests.integration.test_mcp_proxy_chaos import free_port, listening, until
 from tests.integration.worker_kit import KEYRING, Record, read_all
 
 TIME_COMMAND = f"{Path(sys.executable).parent / 'mcp-server-time'} --local-timezone UTC"
@@ -73,13 +72,15 @@ def revised(contracts: Path, root: Path) -> Path:
     return root
 
 
-async def until(condition: Callable[[], bool], seconds: float) -> None:
-    """Wait, bounded, for ``condition`` (run off the event loop: the host's session goes on)."""
-    async with asyncio.timeout(seconds):
-        while True:
-            if await asyncio.to_thread(condition):
-                return
-            await asyncio.sleep(0.2)
+def start_proxy(cfg_file: Path, port: int, stderr: Path) -> subprocess.Popen[bytes]:
+    """``toolgate mcp-proxy --contracts kafka:`` (deciding in process) in front of mcp-server-time,
+    over streamable HTTP on ``port``, as a host would start it: --config alone."""
+    command = [
+        sys.executable, "-m", "toolgate", "mcp-proxy", "--config", str(cfg_file), "--contracts", "kafka:",
+        "--server", "time", "--upstream-command", TIME_COMMAND, "--listen", f"http://127.0.0.1:{port}/mcp",
+    ]  # fmt: skip
+    with stderr.open("wb") as err:
+        return subprocess.Popen(command, env=minimal_env(), cwd=ROOT, stdin=subprocess.DEVNULL, stderr=err)
 
 
 def decided(cfg: Config, records: list[Record], rid: str) -> tuple[str, str, bytes]:
@@ -120,29 +121,11 @@ class TestFollowingTheTopic:
         publish = ("contracts", "publish", "--to", "topic", "--publisher-key", "sample-publisher")
         one = toolgate(cfg_file, *publish, "--contracts", str(time_contracts))
         assert one.returncode == 0, one.stderr
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         stderr = tmp_path / "stderr.txt"
-        command = [
-            sys.executable, "-m", "toolgate", "mcp-proxy", "--config", str(cfg_file), "--contracts", "kafka:",
-            "--server", "time", "--upstream-command", TIME_COMMAND, "--listen", f"http://127.0.0.1:{port}/mcp",
-        ]  # fmt: skip
-        with stderr.open("wb") as err:
-            proxy = await asyncio.create_subprocess_exec(
-                *command, env=minimal_env(), cwd=ROOT, stdin=subprocess.DEVNULL, stderr=err
-            )
+        proxy = start_proxy(cfg_file, port, stderr)
         try:
-            async with asyncio.timeout(60):
-                while True:
-                    try:
-                        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                    except OSError:
-                        assert proxy.returncode is None, stderr.read_text()
-                        await asyncio.sleep(0.1)
-                        continue
-                    writer.close()
-                    break
+            await listening(proxy, port)
             async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
                 first = await host.call_tool("get_current_time", {"timezone": "UTC"})
                 two_folder = revised(time_contracts, tmp_path / "two")
@@ -150,17 +133,17 @@ class TestFollowingTheTopic:
                 assert two.returncode == 0, two.stderr
                 status: list[str] = []
 
-                def says_generation_2() -> bool:
-                    done = toolgate(cfg_file, "contracts", "status")
+                async def says_generation_2() -> bool:
+                    done = await asyncio.to_thread(toolgate, cfg_file, "contracts", "status")
                     status[:] = done.stdout.splitlines()
                     return any("mcp-proxy:time@" in line and "generation 2 " in line for line in status)
 
-                await until(says_generation_2, 60)
+                await until(says_generation_2, 60, "contracts status lists the proxy at generation 2")
                 second = await host.call_tool("get_current_time", {"timezone": "Europe/Paris"})
-                assert proxy.returncode is None  # the same process, the same host session
+                assert proxy.poll() is None  # the same process, the same host session
         finally:
             proxy.terminate()
-            await proxy.wait()
+            await asyncio.to_thread(proxy.wait, 30)
         for result in (first, second):
             assert isinstance(result, types.CallToolResult)
             assert not result.is_error, result.content
