@@ -1,7 +1,8 @@
-"""`toolgate mcp-proxy --contracts kafka:` follows the contracts topic while it serves, on the
-real broker: in front of mcp-server-time from PyPI, the SDK's client as the host, a new
-generation published with `toolgate contracts publish --to topic` decides the next call
-without a restart, and `toolgate contracts status` lists the proxy with its set."""
+"""`toolgate mcp-proxy` follows its contract source while it serves, on the real broker: with
+`--contracts kafka:` in front of mcp-server-time from PyPI, the SDK's client as the host, a new
+generation published with `toolgate contracts publish --to topic` decides the next call without
+a restart, and `toolgate contracts status` lists the proxy with its set; with `--contracts
+registry+URL` (the real schema registry) a set published there is listed and decides too."""
 
 from __future__ import annotations
 
@@ -11,14 +12,21 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import mcp.types as types
 import yaml
 from mcp import Client as McpClient
+from mcp import StdioServerParameters
 from toolgate._config import Config
+from toolgate.gate._contracts import ContractSet
+from toolgate.mcp._import import fetch_listing, import_listing
+from toolgate.service._kafka import AiokafkaClients
+from toolgate.service._members import read_members
 
-from tests import ROOT
+from tests import ROOT, mcp_kit
+from tests.integration.registry_kit import publish_set, reader_env, registry_client
 from tests.integration.test_mcp_proxy import (  # noqa: F401  (time_contracts: a fixture)
     TIME_TOOL,
     request_id_of,
@@ -155,3 +163,65 @@ class TestFollowingTheTopic:
         assert any(set2 in line and "mcp-proxy:time@" in line for line in status), status
         lines = stderr.read_text()
         assert f"contract set {set2} decides from now on" in lines
+
+
+class TestFollowingTheRegistry:
+    """A proxy started with --contracts registry+URL follows the registry's snapshots: a set
+    published while it serves is listed and decides the next call."""
+
+    async def test_a_new_generation_decides_the_next_call(self, config: Config, tmp_path: Path) -> None:
+        """mcp_kit's deploy_status under a server name of this test's own (its own registry
+        subjects) as generation N, then N+1 adding job-runs.list: once the proxy's member record
+        names N+1 the host's listing holds both tools, and the next call is stamped with N+1."""
+        server = f"srv{uuid.uuid4().hex[:10]}"
+        tools = await fetch_listing(mcp_kit.server())
+
+        def reviewed(root: Path, only: list[str]) -> ContractSet:
+            import_listing(root, server, tools, only=only, out=lambda _line: None)
+            mcp_kit.pin(root, tools, server_name=server)
+            mcp_kit.review(root)
+            return ContractSet.load(root)
+
+        client = registry_client()
+        publish_set(reviewed(tmp_path / "one", ["deploy_status"]), client)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
+        env.update(
+            TOOLGATE_BOOTSTRAP=config.bootstrap,
+            TOOLGATE_GROUP_ID=config.group_id,
+            PYTHONPATH=str(ROOT),
+            TOOLGATE_REGISTRY_SNAPSHOT_DIR=str(tmp_path / "snapshots"),
+            TOOLGATE_REGISTRY_POLL_SECONDS="0.5",
+            TOOLGATE_CONTRACTS_WATCH_SECONDS="0.5",
+            TOOLGATE_MEMBERS_REFRESH_SECONDS="1",
+            **reader_env(),
+            **config.topics.env(),
+        )
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "toolgate", "mcp-proxy", "--server", server, "--contracts", f"registry+{client.url}",
+                  "--upstream-command", f"{sys.executable} -m tests.mcp_kit"],
+            env=env,
+            cwd=str(ROOT),
+        )  # fmt: skip
+        async with McpClient(params) as host:
+            before = await host.list_tools()
+            first = await host.call_tool("deploy_status", {"case": "ok"})
+            _v1, set1, _gen1 = decided(config, await written(config), request_id_of(first))
+            publish_set(reviewed(tmp_path / "two", ["deploy_status", "job-runs.list"]), client)
+            after = int(set1[1 : set1.index("-")]) + 1
+
+            async def proxy_moved() -> bool:
+                members = await read_members(config, AiokafkaClients(config), wait_seconds=10)
+                return any(
+                    m.member.startswith(f"mcp-proxy:{server}@") and m.generation == after for m in members
+                )
+
+            await until(proxy_moved, 60, f"the proxy's member record names generation {after}")
+            listed = await host.list_tools()
+            second = await host.call_tool("deploy_status", {"case": "ok"})
+        assert [t.name for t in before.tools] == ["deploy_status"]
+        assert sorted(t.name for t in listed.tools) == ["deploy_status", "job-runs.list"]
+        assert first.structured_content == mcp_kit.GOOD
+        assert second.structured_content == mcp_kit.GOOD
+        _v2, set2, gen2 = decided(config, await written(config), request_id_of(second))
+        assert (set2.split("-")[0], gen2) == (f"g{after}", str(after).encode())
