@@ -47,6 +47,10 @@ protocol error, an upstream or gate timeout, a broker outage: ``isError`` with a
 (:data:`CODES`), never a hang. ``--max-concurrent`` calls run at once; up to
 ``--max-queued`` more wait for a slot, and beyond that a call is answered ``PROXY_BUSY``
 at once (backpressure the host sees, rather than an unbounded queue).
+
+Over the contracts topic or a registry the contract set follows the group's while the proxy
+runs (:mod:`toolgate.mcp._follow`): :meth:`Proxy.use_contracts` swaps each newer set in and
+serves, withdraws and lists the tools again, as a changed definition does.
 """
 
 from __future__ import annotations
