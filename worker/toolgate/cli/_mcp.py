@@ -42,22 +42,27 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
         process is a member too, but decides nothing of intake); None without it."""
         from datetime import UTC, datetime
 
-        from toolgate.mcp._decide import ORIGIN_PREFIX
-        from toolgate.service._members import live_members, read_members
+        from toolgate.service._members import read_members
 
         try:
             records = await read_members(config, AiokafkaClients(config), wait_seconds=10)
         except ConfigError:
             return None  # no members topic: an older cluster
-        members = [
-            m
-            for m in live_members(records, config.group_id, datetime.now(UTC))
-            if not m.member.startswith(ORIGIN_PREFIX)
-        ]
-        return frozenset(t for m in members for t in m.tools) if members else None
+        return workers_tools(records, config.group_id, datetime.now(UTC))
 
     asyncio.run(_serve_following(args, config, keyring, admin, serving))
     return EXIT_OK
+
+
+def workers_tools(records: list[Any], group: str, now: Any) -> frozenset[str] | None:
+    """The tools the live workers of ``group`` decide, by the members topic's ``records``; an MCP
+    proxy deciding in process (member ``mcp-proxy:...``) is a member too but decides nothing
+    from intake, so its tools do not count. None: no live worker."""
+    from toolgate.mcp._decide import ORIGIN_PREFIX
+    from toolgate.service._members import live_members
+
+    workers = [m for m in live_members(records, group, now) if not m.member.startswith(ORIGIN_PREFIX)]
+    return frozenset(t for m in workers for t in m.tools) if workers else None
 
 
 async def _serve_following(
