@@ -3,8 +3,8 @@
 move to, without a restart (docs/design.md, One contract set for the group).
 
 It does so through the workers' own catch-up seam
-(:class:`toolgate.service._contract_source.CatchUp`, which the command builds and this room
-reaches only through :class:`Following`, being below the service in no way):
+(:class:`toolgate.service._contract_source.CatchUp`): the command builds it and hands it over
+in a :class:`Following`, since this room may not import the service itself. Then:
 
 * every ``every_s`` seconds (``TOOLGATE_CONTRACTS_WATCH_SECONDS``) it asks the source whether
   it moved (the contracts topic is tailed in the background; a registry's snapshots are
