@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from toolgate._config import Config
@@ -22,7 +23,7 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     except ImportError:
         raise ConfigError("mcp-proxy needs the MCP SDK: pip install 'toolgate[mcp]'") from None
     from toolgate.gate._signing import Keyring
-    from toolgate.mcp._proxy import options_from, parse_listen, serve, upstream_env_names, upstream_target
+    from toolgate.mcp._proxy import options_from, parse_listen, upstream_env_names, upstream_target
 
     options_from(args)  # every option checked before anything connects
     parse_listen(args.listen, allow_remote=args.allow_remote)
@@ -37,42 +38,113 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
         return AiokafkaClients(config).admin(timeout_ms=10_000)
 
     async def serving() -> frozenset[str] | None:
-        """The tools the group's live workers decide (the members topic); None without it."""
+        """The tools the group's live workers decide (the members topic; a proxy deciding in
+        process is a member too, but decides nothing of intake); None without it."""
         from datetime import UTC, datetime
 
-        from toolgate.service._members import live_members, read_members
+        from toolgate.service._members import read_members
 
         try:
             records = await read_members(config, AiokafkaClients(config), wait_seconds=10)
         except ConfigError:
             return None  # no members topic: an older cluster
-        members = live_members(records, config.group_id, datetime.now(UTC))
-        return frozenset(t for m in members for t in m.tools) if members else None
+        return workers_tools(records, config.group_id, datetime.now(UTC))
 
-    from toolgate.service._contract_source import is_topic_source
-
-    if is_topic_source(config.contracts_dir):
-        asyncio.run(_serve_from_topic(args, config, admin, serving))
-    else:
-        asyncio.run(serve(args, config, keyring, admin_factory=admin, serving=serving))
+    asyncio.run(_serve_following(args, config, keyring, admin, serving))
     return EXIT_OK
 
 
-async def _serve_from_topic(args: argparse.Namespace, config: Config, admin: Any, serving: Any) -> None:
-    """``--contracts kafka:``: the contracts topic read to its end, its newest complete set served."""
+def workers_tools(records: list[Any], group: str, now: Any) -> frozenset[str] | None:
+    """The tools the live workers of ``group`` decide, by the members topic's ``records``; an MCP
+    proxy deciding in process (member ``mcp-proxy:...``) is a member too but decides nothing
+    from intake, so its tools do not count. None: no live worker."""
+    from toolgate.mcp._decide import ORIGIN_PREFIX
+    from toolgate.service._members import live_members
+
+    workers = [m for m in live_members(records, group, now) if not m.member.startswith(ORIGIN_PREFIX)]
+    return frozenset(t for m in workers for t in m.tools) if workers else None
+
+
+async def _serve_following(
+    args: argparse.Namespace, config: Config, keyring: Any, admin: Any, serving: Any
+) -> None:
+    """The proxy over its contract source: the contracts topic (``--contracts kafka:``, read to
+    its end first) or a registry's snapshots are followed while it serves, through the workers'
+    catch-up (:class:`~toolgate.service._contract_source.CatchUp`); deciding in process, the
+    proxy is a member of the group's view. A folder is the set read at start-up."""
+    from pathlib import Path
+
+    from toolgate.gate._contracts import ContractSet
+    from toolgate.mcp._follow import Following
     from toolgate.mcp._proxy import serve
-    from toolgate.registry._connect import publishers_keyring
-    from toolgate.service._contract_source import TopicContractSource, topic_of
+    from toolgate.registry._connect import attached, publishers_keyring
+    from toolgate.registry._snapshot import load_contracts
+    from toolgate.service._contract_source import (
+        CatchUp,
+        ContractSource,
+        RegistryContractSource,
+        TopicContractSource,
+        is_topic_source,
+        topic_of,
+    )
     from toolgate.service._kafka import AiokafkaClients
 
-    keyring = publishers_keyring(config, f"--contracts {config.contracts_dir}")
-    topic = topic_of(config.contracts_dir, config.topics.contracts)
-    source = TopicContractSource(topic, AiokafkaClients(config), keyring)
-    await source.start(config.contracts_catch_up_seconds * 6)
+    source: ContractSource | None = None
+    contracts: ContractSet | None = None
+    load: Callable[[], ContractSet] = lambda: load_contracts(config.contracts_dir)  # noqa: E731
+    registry = attached()
+    if is_topic_source(config.contracts_dir):
+        keyring = publishers_keyring(config, f"--contracts {config.contracts_dir}")
+        topic = topic_of(config.contracts_dir, config.topics.contracts)
+        topic_source = TopicContractSource(topic, AiokafkaClients(config), keyring)
+        source, load = topic_source, topic_source.load
+        await topic_source.start(config.contracts_catch_up_seconds * 6)
+        contracts = load()
+    elif registry is not None:
+        source = RegistryContractSource(registry.poll, [Path(config.contracts_dir)])
+    view = None
     try:
-        await serve(args, config, keyring, admin_factory=admin, contracts=source.load(), serving=serving)
+        following = None
+        if source is not None:
+            followed = source
+            if getattr(args, "decide", "proxy") == "proxy":
+                view = await _group_view(args, config)
+            following = Following(
+                seam=lambda reload, current: CatchUp(followed, reload, current),
+                load=load,
+                changed=followed.changed,
+                every_s=config.contracts_watch_seconds,
+                bound_s=config.contracts_catch_up_seconds,
+                group=view,
+                refresh_s=config.members_refresh_seconds,
+            )
+        await serve(
+            args,
+            config,
+            keyring,
+            admin_factory=admin,
+            contracts=contracts,
+            serving=serving,
+            following=following,
+        )
     finally:
-        await source.stop()
+        if view is not None:
+            await view.stop()
+        if source is not None:
+            await source.stop()
+
+
+async def _group_view(args: argparse.Namespace, config: Config) -> Any:
+    """This proxy's place among the group's members (None: no members topic), under the member
+    id ``mcp-proxy:<server>@<host-pid-nonce or TOOLGATE_GROUP_INSTANCE_ID>``."""
+    from datetime import UTC, datetime
+
+    from toolgate.mcp._decide import ORIGIN_PREFIX
+    from toolgate.service._kafka import AiokafkaClients
+    from toolgate.service._members import GroupView, member_id
+
+    me = f"{ORIGIN_PREFIX}{args.server}@{member_id(config)}"
+    return await GroupView.open(config, AiokafkaClients(config), me, lambda: datetime.now(UTC))
 
 
 def _mcp_proxy_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,8 +171,11 @@ COMMANDS: tuple[Command, ...] = (
         "retryable flag (INVALID_RESPONSE for a rejected result).\n"
         "Other fixed codes: UNKNOWN_TOOL, TOOL_DRAFT, TOOL_DISABLED, TOOL_NOT_SERVED,\n"
         "UPSTREAM_ERROR, UPSTREAM_TIMEOUT, GATE_TIMEOUT, BROKER_UNAVAILABLE, PROXY_BUSY,\n"
-        "PAYLOAD_TOO_LARGE, PROXY_ERROR. A tools/list over 100 pages, 10000 tools or 8 MiB\n"
-        "stops the start-up (exit 2) and, later, withdraws every tool until one can be read.\n"
+        "PAYLOAD_TOO_LARGE, PROXY_ERROR, CONTRACTS_BEHIND. A tools/list over 100 pages, 10000\n"
+        "tools or 8 MiB stops the start-up (exit 2) and, later, withdraws every tool until one\n"
+        "can be read. With --contracts kafka: or registry+URL the proxy follows the set there\n"
+        "while it runs (every TOOLGATE_CONTRACTS_WATCH_SECONDS, and before a call of a tool it\n"
+        "does not serve) and, deciding in process, is listed by toolgate contracts status.\n"
         "Prints the broker, contracts folder and topics it uses on stderr at start-up.\n"
         "Needs pip install 'toolgate[mcp]' (and, with --decide worker, a running worker).",
         (

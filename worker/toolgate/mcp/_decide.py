@@ -29,6 +29,7 @@ replayed through the workers and decided there.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -111,6 +112,14 @@ class Decider:
         # request record; the intake headers a quarantined result replays with), so a worker
         # whose set is behind catches up first (DESIGN: tg-contract-generation).
         self.generation = generation_headers(contracts)
+
+    def using(self, contracts: ContractSet) -> Decider:
+        """This decider over another contract set (the one the proxy's source moved to): the
+        same origin, topics, clock and shadow sampler; a call in flight keeps the one it began with."""
+        other = copy.copy(self)
+        other.gate = Gate(contracts, self.gate.keyring)
+        other.generation = generation_headers(contracts)
+        return other
 
     def decide(
         self,

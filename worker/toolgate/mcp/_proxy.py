@@ -47,6 +47,10 @@ protocol error, an upstream or gate timeout, a broker outage: ``isError`` with a
 (:data:`CODES`), never a hang. ``--max-concurrent`` calls run at once; up to
 ``--max-queued`` more wait for a slot, and beyond that a call is answered ``PROXY_BUSY``
 at once (backpressure the host sees, rather than an unbounded queue).
+
+Over the contracts topic or a registry the contract set follows the group's while the proxy
+runs (:mod:`toolgate.mcp._follow`): :meth:`Proxy.use_contracts` swaps each newer set in and
+serves, withdraws and lists the tools again, as a changed definition does.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ from toolgate.mcp._calls import (
     trace_context,
 )
 from toolgate.mcp._decide import Decider, call_in_process
+from toolgate.mcp._follow import ContractFollower, Following
 from toolgate.registry._snapshot import load_contracts
 
 _log = logging.getLogger("toolgate.mcp_proxy")
@@ -121,6 +126,7 @@ CODES: dict[str, bool] = {
     "NOTHING_PASSED": False,  # a success of which nothing may reach the host (never an empty success)
     "PAYLOAD_TOO_LARGE": False,  # the result is over what one intake record carries (1,000,000 bytes)
     "PROXY_ERROR": True,  # the proxy failed on the call (logged): never a JSON-RPC error
+    "CONTRACTS_BEHIND": True,  # the group decides with a newer contract set than the proxy could load
 }
 DEFAULT_MAX_CONCURRENT = 64
 # --decide: in this process (the default) or by the worker fleet.
@@ -481,6 +487,8 @@ class Proxy:
     none, a call is answered ``GATE_TIMEOUT`` at once rather than after ``--timeout``.
     ``serving`` says which tools the group's live workers decide (the members topic; None:
     not known): a call of a tool none of them serves is answered ``TOOL_NOT_SERVED`` at once.
+    ``following``: the contract source followed while the proxy runs (:mod:`toolgate.mcp._follow`;
+    None: the set given is the set served until the proxy stops).
     """
 
     def __init__(
@@ -495,6 +503,7 @@ class Proxy:
         workers: Callable[[], Awaitable[int]] | None = None,
         serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
         decider: Decider | None = None,
+        following: Following | None = None,
     ) -> None:
         self.server_name = server
         self.decider = decider  # None: the workers decide (--decide worker)
@@ -517,6 +526,10 @@ class Proxy:
         self._refreshing: asyncio.Task[None] | None = None
         self._stale = False
         self.task_required: set[str] = set()  # listed with execution.taskSupport "required"
+        self._listing: list[dict[str, Any]] | None = None  # the last live listing evaluated
+        self.follower = (
+            ContractFollower(following, self.use_contracts, lambda: self.contracts) if following else None
+        )
 
     # --- the listing ----------------------------------------------------------------
 
@@ -622,6 +635,7 @@ class Proxy:
                 ", ".join(qualified_name(self.server_name, n) for n in sorted(self.served)),
             )
         members = [f"the listing ({reason})"]
+        self._listing = None  # a new contract set waits for a listing that can be read
         self.served = {}
         self.withdrawn = {name: members for name in names}
         self.refused = {**self.refused, **dict.fromkeys(names, "TOOL_CHANGED")}
@@ -718,6 +732,41 @@ class Proxy:
                 _log.warning("tool %s served again: its live definition is the reviewed one", name)
         self.served, self.refused, self.withdrawn = served, refused, withdrawn
         self.task_required = {name for name, tool in live.items() if task_required(tool)}
+        self._listing = listing
+
+    def use_contracts(self, contracts: ContractSet) -> bool:
+        """Decide with ``contracts`` from now on (a new set the source followed brought): each
+        tool served, withdrawn or refused again against the last live listing, as a changed
+        definition is, and calls decided from here on carry its label and generation. A set
+        that cannot be served (a signature key the keyring lacks) is refused, logged, and the
+        running one kept; False then."""
+        previous, signers = self.contracts, self._signers
+        if contracts.digest == previous.digest and contracts.generation == previous.generation:
+            return False
+        before = set(self.served)
+        self.contracts, self._signers = contracts, {}
+        try:
+            if self._listing is not None:
+                self.evaluate(self._listing)
+        except ConfigError as exc:
+            self.contracts, self._signers = previous, signers
+            _log.error("contract set %s refused, %s kept: %s", contracts.label, previous.label, exc)
+            return False
+        if self.decider is not None:
+            self.decider = self.decider.using(contracts)
+        now = set(self.served)
+        _log.warning(
+            "contract set %s decides from now on (was %s); serving %s%s",
+            contracts.label,
+            previous.label,
+            ", ".join(qualified_name(self.server_name, n) for n in sorted(now)) or "nothing",
+            "".join(
+                f"; {what} {', '.join(qualified_name(self.server_name, n) for n in sorted(names))}"
+                for what, names in (("added", now - before), ("no longer served", before - now))
+                if names
+            ),
+        )
+        return True
 
     def start_up_lines(self) -> list[str]:
         """What the operator reads at start-up about tools not served, one line each."""
@@ -793,6 +842,11 @@ class Proxy:
         self.stats.calls += 1
         try:
             served = self.served.get(name)
+            if self.follower is not None:
+                # A tool this set does not serve, or a group ahead of it: catch up first.
+                if not await self.follower.ready(served=served is not None):
+                    return self._fixed("CONTRACTS_BEHIND")
+                served = self.served.get(name)
             if served is None:
                 return self._fixed(self.refused.get(name, "UNKNOWN_TOOL"))
             if name in self.task_required:
@@ -822,6 +876,7 @@ class Proxy:
                 if not isinstance(checked, tuple):
                     return checked
                 if self.decider is not None:
+                    # The decider and the served tool come from one set: both are swapped together.
                     got = await call_in_process(self, self.decider, current, name, arguments, *checked)
                     if isinstance(got, Answer):
                         return self._answered(got, structured=current.tool.output_schema is not None)
@@ -1252,12 +1307,14 @@ async def serve(
     say: Callable[[str], None] = _say,
     contracts: ContractSet | None = None,
     serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
+    following: Following | None = None,
 ) -> None:
     """Connect upstream and to Kafka, then serve the host until it disconnects (stdio) or
     the process is stopped (HTTP). ``admin_factory`` builds a Kafka admin client (in the
     event loop) that counts the worker group's members at start-up and every
     :data:`WORKER_CHECK_SECONDS`. ``contracts``: the set to serve when the caller read it
-    (the contracts topic, ``--contracts kafka:``); else the folder or registry snapshot's."""
+    (the contracts topic, ``--contracts kafka:``); else the folder or registry snapshot's.
+    ``following``: the source followed while serving (:mod:`toolgate.mcp._follow`)."""
 
     _wire.install()
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
@@ -1270,12 +1327,12 @@ async def serve(
     sigterm = _SigtermEndsUpstream()
     if not listen.stdio:
         await _serve_with_upstream(
-            args, config, keyring, admin_factory, say, listen, options, sigterm, contracts, serving
+            args, config, keyring, admin_factory, say, listen, options, sigterm, contracts, serving, following
         )
         return
     with sigterm:
         await _serve_with_upstream(
-            args, config, keyring, admin_factory, say, listen, options, sigterm, contracts, serving
+            args, config, keyring, admin_factory, say, listen, options, sigterm, contracts, serving, following
         )
 
 
@@ -1290,6 +1347,7 @@ async def _serve_with_upstream(
     sigterm: _SigtermEndsUpstream,
     contracts: ContractSet | None,
     serving: Callable[[], Awaitable[frozenset[str] | None]] | None,
+    following: Following | None = None,
 ) -> None:
     """:func:`serve` once its options are read."""
     from mcp import Client as McpClient
@@ -1344,6 +1402,7 @@ async def _serve_with_upstream(
                 workers=workers if admin is not None else None,
                 serving=serving if not in_process else None,
                 decider=Decider(args.server, contracts, keyring, config.topics) if in_process else None,
+                following=following,
             )
             proxies.append(proxy)
             try:
@@ -1363,6 +1422,7 @@ async def _serve_with_upstream(
                 if count is not None and count > 0:
                     say(f"worker group {config.group_id}: {count} member(s)")
                 watcher = asyncio.create_task(proxy.watch_workers())
+                follower = asyncio.create_task(proxy.follower.run()) if proxy.follower else None
                 if getattr(args, "metrics_port", 0):
                     from prometheus_client import start_http_server
 
@@ -1383,6 +1443,9 @@ async def _serve_with_upstream(
                 finally:
                     sigterm.serving = None
                     watcher.cancel()
+                    if follower is not None:
+                        follower.cancel()
+                        await asyncio.wait([follower])  # before the group's view writes its tombstone
     if refused is not None:
         raise refused
 

@@ -93,6 +93,12 @@ class ContractSource:
         self._seen = current
         return True
 
+    def changed(self) -> bool:
+        """The source moved since the last load, fetching nothing (the files on disk): the
+        caller then catches up (:meth:`refresh`) and reloads. A registry's snapshots are
+        written by its background poll, so this sees a newer set once it is on disk."""
+        return fingerprint(self.paths) != self._seen
+
     async def stop(self) -> None:
         """Release what the source holds."""
 
