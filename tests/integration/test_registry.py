@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,9 +14,11 @@ from pathlib import Path
 import pytest
 from toolgate._errors import ConfigError
 from toolgate.gate._contracts import ContractSet
+from toolgate.mcp._import import import_listing
 from toolgate.registry import RegistryClient, RegistryError, subject_of
 from toolgate.service._startup import ContractWatch
 
+from tests import ROOT, mcp_kit
 from tests.integration.registry_kit import (
     PrivateRegistry,
     new_tool,
@@ -117,6 +121,43 @@ class TestPublish:
         with pytest.raises(ConfigError, match=rf"{tool}@v1 .*never changes"):
             publish(ContractSet.load(tmp_path), client)
         assert len(client.versions(subject_of(tool, 1))) == 1
+
+
+class TestImportedMcpContracts:
+    """An imported MCP tool's contract (its schema embeds the outputSchema and the closure, each a
+    resource with a ``$id``) takes revisions and status changes in the registry, and readers get
+    the schema as it was written, not the rendition the registry checks."""
+
+    def test_a_revision_and_a_status_change(self, client: RegistryClient, tmp_path: Path) -> None:
+        """v1, then v1.1 beside it, then v1 retired: each registered; pull gives the same schemas."""
+        server = new_tool().replace("_", "")
+        tools = json.loads((ROOT / "tests" / "mcp_listings" / "memory.json").read_text())["tools"]
+        import_listing(tmp_path, server, [t for t in tools if t["name"] == "read_graph"], out=lambda _l: None)
+        mcp_kit.review(tmp_path)
+        tool = f"{server}.read_graph"
+        publish(ContractSet.load(tmp_path), client)
+        revision = tmp_path / tool / "v1.1"
+        shutil.copytree(tmp_path / tool / "v1", revision)
+        contract = revision / "contract.yaml"
+        contract.write_text(contract.read_text().replace("\nversion: 1\n", "\nversion: 1\nminor: 1\n"))
+        done = publish(ContractSet.load(tmp_path), client)
+        assert [(d.key, d.action) for d in done if d.action != "set"] == [
+            (f"{tool}@v1", "unchanged"),
+            (f"{tool}@v1.1", "registered"),
+        ]
+        first = tmp_path / tool / "v1" / "contract.yaml"
+        first.write_text(first.read_text().replace("status: active", "status: retired"))
+        done = publish(ContractSet.load(tmp_path), client)
+        assert [(d.key, d.action) for d in done if d.action not in ("unchanged", "set")] == [
+            (f"{tool}@v1", "statuses")
+        ]
+        pull_set(client, tmp_path / "pulled")
+        pulled = {c.key: c for c in ContractSet.load(tmp_path / "pulled") if c.spec.tool == tool}
+        local = {c.key: c for c in ContractSet.load(tmp_path) if c.spec.tool == tool}
+        assert {k: (c.spec.status, c.digest) for k, c in pulled.items()} == {
+            k: (c.spec.status, c.digest) for k, c in local.items()
+        }
+        assert pulled[f"{tool}@v1.1"].schema == local[f"{tool}@v1.1"].schema
 
 
 class TestBreakingChange:

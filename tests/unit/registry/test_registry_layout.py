@@ -22,6 +22,7 @@ from toolgate.registry._layout import (
     fixtures_digest,
     parse_entry,
     parse_subject,
+    registry_rendition,
     subject_of,
 )
 from toolgate.registry._snapshot import CURRENT, MANIFEST, SignedSet, read_manifest, write_snapshot
@@ -217,3 +218,72 @@ class TestPinnedInputSchema:
         del document[KEYWORD]["input_schema"]
         with pytest.raises(ConfigError, match=rf"{entry.subject} version 3: x-toolgate.input_schema"):
             parse_entry(json.dumps(document), entry.subject, 3)
+
+
+def _refs(node: object) -> list[str]:
+    """Every ``$ref`` string in a JSON document."""
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == "$ref" and isinstance(v, str)] + [
+            r for v in node.values() for r in _refs(v)
+        ]
+    return [r for v in node for r in _refs(v)] if isinstance(node, list) else []
+
+
+def _resolves_from_root(document: dict[str, object], ref: str) -> bool:
+    """Whether a ``#/...`` reference names a place of ``document`` read from its root."""
+    node: object = document
+    for token in ref[2:].split("/") if ref != "#" else []:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return False
+    return True
+
+
+class TestRegistryRendition:
+    """What a registry's compatibility check reads: every reference resolves from the document's
+    root; the schema itself travels beside it and reads back unchanged."""
+
+    def test_embedded_resources_resolve_from_the_root(self, pinned: ContractSet) -> None:
+        """An imported MCP schema: nested $id gone, every #... reference names a place from the root."""
+        (contract,) = list(pinned)
+        text = entry_of(contract, {0: "active"}).registered_text()
+        document = json.loads(text)
+        registered = {k: v for k, v in document.items() if k != KEYWORD}
+        refs = _refs(registered)
+        assert refs
+        assert all(_resolves_from_root(registered, r) for r in refs if r.startswith("#"))
+        own = [r for r in _refs(contract.schema) if r.startswith("#")]
+        assert any(not _resolves_from_root(contract.schema, r) for r in own), "needs no rendition"
+        assert document[KEYWORD]["schema"] == {k: v for k, v in contract.schema.items() if k != "$schema"}
+        back = parse_entry(text, subject_of(contract.spec.tool, 1), 1)
+        assert back is not None
+        assert (back.schema, back.digest) == (contract.schema, contract.digest)
+
+    def test_a_plain_schema_is_registered_as_it_is(self, contracts: ContractSet) -> None:
+        """Without embedded resources the document is the schema: no copy beside it."""
+        for contract in contracts:
+            document = json.loads(entry_of(contract, {0: "active"}).registered_text())
+            assert "schema" not in document[KEYWORD]
+
+    def test_members_named_like_keywords_stay(self) -> None:
+        """A property named $id (a schema, not a string) and string data are left as they are."""
+        schema = {
+            "$defs": {
+                "inner": {
+                    "$id": "urn:x",
+                    "properties": {"$id": {"type": "string"}, "a": {"$ref": "#/$defs/b"}},
+                    "$defs": {"b": {"type": "integer"}},
+                }
+            },
+            "$ref": "#/$defs/inner",
+        }
+        got = registry_rendition(schema)
+        inner = got["$defs"]["inner"]
+        assert "$id" not in inner
+        assert inner["properties"]["$id"] == {"type": "string"}
+        assert inner["properties"]["a"]["$ref"] == "#/$defs/inner/$defs/b"
+        assert got["$ref"] == "#/$defs/inner"

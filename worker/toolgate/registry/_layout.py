@@ -35,10 +35,12 @@ their digests.
 
 Registries check JSON Schema compatibility with drafts 4 to 7 (Apicurio Registry cannot
 parse a 2020-12 document), so the registered ``$schema`` is draft-07 and the contract's own
-dialect travels in ``x-toolgate.dialect``: readers put it back. A status change (retiring
-``v1`` once ``v1.1`` decides) re-registers the newest revision with new ``statuses``: the
-schema of a registered revision never changes, and the newest registration's ``statuses``
-wins.
+dialect travels in ``x-toolgate.dialect``: readers put it back. They resolve every ``#...``
+reference from the root too: a schema embedding resources with a ``$id`` is registered as
+:func:`registry_rendition` of it, and the schema itself travels in ``x-toolgate.schema``.
+A status change (retiring ``v1`` once ``v1.1`` decides) re-registers the newest revision
+with new ``statuses``: the schema of a registered revision never changes, and the newest
+registration's ``statuses`` wins.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ __all__ = [
     "parse_marker",
     "parse_published",
     "parse_subject",
+    "registry_rendition",
     "set_subject",
     "subject_of",
 ]
@@ -180,9 +183,13 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
 
     def registered_text(self, published: list[PublishedVersion] | None = None) -> str:
         """The schema document registered for it: draft-07, the metadata under ``x-toolgate``
-        with the signed versions it carries."""
-        document = {k: v for k, v in self.schema.items() if k != "$schema"}
-        document = {"$schema": REGISTRY_DIALECT, **document}
+        with the signed versions it carries. A schema embedding resources of its own (an
+        imported MCP tool's: the outputSchema and its closure, each with a ``$id``) is
+        registered as :func:`registry_rendition` of it, which the registry's compatibility
+        check resolves, and the schema itself travels in ``x-toolgate.schema``."""
+        body = {k: v for k, v in self.schema.items() if k != "$schema"}
+        rendition = registry_rendition(body)
+        document = {"$schema": REGISTRY_DIALECT, **rendition}
         document[KEYWORD] = {
             "minor": self.spec.minor,
             "contract": msgspec.to_builtins(self.spec),
@@ -194,6 +201,8 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
         }
         if self.input_schema is not None:
             document[KEYWORD]["input_schema"] = self.input_schema
+        if rendition != body:
+            document[KEYWORD]["schema"] = body
         if published is not None:
             document[KEYWORD]["published"] = msgspec.to_builtins(published)
         return json.dumps(document, sort_keys=True, separators=(",", ":"))
@@ -258,7 +267,11 @@ def parse_entry(text: str, subject: str, version: int) -> Entry | None:
             f"{where}: holds {spec.tool} v{spec.version}.{spec.minor} (minor {decoded.minor}), "
             f"not a version of this subject"
         )
-    schema = {k: v for k, v in document.items() if k != "$schema"}
+    schema = (
+        decoded.schema
+        if decoded.schema is not None
+        else {k: v for k, v in document.items() if k != "$schema"}
+    )
     if decoded.dialect is not None:
         schema = {"$schema": decoded.dialect, **schema}
     try:
@@ -295,6 +308,37 @@ class _Meta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sequence: int = 0
     input_schema: dict[str, Any] | None = None
     published: list[Any] | None = None  # checked by parse_published, against a keyring
+    schema: dict[str, Any] | None = None  # the schema, where the document is its rendition
+
+
+def registry_rendition(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` as a registry's compatibility check resolves it: registries resolve every
+    ``#...`` reference against the document's root, so each resource embedded with a ``$id``
+    loses that ``$id`` and its fragment references are rewritten to point at the same place
+    from the root (``#/$defs/p0`` inside the resource at ``/$defs/structuredContent/allOf/1``
+    becomes ``#/$defs/structuredContent/allOf/1/$defs/p0``). A schema without embedded
+    resources is returned as it is. The validators never read the rendition: readers load the
+    schema from ``x-toolgate.schema`` (or the document, where there is none)."""
+
+    def copy(node: Any, at: str, base: str) -> Any:
+        if isinstance(node, list):
+            return [copy(item, f"{at}/{i}", base) for i, item in enumerate(node)]
+        if not isinstance(node, dict):
+            return node
+        if at and isinstance(node.get("$id"), str):
+            base = at  # a resource of its own: its fragments are relative to here
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "$id" and at and isinstance(value, str):
+                continue
+            if key == "$ref" and isinstance(value, str) and value.startswith("#") and base:
+                out[key] = "#" + base + value[1:] if value.startswith("#/") or value == "#" else value
+            else:
+                out[key] = copy(value, at + "/" + key.replace("~", "~0").replace("/", "~1"), base)
+        return out
+
+    rendition: dict[str, Any] = copy(schema, "", "")
+    return rendition
 
 
 def contract_file(entry: Entry, status: str) -> bytes:
