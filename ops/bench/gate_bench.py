@@ -81,6 +81,7 @@ from toolgate.gate._gate import Gate  # noqa: E402
 from toolgate.gate._records import Message, Origin, RequestRecord  # noqa: E402
 
 from ops.bench.backlog import ITEM_SCHEMA, listing_schema  # noqa: E402
+from ops.bench.measure import short_commit  # noqa: E402
 
 SAMPLE = ROOT / "contracts" / "review_status" / "v1"
 GATE_TARGET_RATIO = 3.0  # accepted 159 B result against the floor
@@ -756,7 +757,8 @@ def side_by_side(baseline: Path, seconds: float, repeat: int, cpu: int, as_json:
         f"pinned to CPU {cpu}; {repeat} alternating rounds of each checkout's own gate bench "
         f"(one ~{seconds}s loop per case); medians"
     )
-    print(f"this:     {ROOT} ({_commit(ROOT)})\nbaseline: {baseline} ({_commit(baseline)})\n")
+    commits = [short_commit(checkout) or "unknown commit" for checkout in (ROOT, baseline)]
+    print(f"this:     {ROOT} ({commits[0]})\nbaseline: {baseline} ({commits[1]})\n")
     header = f"{'case':<34}{'this us':>10}{'base us':>10}{'this/base':>11}"
     print(header)
     print("-" * len(header))
@@ -787,16 +789,6 @@ def _targets_of_medians(us: dict[str, float], sizes: dict[str, int]) -> list[dic
         case.samples = [value]
         cases[name] = case
     return targets(cases)
-
-
-def _commit(checkout: Path) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip() or "unknown commit"
 
 
 def worst_inputs(contract: Contract) -> Iterator[tuple[str, bytes]]:

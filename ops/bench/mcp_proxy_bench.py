@@ -301,18 +301,21 @@ async def interleaved_paths(
 
 
 async def measure_levels(
+    config: Config,
     direct: McpClient,
     hosts: dict[str, McpClient],
-    arguments: dict[str, Any],
     calls: int,
     levels: list[int],
     breakdowns: dict[str, Breakdown],
-    broker: int | None,
 ) -> dict[int, dict[str, Any]]:
-    """Direct and proxied calls (each mode), interleaved, at each concurrency level: their
-    percentiles, the steps of the proxied ones and the others' CPUs meanwhile."""
+    """Direct calls and those through ``hosts`` (the relay, each mode), interleaved, at each
+    concurrency level: their percentiles, the steps of the proxied ones and the others' CPUs
+    meanwhile (the broker of ``config`` apart)."""
     figures: dict[int, dict[str, Any]] = {}
-    paths = {"direct": caller(direct, arguments)} | {mode: caller(h, arguments) for mode, h in hosts.items()}
+    broker = broker_pid(config.bootstrap)
+    paths = {"direct": caller(direct, arguments())} | {
+        mode: caller(h, arguments()) for mode, h in hosts.items()
+    }
     for call in paths.values():  # warm-up: connections, metadata, the worker's first batches
         await lanes(call, 20, 1)
     for breakdown in breakdowns.values():
@@ -361,15 +364,8 @@ async def latency_in_process(
             McpClient(through_worker.mcp_server()) as host,
             McpClient(relay_server(relay_up)) as relay,
         ):
-            return await measure_levels(
-                direct,
-                {"relay": relay, "proxy": local_host, "worker": host},
-                arguments(),
-                calls,
-                levels,
-                breakdowns,
-                broker_pid(config.bootstrap),
-            )
+            hosts = {"relay": relay, "proxy": local_host, "worker": host}
+            return await measure_levels(config, direct, hosts, calls, levels, breakdowns)
 
 
 async def latency_processes(
@@ -398,15 +394,8 @@ async def latency_processes(
         McpClient(proxy_server("proxy")) as local_host,
         McpClient(proxy_server("worker")) as host,
     ):
-        return await measure_levels(
-            direct,
-            {"relay": relay, "proxy": local_host, "worker": host},
-            arguments(),
-            calls,
-            levels,
-            {},
-            broker_pid(config.bootstrap),
-        )
+        hosts = {"relay": relay, "proxy": local_host, "worker": host}
+        return await measure_levels(config, direct, hosts, calls, levels, {})
 
 
 def arguments() -> dict[str, Any]:

@@ -292,15 +292,19 @@ def print_percentiles(label: str, row: dict[str, float], floor: dict[str, float]
 # ------------------------------------------------------------------ baseline checkout
 
 
-def describe(checkout: Path) -> str:
-    """``path at <short commit>`` of a checkout (git worktree)."""
-    commit = subprocess.run(
+def short_commit(checkout: Path) -> str:
+    """The short hash of a checkout's HEAD (git worktree); empty when git cannot tell."""
+    return subprocess.run(
         ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
         capture_output=True,
         text=True,
         check=False,
     ).stdout.strip()
-    return f"{checkout} at {commit or 'an unknown commit'}"
+
+
+def describe(checkout: Path) -> str:
+    """``path at <short commit>`` of a checkout (git worktree)."""
+    return f"{checkout} at {short_commit(checkout) or 'an unknown commit'}"
 
 
 def baseline_problem(checkout: str, script: str) -> str | None:

@@ -32,6 +32,8 @@ from toolgate.gate._gate import Gate  # noqa: E402
 from toolgate.operations._replay import Selection, run_replay  # noqa: E402
 from toolgate.service._kafka import AiokafkaClients, ensure_topics  # noqa: E402
 
+from ops.bench.reviews import review_headers, review_request, review_result  # noqa: E402
+
 
 async def fill(config: Config, count: int) -> None:
     """N request records and N quarantine records as the worker writes them."""
@@ -41,29 +43,10 @@ async def fill(config: Config, count: int) -> None:
     try:
         for i in range(count):
             rid = f"req.rb{i:010d}"
-            request = {
-                "request_id": rid,
-                "tool": "review_status",
-                "issued_at": now.isoformat(),
-                "expires_at": (now + timedelta(hours=1)).isoformat(),
-                "bind": {"change_id": f"CR-{i + 1}"},
-            }
-            value = {
-                "tool": "review_status",
-                "request_id": rid,
-                "outcome": "success",
-                "data": {
-                    "change_id": f"CR-{i + 1}",
-                    "decision": "approved",
-                    "reviewed_by": "alice@example.com",
-                    "comment": "LGTM",
-                },
-            }
+            request = review_request(rid, now, f"CR-{i + 1}", lifetime=timedelta(hours=1))
+            value = review_result(rid, f"CR-{i + 1}")
             headers = [
-                ("tg-tool", b"review_status"),
-                ("tg-request-id", rid.encode()),
-                ("tg-adapter", b"review-adapter"),
-                ("tg-adapter-version", b"1.5.0"),
+                *review_headers(rid),
                 ("tg-error-stage", b"schema"),
                 ("tg-error-code", b"SCHEMA_VIOLATION"),
                 ("tg-error-detail", b'{"keyword":"additionalProperties"}'),

@@ -13,8 +13,9 @@
 #   kafka.sh with CMD...    run CMD against a local broker; a broker started here is
 #                           stopped afterwards; CMD's exit code is kept
 #
-# Listens on 127.0.0.1:19092 (controller 127.0.0.1:19093). Process handling (pid file, lock,
-# stop, status, ensure, with) is ops/lib/service.sh, shared with ops/registry/registry.sh. Jars live in .jars/, data,
+# Listens on 127.0.0.1:19092 (controller 127.0.0.1:19093). Process handling (Java, Maven, pid file,
+# lock, start with a bounded wait, stop, status, logs, ensure, with, help) is ops/lib/service.sh,
+# shared with ops/registry/registry.sh. Jars live in .jars/, data,
 # pid file and logs in .data/ next to this script (both git-ignored). The three
 # TOOLGATE_KAFKA_{PORT,CONTROLLER_PORT,DATA} knobs select another instance beside it
 # (every command, with the same values, acts on that instance only; the jars are shared).
@@ -50,15 +51,16 @@ TEMPLATE="$HERE/server.properties"
 LOG4J="$HERE/log4j2.xml"
 JARS="$HERE/.jars"
 STAMP="$JARS/.complete"
-DATA="${TOOLGATE_KAFKA_DATA:-$HERE/.data}"
-[[ "$DATA" == /* ]] || DATA="$PWD/$DATA"
+# shellcheck source=../lib/service.sh
+source "$HERE/../lib/service.sh"
+DATA="$(absolute "${TOOLGATE_KAFKA_DATA:-$HERE/.data}")"
 KRAFT="$DATA/kraft"
 LOGS="$DATA/logs"
 CONF="$DATA/server.properties"
 PIDFILE="$DATA/kafka.pid"
 LOCKFILE="$DATA/.lock"
 OUT="$LOGS/kafka.out"
-SERVER_LOG="$LOGS/server.log"
+LOG="$LOGS/server.log"
 
 HOST=127.0.0.1
 PORT="${TOOLGATE_KAFKA_PORT:-19092}"
@@ -70,8 +72,7 @@ SSL_PORT="${TOOLGATE_KAFKA_SSL_PORT:-}"
 SASL_SSL_PORT="${TOOLGATE_KAFKA_SASL_SSL_PORT:-}"
 OTHER_HOST_PORT="${TOOLGATE_KAFKA_TLS_OTHER_HOST_PORT:-}"
 EXPIRED_PORT="${TOOLGATE_KAFKA_TLS_EXPIRED_PORT:-}"
-TLS_DIR="${TOOLGATE_KAFKA_TLS_DIR:-$DATA/tls}"
-[[ "$TLS_DIR" == /* ]] || TLS_DIR="$PWD/$TLS_DIR"
+TLS_DIR="$(absolute "${TOOLGATE_KAFKA_TLS_DIR:-$DATA/tls}")"
 MAKE_CERTS="$HERE/secure/make-certs.sh"
 
 START_TIMEOUT="${TOOLGATE_KAFKA_START_TIMEOUT:-90}"
@@ -85,8 +86,10 @@ WHAT=broker
 ADDRESS="$LOCAL_BOOTSTRAP"
 PORT_KNOB=TOOLGATE_KAFKA_PORT
 LOCK_WAIT=180
-# shellcheck source=../lib/service.sh
-source "$HERE/../lib/service.sh"
+JAVA_FOR="the Kafka 4 broker"
+POLL=0.2
+NOT_READY="did not serve requests on $LOCAL_BOOTSTRAP"
+COMMANDS="fetch reset"
 
 [[ "$PORT" =~ ^[0-9]+$ && "$CONTROLLER_PORT" =~ ^[0-9]+$ && "$PORT" != "$CONTROLLER_PORT" ]] ||
   die "TOOLGATE_KAFKA_PORT ($PORT) and TOOLGATE_KAFKA_CONTROLLER_PORT ($CONTROLLER_PORT) must be two different port numbers"
@@ -100,6 +103,7 @@ for knob in SASL_PORT SSL_PORT SASL_SSL_PORT TLS_OTHER_HOST_PORT TLS_EXPIRED_POR
     die "$var ($value) must be a port number that no other listener of this instance uses"
   EXTRA_PORTS+=("$value")
 done
+PORTS=("$PORT" "$CONTROLLER_PORT" ${EXTRA_PORTS[@]+"${EXTRA_PORTS[@]}"})
 TLS=""
 [[ -z "$SSL_PORT$SASL_SSL_PORT$OTHER_HOST_PORT$EXPIRED_PORT" ]] || TLS=1
 if [[ -n "$SCRAM_USERS" ]]; then
@@ -108,11 +112,6 @@ if [[ -n "$SCRAM_USERS" ]]; then
   [[ "$SCRAM_USERS" =~ ^[A-Za-z0-9._-]+:[A-Za-z0-9._~@%+/-]+(,[A-Za-z0-9._-]+:[A-Za-z0-9._~@%+/-]+)*$ ]] ||
     die "TOOLGATE_KAFKA_SCRAM_USERS must be name:password[,name:password...] (names [A-Za-z0-9._-], passwords [A-Za-z0-9._~@%+/-])"
 fi
-
-usage() {
-  sed -n '2,43p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
 
 python() {
   if command -v python3 >/dev/null 2>&1; then
@@ -124,42 +123,20 @@ python() {
   fi
 }
 
-need_java() {
-  command -v java >/dev/null 2>&1 ||
-    die "java is not on PATH: Kafka 4 needs a Java 17+ runtime (Debian: apt-get install -y openjdk-17-jre-headless)"
-  local v
-  v="$(java -version 2>&1 | sed -n '1s/.*version "\([0-9]*\).*/\1/p' || true)"
-  if [[ -n "$v" && "$v" -lt 17 ]]; then
-    die "java on PATH is version $v; the Kafka 4 broker needs Java 17 or newer"
-  fi
-}
-
-# Hash of what decides the jar set; stored in .jars/.complete after a full fetch.
-pom_hash() { sha256sum "$POM" | cut -d' ' -f1; }
-
-jars_ok() { [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pom_hash)" ]]; }
-
+# The broker jars (.jars/.complete holds the hash of the pom.xml they were fetched for).
 cmd_fetch() {
-  jars_ok && return 0
-  command -v mvn >/dev/null 2>&1 ||
-    die "the broker jars in $JARS are missing or older than pom.xml, and mvn is not on PATH (Debian: apt-get install -y maven)"
-  need_java
+  pom_current "$STAMP" && return 0
+  need_maven "the broker jars in $JARS are"
   say "fetching the Kafka broker jars with Maven (first time only)..."
   local tmp="$DATA/jars.tmp.$$" fetch_log="$DATA/fetch.log"
   mkdir -p "$DATA"
   rm -rf "$tmp"
   # shellcheck disable=SC2064
   trap "rm -rf '$tmp'" EXIT
-  if ! mvn -q -B -f "$POM" dependency:copy-dependencies \
-      -DoutputDirectory="$tmp" -DincludeScope=runtime >"$fetch_log" 2>&1; then
-    tail -n 40 "$fetch_log" >&2 || true
-    die "Maven could not fetch the broker jars (full output: $fetch_log)"
-  fi
+  run_maven "$fetch_log" "fetch the broker jars" -q dependency:copy-dependencies \
+    -DoutputDirectory="$tmp" -DincludeScope=runtime
   rm -f "$fetch_log"
-  pom_hash >"$tmp/.complete"
-  rm -rf "$JARS"
-  mv "$tmp" "$JARS"
-  trap - EXIT
+  install_built "$tmp" "$JARS"
   say "jars ready in $JARS ($(find "$JARS" -name '*.jar' | wc -l) jars)"
 }
 
@@ -338,17 +315,17 @@ while True:
 }
 
 # The end of what this start wrote to the server log (older runs' lines are left out).
-show_log_tail() {
+show_start_log() {
   local size=0
-  [[ -f "$SERVER_LOG" ]] && size="$(stat -c %s "$SERVER_LOG")"
+  [[ -f "$LOG" ]] && size="$(stat -c %s "$LOG")"
   if ((size < LOG_OFFSET)); then
     LOG_OFFSET=0 # rolled over meanwhile
   fi
   if ((size > LOG_OFFSET)); then
-    say "last lines of $SERVER_LOG:"
-    tail -c "+$((LOG_OFFSET + 1))" "$SERVER_LOG" | tail -n "${1:-30}" >&2 || true
+    say "last lines of $LOG:"
+    tail -c "+$((LOG_OFFSET + 1))" "$LOG" | tail -n 40 >&2 || true
   else
-    say "nothing new in $SERVER_LOG"
+    say "nothing new in $LOG"
   fi
   if [[ -s "$OUT" ]]; then
     say "last lines of $OUT (JVM stdout/stderr):"
@@ -356,59 +333,23 @@ show_log_tail() {
   fi
 }
 
-wait_ready() {
-  local pid="$1" started="$2" rc
-  local deadline=$((started + START_TIMEOUT))
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$PIDFILE"
-      show_log_tail 40
-      die "the broker exited during start-up (see above; full log: $SERVER_LOG)"
-    fi
-    rc=0
-    probe "$HOST" "$PORT" || rc=$?
-    if ((rc == 0)); then
-      return 0
-    fi
-    if ((SECONDS >= deadline)); then
-      show_log_tail 40
-      say "stopping the broker that did not become ready"
-      kill_and_wait "$pid"
-      die "the broker did not serve requests on $LOCAL_BOOTSTRAP within ${START_TIMEOUT}s"
-    fi
-    sleep 0.2
-  done
-}
-
-cmd_start() {
+prepare() {
   need_java
   cmd_fetch
-  with_lock
-  local pid
-  pid="$(service_pid)"
-  if [[ -n "$pid" ]]; then
-    wait_ready "$pid" "$SECONDS"
-    say "already running (pid $pid) on $LOCAL_BOOTSTRAP"
-    return 0
-  fi
-  local p
-  for p in "$PORT" "$CONTROLLER_PORT" ${EXTRA_PORTS[@]+"${EXTRA_PORTS[@]}"}; do
-    if port_open "$p"; then refuse_taken_port "$p"; fi
-  done
+}
+
+launch() {
   write_conf
-  local t0=$SECONDS
   format_storage
   java_base
   : >"$OUT"
   LOG_OFFSET=0
-  [[ -f "$SERVER_LOG" ]] && LOG_OFFSET="$(stat -c %s "$SERVER_LOG")"
-  # stdin from /dev/null and both outputs to a file so the broker never holds the
-  # caller's terminal or pipe; fd 9 (the lock) is not inherited.
-  nohup "${JAVA_CMD[@]}" kafka.Kafka "$CONF" </dev/null >>"$OUT" 2>&1 9>&- &
-  pid=$!
-  echo "$pid" >"$PIDFILE"
-  wait_ready "$pid" "$t0"
-  say "Kafka $(kafka_version) ready on $LOCAL_BOOTSTRAP${SASL_PORT:+, SASL_PLAINTEXT (SCRAM) on $HOST:$SASL_PORT}${SSL_PORT:+, SSL (client certificates) on $HOST:$SSL_PORT}${SASL_SSL_PORT:+, SASL_SSL (SCRAM) on $HOST:$SASL_SSL_PORT} (pid $pid, $((SECONDS - t0))s)"
+  [[ -f "$LOG" ]] && LOG_OFFSET="$(stat -c %s "$LOG")"
+  spawn "$OUT" "${JAVA_CMD[@]}" kafka.Kafka "$CONF"
+}
+
+ready_line() {
+  echo "Kafka $(kafka_version) ready on $LOCAL_BOOTSTRAP${SASL_PORT:+, SASL_PLAINTEXT (SCRAM) on $HOST:$SASL_PORT}${SSL_PORT:+, SSL (client certificates) on $HOST:$SSL_PORT}${SASL_SSL_PORT:+, SASL_SSL (SCRAM) on $HOST:$SASL_SSL_PORT}"
 }
 
 kafka_version() {
@@ -433,22 +374,4 @@ cmd_with() {
   service_with "$@"
 }
 
-main() {
-  (($# > 0)) || usage
-  local cmd="$1"
-  shift
-  case "$cmd" in
-    fetch) cmd_fetch ;;
-    start) cmd_start ;;
-    ensure) cmd_ensure ;;
-    stop) cmd_stop ;;
-    status) cmd_status ;;
-    logs) service_logs "$SERVER_LOG" "$@" ;;
-    reset) cmd_reset ;;
-    with) cmd_with "$@" ;;
-    -h | --help | help) usage ;;
-    *) say "unknown command: $cmd"; usage ;;
-  esac
-}
-
-main "$@"
+service_main "$@"

@@ -14,8 +14,9 @@
 #                              CMD's exit code is kept. Exports TOOLGATE_REGISTRY_URL
 #                              (the Confluent-compatible API, .../apis/ccompat/v7).
 #
-# Listens on 127.0.0.1:18081. Process handling (pid file, lock, stop, status, ensure, with) is
-# ops/lib/service.sh, shared with ops/kafka/kafka.sh. The build lives in .build/ (app/ holds the runnable jar), the pid
+# Listens on 127.0.0.1:18081. Process handling (Java, Maven, pid file, lock, start with a bounded
+# wait, stop, status, logs, ensure, with, help) is ops/lib/service.sh, shared with
+# ops/kafka/kafka.sh. The build lives in .build/ (app/ holds the runnable jar), the pid
 # file and the log in .data/ next to this script (both git-ignored). Storage is in memory: a
 # restart starts empty.
 #
@@ -36,8 +37,9 @@ POM="$HERE/pom.xml"
 BUILD="$HERE/.build"
 APP="$BUILD/app"
 STAMP="$APP/.complete"
-DATA="${TOOLGATE_APICURIO_DATA:-$HERE/.data}"
-[[ "$DATA" == /* ]] || DATA="$PWD/$DATA"
+# shellcheck source=../lib/service.sh
+source "$HERE/../lib/service.sh"
+DATA="$(absolute "${TOOLGATE_APICURIO_DATA:-$HERE/.data}")"
 PORT="${TOOLGATE_APICURIO_PORT:-18081}"
 HOST=127.0.0.1
 PIDFILE="$DATA/registry-$PORT.pid"
@@ -48,8 +50,7 @@ STOP_TIMEOUT="${TOOLGATE_APICURIO_STOP_TIMEOUT:-20}"
 HEAP="${TOOLGATE_APICURIO_HEAP:-384m}"
 URL="http://$HOST:$PORT"
 TLS_PORT="${TOOLGATE_APICURIO_TLS_PORT:-}"
-TLS_DIR="${TOOLGATE_APICURIO_TLS_DIR:-$DATA/tls}"
-[[ "$TLS_DIR" == /* ]] || TLS_DIR="$PWD/$TLS_DIR"
+TLS_DIR="$(absolute "${TOOLGATE_APICURIO_TLS_DIR:-$DATA/tls}")"
 MAKE_CERTS="$HERE/../kafka/secure/make-certs.sh"
 PROBE="$URL/apis/ccompat/v7/subjects"
 
@@ -59,8 +60,11 @@ WHAT=registry
 ADDRESS="$URL"
 PORT_KNOB=TOOLGATE_APICURIO_PORT
 LOCK_WAIT=300
-# shellcheck source=../lib/service.sh
-source "$HERE/../lib/service.sh"
+JAVA_FOR="the registry"
+POLL=0.5
+NOT_READY="did not answer on $PROBE"
+COMMANDS="build"
+PORTS=("$PORT" ${TLS_PORT:+"$TLS_PORT"})
 
 [[ "$PORT" =~ ^[0-9]+$ ]] && ((PORT > 0 && PORT < 65536)) ||
   die "TOOLGATE_APICURIO_PORT ($PORT) must be a port number (1-65535)"
@@ -69,36 +73,18 @@ source "$HERE/../lib/service.sh"
 [[ "$START_TIMEOUT" =~ ^[0-9]+$ && "$STOP_TIMEOUT" =~ ^[0-9]+$ ]] ||
   die "TOOLGATE_APICURIO_START_TIMEOUT and TOOLGATE_APICURIO_STOP_TIMEOUT must be whole seconds"
 
-usage() {
-  sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
-
-need_java() {
-  command -v java >/dev/null 2>&1 ||
-    die "java is not on PATH: the registry needs a Java 17+ runtime (Debian: apt-get install -y openjdk-17-jre-headless)"
-}
-
-pom_hash() { sha256sum "$POM" | cut -d' ' -f1; }
-
-built() { [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pom_hash)" ]]; }
-
+# The runnable registry in .build/app (its .complete holds the hash of the pom.xml it was built from).
 cmd_build() {
-  built && return 0
-  command -v mvn >/dev/null 2>&1 ||
-    die "the registry in $APP is missing or older than pom.xml, and mvn is not on PATH (Debian: apt-get install -y maven)"
-  need_java
+  pom_current "$STAMP" && return 0
+  need_maven "the registry in $APP is"
   say "building the registry with Maven (first time only, a few minutes)..."
   mkdir -p "$BUILD"
   local target="$BUILD/target.$$" build_log="$BUILD/build.log"
   rm -rf "$target"
   # shellcheck disable=SC2064
   trap "rm -rf '$target'" EXIT
-  if ! mvn -B -f "$POM" package -DskipTests -Dquarkus.profile=prod \
-      "-Dtoolgate.registry.build=$target" >"$build_log" 2>&1; then
-    grep -E '^\[ERROR\]' "$build_log" | head -n 20 >&2 || tail -n 40 "$build_log" >&2 || true
-    die "Maven could not build the registry (full output: $build_log)"
-  fi
+  run_maven "$build_log" "build the registry" package -DskipTests -Dquarkus.profile=prod \
+    "-Dtoolgate.registry.build=$target"
   [[ -f "$target/toolgate-registry-1-runner.jar" && -d "$target/lib" ]] ||
     die "Maven built no $target/toolgate-registry-1-runner.jar (full output: $build_log)"
   local fresh="$BUILD/app.tmp.$$"
@@ -106,10 +92,8 @@ cmd_build() {
   mkdir -p "$fresh"
   mv "$target/toolgate-registry-1-runner.jar" "$fresh/registry.jar"
   mv "$target/lib" "$fresh/lib"
-  pom_hash >"$fresh/.complete"
-  rm -rf "$APP" "$target" "$build_log"
-  mv "$fresh" "$APP"
-  trap - EXIT
+  rm -rf "$target" "$build_log"
+  install_built "$fresh" "$APP"
   say "registry ready in $APP ($(find "$APP/lib" -name '*.jar' | wc -l) jars)"
 }
 
@@ -129,38 +113,16 @@ PY
 # This instance's java process (its port and this checkout's jar).
 owns_cmdline() { [[ "$1" == *"-Dquarkus.http.port=$PORT "*"$APP/registry.jar"* ]]; }
 
-wait_ready() {
-  local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
-  while ! serves; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$PIDFILE"
-      tail -n 30 "$LOG" >&2 || true
-      die "the registry exited during start-up (see above; full log: $LOG)"
-    fi
-    if ((SECONDS >= deadline)); then
-      tail -n 30 "$LOG" >&2 || true
-      kill_and_wait "$pid"
-      die "the registry did not answer on $PROBE within ${START_TIMEOUT}s"
-    fi
-    sleep 0.5
-  done
-}
+show_start_log() { tail -n 30 "$LOG" >&2 || true; }
 
-cmd_start() {
+prepare() {
   need_java
   cmd_build
-  with_lock
-  local pid
-  pid="$(service_pid)"
-  if [[ -n "$pid" ]]; then
-    wait_ready "$pid"
-    say "already running (pid $pid) on $URL"
-    return 0
-  fi
-  if port_open "$PORT"; then refuse_taken_port "$PORT"; fi
-  local t0=$SECONDS tls=()
+}
+
+launch() {
+  local tls=()
   if [[ -n "$TLS_PORT" ]]; then
-    if port_open "$TLS_PORT"; then refuse_taken_port "$TLS_PORT"; fi
     bash "$MAKE_CERTS" local "$TLS_DIR" >/dev/null || die "making the TLS material in $TLS_DIR failed"
     tls=("-Dquarkus.http.ssl-port=$TLS_PORT" "-Dquarkus.http.ssl.certificate.key-store-file=$TLS_DIR/broker.p12"
       "-Dquarkus.http.ssl.certificate.key-store-file-type=PKCS12")
@@ -169,14 +131,13 @@ cmd_start() {
     export QUARKUS_HTTP_SSL_CERTIFICATE_KEY_STORE_PASSWORD
   fi
   : >"$LOG"
-  nohup java "-Xms64m" "-Xmx$HEAP" -XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1 \
+  spawn "$LOG" java "-Xms64m" "-Xmx$HEAP" -XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1 \
     "-Dquarkus.http.port=$PORT" "-Dquarkus.http.host=$HOST" -Dquarkus.log.level=WARN \
-    -Dquarkus.log.category.io.quarkus.level=INFO ${tls[@]+"${tls[@]}"} \
-    -jar "$APP/registry.jar" </dev/null >>"$LOG" 2>&1 9>&- &
-  pid=$!
-  echo "$pid" >"$PIDFILE"
-  wait_ready "$pid"
-  say "Apicurio Registry ready on $URL${TLS_PORT:+ and https://$HOST:$TLS_PORT (CA: $TLS_DIR/ca.pem)} (pid $pid, $((SECONDS - t0))s)"
+    -Dquarkus.log.category.io.quarkus.level=INFO ${tls[@]+"${tls[@]}"} -jar "$APP/registry.jar"
+}
+
+ready_line() {
+  echo "Apicurio Registry ready on $URL${TLS_PORT:+ and https://$HOST:$TLS_PORT (CA: $TLS_DIR/ca.pem)}"
 }
 
 cmd_with() {
@@ -184,21 +145,4 @@ cmd_with() {
   service_with "$@"
 }
 
-main() {
-  (($# > 0)) || usage
-  local cmd="$1"
-  shift
-  case "$cmd" in
-    build) cmd_build ;;
-    start) cmd_start ;;
-    ensure) cmd_ensure ;;
-    stop) cmd_stop ;;
-    status) cmd_status ;;
-    logs) service_logs "$LOG" "$@" ;;
-    with) cmd_with "$@" ;;
-    -h | --help | help) usage ;;
-    *) say "unknown command: $cmd"; usage ;;
-  esac
-}
-
-main "$@"
+service_main "$@"

@@ -37,7 +37,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -47,51 +46,33 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from toolgate._config import Config
 from toolgate.gate._signing import Keyring
 from toolgate.operations._traffic import Sample, TrafficGenerator
 
-from tests import ROOT
+from tests.integration.broker_kit import BrokerScriptError, Instance, free_ports, unavailable
 from tests.integration.worker_kit import KEYRING, private_config, read_all, start_worker
 
-KAFKA_SH = ROOT / "ops" / "kafka" / "kafka.sh"
-HOST = "127.0.0.1"
 UNKNOWN_REQUEST = ("correlate", "UNKNOWN_REQUEST")
 
-
-class BrokerScriptError(RuntimeError):
-    """``kafka.sh`` failed; the message holds its output."""
+__all__ = ["BrokerScriptError"]  # the broker kit's, as before tests/integration/broker_kit.py
 
 
 def free_port_pair(first: int = 29092, last: int = 29990) -> tuple[int, int]:
     """Two adjacent free ports (client, controller) from ``first`` on, below the ephemeral
     range so a client connection cannot take them while the broker is down."""
-
-    def free(port: int) -> bool:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((HOST, port))
-            except OSError:
-                return False
-        return True
-
-    for port in range(first, last, 2):
-        if free(port) and free(port + 1):
-            return port, port + 1
-    raise BrokerScriptError(f"no two free adjacent ports between {first} and {last}")
+    port, controller = free_ports(2, first, last, adjacent=True)
+    return port, controller
 
 
-class PrivateBroker:
-    """A second ``kafka.sh`` instance with its own ports and data directory."""
+class PrivateBroker(Instance):
+    """A second ``kafka.sh`` instance with its own ports and data directory, which a run
+    stops, SIGKILLs and starts again."""
 
     def __init__(self, data: Path, port: int, controller_port: int) -> None:
-        self.data = data
-        self.port = port
-        self.controller_port = controller_port
+        super().__init__(data, {"PORT": port, "CONTROLLER_PORT": controller_port})
 
     @classmethod
     def pick(cls, data: Path) -> PrivateBroker:
@@ -99,42 +80,12 @@ class PrivateBroker:
         return cls(data, *free_port_pair())
 
     @property
-    def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
+    def port(self) -> int:
+        return self.ports["PORT"]
 
-    def env(self) -> dict[str, str]:
-        """The environment that selects this instance in ``kafka.sh`` (and no other knob of
-        the caller's: a SASL port meant for another instance would collide)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_KAFKA_")}
-        env.update(
-            {
-                "TOOLGATE_KAFKA_PORT": str(self.port),
-                "TOOLGATE_KAFKA_CONTROLLER_PORT": str(self.controller_port),
-                "TOOLGATE_KAFKA_DATA": str(self.data),
-            }
-        )
-        return env
-
-    async def script(self, command: str) -> str:
-        """Run ``kafka.sh COMMAND`` for this instance; its output, or BrokerScriptError."""
-        proc = await asyncio.create_subprocess_exec(
-            "bash",
-            str(KAFKA_SH),
-            command,
-            env=self.env(),
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        out, _ = await proc.communicate()
-        text = out.decode(errors="replace")
-        if proc.returncode != 0:
-            raise BrokerScriptError(
-                f"kafka.sh {command} (port {self.port}, data {self.data}) "
-                f"exited {proc.returncode}:\n{text[-3000:]}"
-            )
-        return text
+    @property
+    def controller_port(self) -> int:
+        return self.ports["CONTROLLER_PORT"]
 
     async def start(self) -> None:
         await self.script("start")
@@ -143,7 +94,7 @@ class PrivateBroker:
         await self.script("stop")
 
     def _sigkill(self) -> None:
-        pid = int((self.data / "kafka.pid").read_text().strip())
+        pid = self.pid()
         os.kill(pid, signal.SIGKILL)
         while Path(f"/proc/{pid}").exists():  # gone once reaped
             time.sleep(0.05)
@@ -168,10 +119,7 @@ async def private_broker(data: Path, what: str) -> AsyncIterator[PrivateBroker]:
     try:
         await broker.start()
     except BrokerScriptError as exc:
-        reason = f"{what}'s own broker instance did not start: {exc}"
-        if os.environ.get("TOOLGATE_REQUIRE_KAFKA") == "1":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
+        unavailable(f"{what}'s own broker instance did not start: {exc}")
     try:
         yield broker
     finally:

@@ -19,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
 from toolgate._config import Config
 
+from tests.integration.chaos_kit import PrivateBroker, private_broker
 from tests.integration.live import LiveWorker
 from tests.integration.worker_kit import drop_topics, private_config
 
@@ -121,3 +122,12 @@ async def config(bootstrap: str) -> AsyncIterator[Config]:
         yield cfg
     finally:
         await drop_topics(cfg)
+
+
+@pytest.fixture
+async def own_broker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[PrivateBroker]:
+    """A broker instance of the test's own, for a test that stops or kills it (chaos_kit: a
+    second ``kafka.sh`` instance from port 29092 on, data under the test's tmp directory, never
+    the shared broker), stopped at the end."""
+    async with private_broker(tmp_path / "kafka", request.node.nodeid) as broker:
+        yield broker

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -124,6 +125,21 @@ class LiveWorker:
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
         env["PYTHONPATH"] = str(ROOT)
         return env
+
+    def run(
+        self, *command: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``command`` (``toolgate ...``, ``bash -c ...``) in :meth:`env` plus ``env``, from the
+        repository's root, to its end (at most ``timeout`` seconds); its output captured."""
+        return subprocess.run(
+            command,
+            env={**self.env(), **(env or {})},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
 
     def stop(self) -> None:
         """Stop the worker cleanly and drop its topics."""

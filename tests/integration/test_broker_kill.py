@@ -25,13 +25,12 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.chaos_kit import ChaosRun, Plan, PrivateBroker, private_broker
+from tests.integration.chaos_kit import ChaosRun, Plan, PrivateBroker
 
 MESSAGES = 3_000
 DOWN_SECONDS = 5.0
@@ -44,13 +43,6 @@ pytestmark = pytest.mark.chaos
 HOG = (
     "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 )
-
-
-@pytest.fixture
-async def killed_broker(tmp_path: Path) -> AsyncIterator[PrivateBroker]:
-    """A broker instance of this test's own, stopped at the end."""
-    async with private_broker(tmp_path / "kafka", "the broker-kill test") as broker:
-        yield broker
 
 
 class LoadedKill(ChaosRun):
@@ -108,7 +100,7 @@ class LoadedKill(ChaosRun):
 
 class TestBrokerKilledUnderLoad:
     async def test_decisions_resume_after_a_sigkilled_broker_serves_again(
-        self, killed_broker: PrivateBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        self, own_broker: PrivateBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
         """A broker SIGKILLed mid-transaction on a loaded machine: decisions flow again within
         the bound once it serves, and every intake record ends with exactly one decision."""
@@ -129,7 +121,7 @@ class TestBrokerKilledUnderLoad:
         )
         workdir = tmp_path / "run"
         workdir.mkdir()
-        run = LoadedKill(plan, killed_broker, workdir)
+        run = LoadedKill(plan, own_broker, workdir)
         report = await run.run()
         figures = report.figures() + (
             f"\nCPU hogs            {run.hogs_alive_at_restart} running when the broker served "

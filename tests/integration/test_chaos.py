@@ -21,12 +21,11 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.chaos_kit import Plan, PrivateBroker, private_broker, run_chaos
+from tests.integration.chaos_kit import Plan, PrivateBroker, run_chaos
 
 MESSAGES = 10_000
 OUTAGE_SECONDS = 45.0  # longer than the workers' request timeout (aiokafka's 40 s default)
@@ -34,16 +33,9 @@ OUTAGE_SECONDS = 45.0  # longer than the workers' request timeout (aiokafka's 40
 pytestmark = pytest.mark.chaos
 
 
-@pytest.fixture
-async def chaos_broker(tmp_path: Path) -> AsyncIterator[PrivateBroker]:
-    """A broker instance of this test's own, stopped at the end."""
-    async with private_broker(tmp_path / "kafka", "the chaos test") as broker:
-        yield broker
-
-
 class TestCopier:
     async def test_kills_rebalances_and_a_broker_restart_decide_everything_once(
-        self, chaos_broker: PrivateBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        self, own_broker: PrivateBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
         """Exactly one decision per intake offset, and no aborted record read committed."""
         # This test's own clients reconnect through the broker restart: their connection errors
@@ -58,7 +50,7 @@ class TestCopier:
             max_ahead=2500,
             broker_down_seconds=OUTAGE_SECONDS,
         )
-        report = await run_chaos(plan, chaos_broker, tmp_path / "run")
+        report = await run_chaos(plan, own_broker, tmp_path / "run")
         figures = report.figures()
         print(f"\n{figures}\nworker logs: {tmp_path / 'run'}")
         assert report.violations == [], figures

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 
@@ -15,17 +14,12 @@ import pytest
 from toolgate._config import Config, Topics
 
 from tests import ROOT
+from tests.integration.broker_kit import free_port
 from tests.integration.conftest import LOCAL_BOOTSTRAP
 from tests.integration.worker_kit import drop_topics
 
 KAFKA_SH = ROOT / "ops" / "kafka" / "kafka.sh"
 MAKE = shutil.which("make")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _ours() -> bool:
@@ -64,7 +58,7 @@ def test_make_run_reuses_the_running_broker(bootstrap: str) -> None:
         **os.environ,
         "TOOLGATE_BOOTSTRAP": LOCAL_BOOTSTRAP,
         "TOOLGATE_GROUP_ID": f"tg-mr-{tag}",
-        "TOOLGATE_METRICS_PORT": str(_free_port()),
+        "TOOLGATE_METRICS_PORT": str(free_port()),
         **topics.env(),
     }
     env.pop("TOOLGATE_CONFIG", None)

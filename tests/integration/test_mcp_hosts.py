@@ -27,7 +27,7 @@ from toolgate.mcp._import import fetch_listing, import_listing, stdio_server
 from toolgate.mcp._proxy import Proxy, ProxyOptions, upstream_groups, with_upstream_env
 
 from tests import mcp_kit, node_kit
-from tests.integration.test_mcp_proxy import running_worker
+from tests.integration.proxy_kit import running_worker
 from tests.integration.worker_kit import worker_env
 
 PACKAGES = node_kit.NODE_MODULES / "@modelcontextprotocol"

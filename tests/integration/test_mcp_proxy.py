@@ -38,8 +38,19 @@ from toolgate.mcp._import import fetch_listing, import_listing
 from toolgate.mcp._proxy import Proxy, ProxyOptions
 
 from tests import ROOT, hostile_mcp, mcp_kit
-from tests.integration.test_worker import make_worker
+from tests.integration.proxy_kit import (
+    UPSTREAM,
+    free_port,
+    host_env,
+    listening,
+    ok_and_banner,
+    proxy_command,
+    proxy_server,
+    running_worker,
+)
 from tests.integration.worker_kit import read_all, start_worker
+
+__all__ = ["running_worker"]  # also importable from here, as before tests/integration/proxy_kit.py
 
 TOOL = "deployer.deploy_status"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -91,21 +102,6 @@ class Upstream:
             return mcp_kit._result(case)
 
         return Server(mcp_kit.SERVER, on_list_tools=list_tools, on_call_tool=call_tool)
-
-
-@asynccontextmanager
-async def running_worker(cfg: Config) -> AsyncIterator[None]:
-    worker = make_worker(cfg)
-    task = asyncio.create_task(worker.run())
-    try:
-        async with asyncio.timeout(60):
-            while not worker.ready():
-                await asyncio.wait({task}, timeout=0.05)
-                assert not task.done(), "the worker stopped"
-        yield
-    finally:
-        worker.request_stop()
-        await task
 
 
 @asynccontextmanager
@@ -467,18 +463,15 @@ class TestFailures:
         once: exit 2 naming --upstream-command, not an exception group."""
         drafts = tmp_path / "drafts"
         import_listing(drafts, mcp_kit.SERVER, mcp_kit.listing_json(), only=["echo"], out=lambda _line: None)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-        env.update(TOOLGATE_BOOTSTRAP=config.bootstrap, PYTHONPATH=str(ROOT), **config.topics.env())
+        env = host_env(config.bootstrap, config.topics)
 
         def proxy(contracts: Path, upstream: str) -> subprocess.CompletedProcess[str]:
-            command = [sys.executable, "-m", "toolgate", "mcp-proxy", "--server", "deployer",
-                       "--contracts", str(contracts), "--upstream-command", upstream]  # fmt: skip
             return subprocess.run(
-                command, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT,
-                stdin=subprocess.DEVNULL, check=False,
+                proxy_command(contracts, upstream=upstream), capture_output=True, text=True,
+                timeout=60, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, check=False,
             )  # fmt: skip
 
-        only_drafts = proxy(drafts, f"{sys.executable} -m tests.mcp_kit")
+        only_drafts = proxy(drafts, UPSTREAM)
         exited = proxy(text_contracts, f"{sys.executable} -c pass")
         assert only_drafts.returncode == 2
         *said, line = only_drafts.stderr.strip().splitlines()
@@ -504,14 +497,11 @@ class TestFailures:
         import_listing(tmp_path, mcp_kit.SERVER, [hostile_mcp.TOOL], out=lambda _line: None)
         mcp_kit.pin(tmp_path, [hostile_mcp.TOOL])
         mcp_kit.review(tmp_path)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-        env.update(TOOLGATE_BOOTSTRAP=config.bootstrap, PYTHONPATH=str(ROOT), **config.topics.env())
+        env = host_env(config.bootstrap, config.topics)
         upstream = f"{sys.executable} -m tests.hostile_mcp {listing}"
-        command = [sys.executable, "-m", "toolgate", "mcp-proxy", "--server", "deployer",
-                   "--contracts", str(tmp_path), "--upstream-command", upstream]  # fmt: skip
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
-            stdin=subprocess.DEVNULL, check=False,
+            proxy_command(tmp_path, upstream=upstream), capture_output=True, text=True, timeout=120,
+            env=env, cwd=ROOT, stdin=subprocess.DEVNULL, check=False,
         )  # fmt: skip
         assert done.returncode == 2, done.stderr
         line = done.stderr.strip().splitlines()[-1]
@@ -520,25 +510,12 @@ class TestFailures:
 
     def test_broker_down_is_one_line(self, proxy_contracts: Path) -> None:
         """`toolgate mcp-proxy` with no broker: exit 2 and one line naming the address."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-        env.update(TOOLGATE_BOOTSTRAP="127.0.0.1:1", PYTHONPATH=str(ROOT))
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "toolgate",
-                "mcp-proxy",
-                "--server",
-                "deployer",
-                "--contracts",
-                str(proxy_contracts),
-                "--upstream-command",
-                f"{sys.executable} -m tests.mcp_kit",
-            ],
+            proxy_command(proxy_contracts),
+            env=host_env("127.0.0.1:1"),
             capture_output=True,
             text=True,
             timeout=60,
-            env=env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             check=False,
@@ -555,71 +532,23 @@ class TestCommand:
 
     async def test_stdio_host_reads_a_validated_result(self, cfg: Config) -> None:
         """`toolgate mcp-proxy --upstream-command ...` started by the SDK's stdio client."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-        env.update(
-            TOOLGATE_BOOTSTRAP=cfg.bootstrap,
-            TOOLGATE_GROUP_ID=cfg.group_id,
-            PYTHONPATH=str(ROOT),
-            **cfg.topics.env(),
+        env = host_env(cfg.bootstrap, cfg.topics, TOOLGATE_GROUP_ID=cfg.group_id)
+        tools, result, banner = await ok_and_banner(
+            cfg, proxy_server(cfg.contracts_dir, env, "--timeout", "20")
         )
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=[
-                "-m",
-                "toolgate",
-                "mcp-proxy",
-                "--server",
-                "deployer",
-                "--contracts",
-                cfg.contracts_dir,
-                "--upstream-command",
-                f"{sys.executable} -m tests.mcp_kit",
-                "--timeout",
-                "20",
-            ],
-            env=env,
-            cwd=str(ROOT),
-        )
-        async with running_worker(cfg), McpClient(params) as host:
-            listed = await host.list_tools()
-            result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
-            banner = await host.call_tool("deploy_status", {"case": "banner"})
-        assert [t.name for t in listed.tools] == ["deploy_status"]
+        assert tools == ["deploy_status"]
         assert result.structured_content == mcp_kit.GOOD
         assert error_of(banner) == {"code": "INVALID_RESPONSE", "retryable": False}
 
     async def test_http_host_reads_a_validated_result(self, cfg: Config) -> None:
         """`--listen http://127.0.0.1:PORT/mcp`: a streamable HTTP host gets the same answers."""
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-        env.update(
-            TOOLGATE_BOOTSTRAP=cfg.bootstrap,
-            TOOLGATE_GROUP_ID=cfg.group_id,
-            PYTHONPATH=str(ROOT),
-            **cfg.topics.env(),
-        )
-        command = [
-            sys.executable, "-m", "toolgate", "mcp-proxy", "--server", "deployer",
-            "--contracts", cfg.contracts_dir, "--upstream-command", f"{sys.executable} -m tests.mcp_kit",
-            "--listen", f"http://127.0.0.1:{port}/mcp",
-        ]  # fmt: skip
+        port = free_port()
+        env = host_env(cfg.bootstrap, cfg.topics, TOOLGATE_GROUP_ID=cfg.group_id)
+        command = proxy_command(cfg.contracts_dir, "--listen", f"http://127.0.0.1:{port}/mcp")
         proxy = await asyncio.create_subprocess_exec(*command, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
         try:
             async with running_worker(cfg):
-                async with asyncio.timeout(60):
-                    while True:
-                        try:
-                            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                        except OSError:
-                            assert proxy.returncode is None, "toolgate mcp-proxy exited"
-                            await asyncio.sleep(0.1)
-                            continue
-                        writer.close()
-                        break
+                await listening(port, proxy)
                 async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
                     result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
                     extra = await host.call_tool("deploy_status", {"case": "extra", "environment": "staging"})
@@ -840,11 +769,7 @@ class TestStartUp:
     ) -> None:
         """No worker runs: deciding in process the call is answered with its verdict; through
         the workers it is GATE_TIMEOUT at once, and the empty group is said once."""
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         topics = "\n".join(
             f'{role} = "{name}"'
             for role, name in zip(cfg.topics.__struct_fields__, cfg.topics.names(), strict=True)
@@ -856,27 +781,17 @@ class TestStartUp:
         )
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME")}
         env["PYTHONPATH"] = str(ROOT)
-        command = [
-            sys.executable, "-m", "toolgate", "mcp-proxy", "--config", str(config_file),
-            "--server", "deployer", "--upstream-command", f"{sys.executable} -m tests.mcp_kit",
-            "--listen", f"http://127.0.0.1:{port}/mcp", "--timeout", "30", "--decide", decide,
-        ]  # fmt: skip
+        command = proxy_command(
+            None, "--config", str(config_file), "--listen", f"http://127.0.0.1:{port}/mcp",
+            "--timeout", "30", "--decide", decide,
+        )  # fmt: skip
         stderr = tmp_path / "stderr.txt"
         with stderr.open("wb") as err:
             proxy = await asyncio.create_subprocess_exec(
                 *command, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stderr=err
             )
         try:
-            async with asyncio.timeout(60):
-                while True:
-                    try:
-                        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                    except OSError:
-                        assert proxy.returncode is None, stderr.read_text()
-                        await asyncio.sleep(0.1)
-                        continue
-                    writer.close()
-                    break
+            await listening(port, proxy, stderr.read_text)
             async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
                 started = asyncio.get_running_loop().time()
                 result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})

@@ -23,10 +23,8 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -43,23 +41,19 @@ from toolgate.mcp._decide import Decider
 from toolgate.mcp._proxy import Proxy, ProxyOptions
 
 from tests import ROOT, mcp_kit
-from tests.integration.chaos_kit import PrivateBroker, private_broker
+from tests.integration.chaos_kit import PrivateBroker
+from tests.integration.proxy_kit import free_port, host_env, listening, proxy_command, until
 from tests.integration.test_mcp_proxy import Upstream, error_of, proxy_contracts, request_id_of
 from tests.integration.worker_kit import private_config, read_all, topic_partitions
 
-__all__ = ["proxy_contracts"]  # the module fixture, shared with test_mcp_proxy
+# proxy_contracts: the module fixture, shared with test_mcp_proxy; free_port and until: the proxy
+# kit's, importable from here as before tests/integration/proxy_kit.py
+__all__ = ["free_port", "proxy_contracts", "until"]
 
 pytestmark = pytest.mark.chaos
 
 HELD = 6
 HOLD_BOUND_S = 120.0  # the upstream's hold ends by itself after this long
-
-
-@pytest.fixture
-async def own_broker(tmp_path: Path) -> AsyncIterator[PrivateBroker]:
-    """A broker instance of this test's own, stopped at the end."""
-    async with private_broker(tmp_path / "kafka", "the MCP proxy chaos test") as broker:
-        yield broker
 
 
 async def own_config(broker: PrivateBroker, contracts: Path) -> Config:
@@ -68,14 +62,6 @@ async def own_config(broker: PrivateBroker, contracts: Path) -> Config:
     for topic in config.topics.names():
         assert await topic_partitions(config, topic), topic
     return msgspec.structs.replace(config, contracts_dir=str(contracts))
-
-
-async def until(condition: Any, seconds: float, what: str) -> None:
-    """Wait, bounded, until ``condition()`` (a coroutine function) is true."""
-    async with asyncio.timeout(seconds):
-        while not await condition():  # noqa: ASYNC110 - a broker or a process: no event to wait on
-            await asyncio.sleep(0.1)
-    assert await condition(), what
 
 
 def envelopes_by_request(records: list[Any]) -> collections.Counter[str]:
@@ -146,42 +132,21 @@ class TestBrokerKilledMidCall:
         assert not held_ids & set(answered)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def proxy_process(
     cfg: Config, port: int, release: Path, returned: Path, log: Path
 ) -> subprocess.Popen[bytes]:
     """``toolgate mcp-proxy`` (deciding in process) over streamable HTTP, the holding upstream behind it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-    env.update(TOOLGATE_BOOTSTRAP=cfg.bootstrap, PYTHONPATH=str(ROOT), **cfg.topics.env())
     upstream = f"{sys.executable} -m tests.integration.test_mcp_proxy_chaos {release} {returned}"
-    command = [
-        sys.executable, "-m", "toolgate", "mcp-proxy", "--server", "deployer",
-        "--contracts", cfg.contracts_dir, "--upstream-command", upstream,
-        "--listen", f"http://127.0.0.1:{port}/mcp",
-    ]  # fmt: skip
+    command = proxy_command(cfg.contracts_dir, "--listen", f"http://127.0.0.1:{port}/mcp", upstream=upstream)
     with log.open("ab") as handle:
         return subprocess.Popen(
-            command, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle
+            command,
+            env=host_env(cfg.bootstrap, cfg.topics),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=handle,
         )
-
-
-async def listening(process: subprocess.Popen[bytes], port: int) -> None:
-    async def up() -> bool:
-        assert process.poll() is None, "toolgate mcp-proxy exited"
-        try:
-            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            return False
-        writer.close()
-        return True
-
-    await until(up, 60, "the proxy listens")
 
 
 class TestProxyKilledMidWrite:
@@ -204,7 +169,7 @@ class TestProxyKilledMidWrite:
             held_answers.append(result)
 
         try:
-            await listening(proxy, port)
+            await listening(port, proxy)
             try:
                 async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
                     for _ in range(3):
@@ -220,7 +185,7 @@ class TestProxyKilledMidWrite:
                         return received.exists() and len(received.read_text().splitlines()) == HELD
 
                     await until(all_held, 60, "the held calls at the upstream")
-                    pid = int((own_broker.data / "kafka.pid").read_text().strip())
+                    pid = own_broker.pid()
                     os.kill(pid, signal.SIGSTOP)  # writes now wait for an acknowledgement
                     try:
                         release.touch()
@@ -247,7 +212,7 @@ class TestProxyKilledMidWrite:
             cfg, port, tmp_path / "release", tmp_path / "returned2", tmp_path / "proxy2.log"
         )
         try:
-            await listening(restarted, port)
+            await listening(port, restarted)
             async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
                 result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
             answered.append(request_id_of(result))

@@ -9,21 +9,12 @@ import json
 import subprocess
 from datetime import UTC, datetime
 
-from tests import ROOT
 from tests.integration.live import LiveWorker
 from tests.integration.worker_kit import read_all
 
 
 def summary(live: LiveWorker, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["toolgate", "quarantine", "summary", *args],
-        env=live.env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    return live.run("toolgate", "quarantine", "summary", *args)
 
 
 def expected(live: LiveWorker) -> dict[tuple[str, str, str, str], tuple[int, str, str]]:

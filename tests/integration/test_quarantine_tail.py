@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from typing import Any
 
-from tests import ROOT
 from tests.integration.live import LiveWorker
 from tests.integration.worker_kit import Record, read_all
 
 
 def tail(live: LiveWorker, *args: str, **env: str) -> tuple[int, list[dict[str, Any]], str]:
-    result = subprocess.run(
-        ["toolgate", "quarantine", "tail", *args],
-        env={**live.env(), **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = live.run("toolgate", "quarantine", "tail", *args, env=env)
     return result.returncode, [json.loads(line) for line in result.stdout.splitlines()], result.stderr
 
 

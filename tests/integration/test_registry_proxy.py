@@ -7,20 +7,17 @@ proxy, started by the MCP SDK's stdio client as a host starts it, loads it from 
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import msgspec
 import pytest
-from mcp import Client as McpClient
-from mcp import StdioServerParameters
 from toolgate._config import Config
 from toolgate.gate._contracts import ContractSet
 
-from tests import ROOT, mcp_kit
+from tests import mcp_kit
+from tests.integration.proxy_kit import host_env, ok_and_banner, proxy_server
 from tests.integration.registry_kit import publish_set, reader_env, registry_client
-from tests.integration.test_mcp_proxy import TOOL, running_worker
+from tests.integration.test_mcp_proxy import TOOL
 
 
 @pytest.fixture(scope="module")
@@ -40,38 +37,16 @@ class TestProxyFromRegistry:
         client = registry_client()
         publish_set(ContractSet.load(reviewed), client)
         cfg = msgspec.structs.replace(config, contracts_dir=str(reviewed))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_")}
-        env.update(
-            TOOLGATE_BOOTSTRAP=cfg.bootstrap,
+        env = host_env(
+            cfg.bootstrap,
+            cfg.topics,
             TOOLGATE_GROUP_ID=cfg.group_id,  # the running worker's group: the proxy checks it has members
-            PYTHONPATH=str(ROOT),
             TOOLGATE_REGISTRY_SNAPSHOT_DIR=str(tmp_path / "snapshots"),
             **reader_env(),
-            **cfg.topics.env(),
         )
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=[
-                "-m",
-                "toolgate",
-                "mcp-proxy",
-                "--server",
-                "deployer",
-                "--contracts",
-                f"registry+{client.url}",
-                "--upstream-command",
-                f"{sys.executable} -m tests.mcp_kit",
-                "--timeout",
-                "20",
-            ],
-            env=env,
-            cwd=str(ROOT),
-        )
-        async with running_worker(cfg), McpClient(params) as host:
-            listed = await host.list_tools()
-            result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
-            banner = await host.call_tool("deploy_status", {"case": "banner"})
-        assert [t.name for t in listed.tools] == ["deploy_status"]
+        params = proxy_server(f"registry+{client.url}", env, "--timeout", "20")
+        tools, result, banner = await ok_and_banner(cfg, params)
+        assert tools == ["deploy_status"]
         assert result.structured_content == mcp_kit.GOOD
         assert banner.is_error
         assert (tmp_path / "snapshots" / "current" / TOOL / "v1" / "contract.yaml").is_file()

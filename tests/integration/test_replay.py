@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import shutil
@@ -21,6 +20,8 @@ from toolgate.operations._quarantine import Filters, format_summary, summary
 from toolgate.operations._replay import Selection, apply, read_quarantine, run_replay
 from toolgate.service._service import Worker, WorkerOptions
 
+from ops.bench.reviews import review_headers, review_request, review_result
+from tests.integration.test_worker import run_until
 from tests.integration.worker_kit import (
     CONTRACTS,
     KEYRING,
@@ -63,34 +64,18 @@ async def publish_reviews(config: Config, count: int, *, comment_every: int) -> 
     has_comment: dict[str, bool] = {}
     try:
         for i in range(count):
-            rid = f"req.rp{now:%H%M%S}{i:05d}"
-            request = {
-                "request_id": rid,
-                "tool": "review_status",
-                "issued_at": now.isoformat(),
-                "expires_at": (now + timedelta(minutes=30)).isoformat(),
-                "bind": {"change_id": f"CR-{i + 1}"},
-                "attempt": 1,
-                "max_attempts": 2,
-            }
+            rid, change = f"req.rp{now:%H%M%S}{i:05d}", f"CR-{i + 1}"
+            request = review_request(
+                rid, now, change, lifetime=timedelta(minutes=30), attempt=1, max_attempts=2
+            )
             await producer.send(config.topics.requests, json.dumps(request).encode(), key=rid.encode())
-            data: dict[str, Any] = {
-                "change_id": f"CR-{i + 1}",
-                "decision": "approved",
-                "reviewed_by": "alice@example.com",
-            }
             has_comment[rid] = i % comment_every == 0
-            if has_comment[rid]:
-                data["comment"] = "LGTM"
-            value = {"tool": "review_status", "request_id": rid, "outcome": "success", "data": data}
-            headers = [
-                ("tg-tool", b"review_status"),
-                ("tg-request-id", rid.encode()),
-                ("tg-adapter", b"review-adapter"),
-                ("tg-adapter-version", b"1.5.0"),
-            ]
+            value = review_result(rid, change, comment="LGTM" if has_comment[rid] else None)
             await producer.send(
-                config.topics.intake, json.dumps(value).encode(), key=rid.encode(), headers=headers
+                config.topics.intake,
+                json.dumps(value).encode(),
+                key=rid.encode(),
+                headers=review_headers(rid),
             )
         await producer.flush()
     finally:
@@ -101,16 +86,7 @@ async def publish_reviews(config: Config, count: int, *, comment_every: int) -> 
 async def decide_all(config: Config, gate: Gate, count: int) -> Worker:
     """Run a worker until ``count`` more results are decided, then stop it."""
     worker = Worker(config, gate, options=WorkerOptions(handle_signals=False, metrics_port=0))
-    task = asyncio.create_task(worker.run())
-    try:
-        async with asyncio.timeout(90):
-            while worker.stats.decided < count:
-                await asyncio.wait({task}, timeout=0.1)
-                if task.done():
-                    break
-    finally:
-        worker.request_stop()
-        await task
+    await run_until(worker, count, 90)
     return worker
 
 
@@ -134,6 +110,13 @@ def successes(records: list[Any]) -> dict[str, int]:
     return out
 
 
+async def replay_schema_violations(config: Config, gate: Gate, *, apply_it: bool, out: io.StringIO) -> int:
+    """``toolgate replay`` of the SCHEMA_VIOLATION rejections (a result replayed 3 times at most), now."""
+    selection = Selection(codes=frozenset({"SCHEMA_VIOLATION"}))
+    now = datetime.now(UTC)
+    return await run_replay(config, gate, selection, apply_it=apply_it, max_replays=3, now=now, out=out)
+
+
 class TestReplay:
     async def test_fix_dry_run_apply_once(self, config: Config, tmp_path: Path) -> None:
         """After a fix, dry run names the now-passing records, apply delivers each exactly once."""
@@ -144,30 +127,11 @@ class TestReplay:
 
         fixed = gate_for(contracts_with_v2(tmp_path / "fixed", "active"))
         out = io.StringIO()
-        assert (
-            await run_replay(
-                config,
-                fixed,
-                Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
-                apply_it=False,
-                max_replays=3,
-                now=datetime.now(UTC),
-                out=out,
-            )
-            == 0
-        )
+        assert await replay_schema_violations(config, fixed, apply_it=False, out=out) == 0
         assert f"would now pass: {len(commented)}" in out.getvalue()
         assert len(await read_all(config, config.topics.intake)) == 60  # the dry run wrote nothing
 
-        await run_replay(
-            config,
-            fixed,
-            Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
-            apply_it=True,
-            max_replays=3,
-            now=datetime.now(UTC),
-            out=io.StringIO(),
-        )
+        await replay_schema_violations(config, fixed, apply_it=True, out=io.StringIO())
         await decide_all(config, fixed, len(commented))
         delivered = successes(await read_all(config, config.topics.agent))
         assert set(delivered) == set(has_comment)
@@ -176,15 +140,7 @@ class TestReplay:
         # Replaying the same quarantine again: apply skips what an earlier replay got accepted,
         # and says so; nothing is sent.
         again = io.StringIO()
-        await run_replay(
-            config,
-            fixed,
-            Selection(codes=frozenset({"SCHEMA_VIOLATION"})),
-            apply_it=True,
-            max_replays=3,
-            now=datetime.now(UTC),
-            out=again,
-        )
+        await replay_schema_violations(config, fixed, apply_it=True, out=again)
         assert f"skipped {len(commented)} records: an earlier replay of the same result was accepted" in (
             again.getvalue()
         )

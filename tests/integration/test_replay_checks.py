@@ -32,10 +32,9 @@ def live(bootstrap: str) -> Any:
 
 
 def replay(live: LiveWorker, contracts: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["toolgate", "replay", "--code", "SCHEMA_VIOLATION", "--contracts", str(contracts),
-         "--keyring", str(KEYRING), *args],
-        env=live.env(), cwd=ROOT, capture_output=True, text=True, check=False, timeout=180,
+    return live.run(
+        "toolgate", "replay", "--code", "SCHEMA_VIOLATION", "--contracts", str(contracts),
+        "--keyring", str(KEYRING), *args, timeout=180,
     )  # fmt: skip
 
 

@@ -18,7 +18,6 @@ import pytest
 from toolgate.gate._contracts import ContractSet
 from toolgate.operations._top import parse
 
-from tests import ROOT
 from tests.integration.live import LiveWorker
 from tests.integration.registry_kit import publish_set, reader_env, registry_client
 from tests.integration.worker_kit import CONTRACTS
@@ -45,19 +44,8 @@ def registry_url() -> str:
 def _run(live: LiveWorker, command: str, registry: str | None = None) -> subprocess.CompletedProcess[str]:
     assert live.worker is not None
     concrete = command.replace("127.0.0.1:9464", f"127.0.0.1:{live.worker.metrics_port}")
-    env = live.env()
-    if registry is not None:
-        env["TOOLGATE_REGISTRY_URL"] = registry
-        env.update(reader_env())
-    return subprocess.run(
-        ["bash", "-c", concrete],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    env = {} if registry is None else {"TOOLGATE_REGISTRY_URL": registry, **reader_env()}
+    return live.run("bash", "-c", concrete, env=env)
 
 
 def _replayed(live: LiveWorker) -> float:

@@ -16,14 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
-import socket
-import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -43,7 +38,7 @@ from toolgate.operations._acls import TRANSACTIONAL_PREFIX, acl_plan, apply_acls
 from toolgate.service._kafka import client_settings, ensure_topics
 from toolgate.service._service import Worker, WorkerOptions
 
-from tests import ROOT
+from tests.integration.broker_kit import HOST, Instance, free_ports, started
 from tests.integration.worker_kit import (
     CLEAN,
     CONTRACTS,
@@ -55,65 +50,17 @@ from tests.integration.worker_kit import (
     samples,
 )
 
-KAFKA_SH = ROOT / "ops" / "kafka" / "kafka.sh"
-HOST = "127.0.0.1"
 USERS = ("admin", "toolgate", "platform", "adapter", "agent", "operator")
 MECHANISM = "SCRAM-SHA-256"
 SAMPLES = 60
 
 
-def _free_ports(count: int, first: int = 39092, last: int = 39990) -> list[int]:
-    """``count`` free ports from ``first`` on: below the ephemeral range, away from the shared
-    broker (19092/19093) and the chaos test's instance (29092 on)."""
-    found: list[int] = []
-    for port in range(first, last):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((HOST, port))
-            except OSError:
-                continue
-        found.append(port)
-        if len(found) == count:
-            return found
-    raise RuntimeError(f"no {count} free ports between {first} and {last}")
-
-
-@dataclass
-class SaslBroker:
+class SaslBroker(Instance):
     """A ``kafka.sh`` instance with a SCRAM listener; one password per user of ``USERS``."""
 
-    data: Path
-    port: int
-    controller_port: int
-    sasl_port: int
-    passwords: dict[str, str]
-
-    def env(self) -> dict[str, str]:
-        """The environment that selects this instance in ``kafka.sh`` (every command)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_KAFKA_")}
-        env.update(
-            {
-                "TOOLGATE_KAFKA_PORT": str(self.port),
-                "TOOLGATE_KAFKA_CONTROLLER_PORT": str(self.controller_port),
-                "TOOLGATE_KAFKA_SASL_PORT": str(self.sasl_port),
-                "TOOLGATE_KAFKA_DATA": str(self.data),
-                "TOOLGATE_KAFKA_SCRAM_USERS": ",".join(f"{u}:{p}" for u, p in self.passwords.items()),
-            }
-        )
-        return env
-
-    def script(self, command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["bash", str(KAFKA_SH), command],
-            env=self.env(),
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
+    @property
+    def sasl_port(self) -> int:
+        return self.ports["SASL_PORT"]
 
     def security(self, user: str, password: str | None = None) -> Security:
         return Security(
@@ -126,30 +73,14 @@ class SaslBroker:
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker]:
-    """The SASL instance, started for this module and stopped after it."""
-    port, controller_port, sasl_port = _free_ports(3)
+    """The SASL instance, started for this module and stopped after it; its ports from 39092 on,
+    away from the shared broker (19092/19093) and the chaos test's instance (29092 on)."""
+    ports = dict(zip(("PORT", "CONTROLLER_PORT", "SASL_PORT"), free_ports(3, 39092, 39990), strict=True))
     # token_hex: the characters kafka.sh accepts in TOOLGATE_KAFKA_SCRAM_USERS.
-    broker = SaslBroker(
-        tmp_path_factory.mktemp("sasl-broker"),
-        port,
-        controller_port,
-        sasl_port,
-        {user: secrets.token_hex(12) for user in USERS},
-    )
-    try:
-        started = broker.script("start")
-        if started.returncode != 0:
-            reason = (
-                f"the SASL broker instance did not start (kafka.sh start exited "
-                f"{started.returncode}):\n{started.stderr[-3000:]}"
-            )
-            if os.environ.get("TOOLGATE_REQUIRE_KAFKA") == "1":
-                pytest.fail(reason, pytrace=False)
-            pytest.skip(reason)
+    passwords = {user: secrets.token_hex(12) for user in USERS}
+    broker = SaslBroker(tmp_path_factory.mktemp("sasl-broker"), ports, passwords)
+    with started(broker, "the SASL broker instance"):
         yield broker
-    finally:
-        stopped = broker.script("stop")
-        assert stopped.returncode == 0, stopped.stderr
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,12 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import ROOT
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.integration.broker_kit import free_port
 
 
 @dataclass
@@ -54,8 +48,8 @@ class Service:
 def _kafka() -> Service:
     if not (ROOT / "ops" / "kafka" / ".jars" / ".complete").is_file() or shutil.which("java") is None:
         pytest.skip("needs the broker jars (make jars) and java")
-    port = _free_port()
-    env = {"TOOLGATE_KAFKA_PORT": str(port), "TOOLGATE_KAFKA_CONTROLLER_PORT": str(_free_port())}
+    port = free_port()
+    env = {"TOOLGATE_KAFKA_PORT": str(port), "TOOLGATE_KAFKA_CONTROLLER_PORT": str(free_port())}
     return Service(ROOT / "ops" / "kafka" / "kafka.sh", "kafka.sh", env, f"127.0.0.1:{port}")
 
 
@@ -65,7 +59,7 @@ def _registry() -> Service:
         or shutil.which("java") is None
     ):
         pytest.skip("needs the registry build (make registry) and java")
-    port = _free_port()
+    port = free_port()
     env = {"TOOLGATE_APICURIO_PORT": str(port)}
     return Service(ROOT / "ops" / "registry" / "registry.sh", "registry.sh", env, f"http://127.0.0.1:{port}")
 

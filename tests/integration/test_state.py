@@ -16,13 +16,11 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from toolgate._config import Config
-from toolgate.gate._contracts import ContractSet
-from toolgate.gate._gate import Gate
 from toolgate.gate._signing import Keyring
 from toolgate.operations._traffic import Sample, TrafficGenerator
-from toolgate.service._service import Worker, WorkerOptions
 
 from tests import ROOT
+from tests.integration.test_worker import make_worker
 from tests.integration.worker_kit import (
     KEYRING,
     publish,
@@ -31,12 +29,6 @@ from tests.integration.worker_kit import (
     wait_for_count,
     worker_env,
 )
-
-
-def make_worker(config: Config, **options: object) -> Worker:
-    gate = Gate(ContractSet.load(config.contracts_dir), Keyring.load(KEYRING, environ={}))
-    opts = WorkerOptions(handle_signals=False, metrics_port=0, **options)  # type: ignore[arg-type]
-    return Worker(config, gate, options=opts)
 
 
 def accepted_samples(count: int) -> list[Sample]:

@@ -28,14 +28,12 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -45,19 +43,18 @@ from toolgate.operations._acls import acl_plan, apply_acls
 from toolgate.service._kafka import ensure_topics
 
 from tests import ROOT
+from tests.integration.broker_kit import HOST, Instance, free_port, free_ports, started
 from tests.integration.worker_kit import (
     CLEAN,
     CONTRACTS,
     KEYRING,
     check_exactly_once,
+    kill_mid_stream_then_drain,
     publish,
     read_all,
     samples,
-    wait_for_count,
 )
 
-KAFKA_SH = ROOT / "ops" / "kafka" / "kafka.sh"
-HOST = "127.0.0.1"
 USERS = ("admin", "toolgate", "platform", "adapter", "agent", "operator")
 MECHANISM = "SCRAM-SHA-512"
 LISTENERS = (
@@ -70,30 +67,8 @@ LISTENERS = (
 )
 
 
-def _free_ports(count: int, first: int = 41092, last: int = 41990) -> list[int]:
-    """``count`` free ports from ``first`` on, away from the shared broker (19092/19093), the
-    chaos test's instance (29092 on) and the SASL test's (39092 on)."""
-    found: list[int] = []
-    for port in range(first, last):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((HOST, port))
-            except OSError:
-                continue
-        found.append(port)
-        if len(found) == count:
-            return found
-    raise RuntimeError(f"no {count} free ports between {first} and {last}")
-
-
-@dataclass
-class TlsBroker:
+class TlsBroker(Instance):
     """A ``kafka.sh`` instance with TLS listeners; one SCRAM password per user of ``USERS``."""
-
-    data: Path
-    ports: dict[str, int]
-    passwords: dict[str, str]
 
     @property
     def tls(self) -> Path:
@@ -102,26 +77,6 @@ class TlsBroker:
 
     def port(self, name: str) -> int:
         return self.ports[name]
-
-    def env(self) -> dict[str, str]:
-        """The environment that selects this instance in ``kafka.sh`` (every command)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_KAFKA_")}
-        env.update({f"TOOLGATE_KAFKA_{name}": str(port) for name, port in self.ports.items()})
-        env["TOOLGATE_KAFKA_DATA"] = str(self.data)
-        env["TOOLGATE_KAFKA_SCRAM_USERS"] = ",".join(f"{u}:{p}" for u, p in self.passwords.items())
-        return env
-
-    def script(self, command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["bash", str(KAFKA_SH), command],
-            env=self.env(),
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
 
     def password_file(self, user: str, password: str | None = None) -> Path:
         """The user's password in a file only its owner may read (as a mounted secret)."""
@@ -154,26 +109,16 @@ class TlsBroker:
 
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    """The TLS instance, started for this module and stopped after it."""
+    """The TLS instance, started for this module and stopped after it; its ports from 41092 on,
+    away from the shared broker (19092/19093), the chaos test's instance (29092 on) and the
+    SASL test's (39092 on)."""
     broker = TlsBroker(
         tmp_path_factory.mktemp("tls-broker"),
-        dict(zip(LISTENERS, _free_ports(len(LISTENERS)), strict=True)),
+        dict(zip(LISTENERS, free_ports(len(LISTENERS), 41092, 41990), strict=True)),
         {user: secrets.token_hex(12) for user in USERS},
     )
-    try:
-        started = broker.script("start")
-        if started.returncode != 0:
-            reason = (
-                f"the TLS broker instance did not start (kafka.sh start exited "
-                f"{started.returncode}):\n{started.stderr[-3000:]}"
-            )
-            if os.environ.get("TOOLGATE_REQUIRE_KAFKA") == "1":
-                pytest.fail(reason, pytrace=False)
-            pytest.skip(reason)
+    with started(broker, "the TLS broker instance"):
         yield broker
-    finally:
-        stopped = broker.script("stop")
-        assert stopped.returncode == 0, stopped.stderr
 
 
 def _bootstrap(broker: TlsBroker, security: Security, host: str = HOST) -> str:
@@ -249,12 +194,6 @@ def toolgate(
         timeout=timeout,
         check=False,
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def _ready(port: int) -> bool:
@@ -333,7 +272,7 @@ class TestEveryCommandOverTls:
         assert f"User:toolgate\tread\ttopic\t{base.topics.intake}\tliteral" in listed.stdout, listed.stdout
 
         log = tmp_path / "worker.log"
-        metrics = _free_port()
+        metrics = free_port()
         proc = start_worker(worker, log=log, metrics_port=metrics)
         try:
             await _wait_ready(proc, metrics, log, 120)
@@ -382,21 +321,7 @@ class TestExactlyOnceOverSaslSsl:
         await publish(_as(base, tls_broker, tls_broker.sasl_ssl("adapter")), items, requests=False)
         worker = _as(base, tls_broker, tls_broker.sasl_ssl("toolgate"))
         log = tmp_path / "worker.log"
-        first = start_worker(worker, "--batch-size", "25", log=log)
-        try:
-            seen = await wait_for_count(base, base.topics.audit, 200, 90)
-            first.send_signal(signal.SIGKILL)
-            first.wait(10)
-        finally:
-            if first.poll() is None:
-                first.kill()
-        assert 200 <= seen < len(items), f"the kill did not land mid-stream ({seen} decided)"
-        second = start_worker(worker, "--burst", log=log)
-        try:
-            assert second.wait(180) == 0, log.read_text()[-3000:]
-        finally:
-            if second.poll() is None:
-                second.kill()
+        await kill_mid_stream_then_drain(start_worker, worker, base, kill_at=200, total=len(items), log=log)
         agent = await read_all(_as(base, tls_broker, tls_broker.sasl_ssl("agent")), base.topics.agent)
         quarantine = await read_all(
             _as(base, tls_broker, tls_broker.sasl_ssl("operator")), base.topics.quarantine

@@ -8,21 +8,12 @@ import re
 import socket
 import subprocess
 
-from tests import ROOT
 from tests.integration.live import LiveWorker
 from tests.integration.worker_kit import read_all
 
 
 def top(live: LiveWorker, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["toolgate", "top", "--once", *args],
-        env=live.env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    return live.run("toolgate", "top", "--once", *args, timeout=60)
 
 
 def decided(live: LiveWorker) -> tuple[set[str], set[str], int]:

@@ -20,6 +20,7 @@ from tests.integration.worker_kit import (
     KEYRING,
     check_exactly_once,
     expected_rejections,
+    kill_mid_stream_then_drain,
     publish,
     read_all,
     samples,
@@ -183,21 +184,16 @@ class TestCrashes:
         items = samples(3000, seed=13)
         await publish(config, items)
         log = tmp_path / "worker.log"
-        first = start_worker(config, "--batch-size", "25", log=log)
-        try:
-            seen = await wait_for_count(config, config.topics.audit, 300, 60)
-            first.send_signal(signal.SIGKILL)
-            first.wait(10)
-        finally:
-            if first.poll() is None:
-                first.kill()
-        assert 300 <= seen < len(items), f"the kill did not land mid-stream ({seen} decided)"
-        second = start_worker(config, "--burst", log=log)
-        try:
-            assert second.wait(120) == 0, log.read_text()[-3000:]
-        finally:
-            if second.poll() is None:
-                second.kill()
+        await kill_mid_stream_then_drain(
+            start_worker,
+            config,
+            config,
+            kill_at=300,
+            total=len(items),
+            log=log,
+            kill_within=60,
+            drain_within=120,
+        )
         agent = await read_all(config, config.topics.agent)
         quarantine = await read_all(config, config.topics.quarantine)
         audit = await read_all(config, config.topics.audit)

@@ -6,9 +6,11 @@ import asyncio
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -193,6 +195,43 @@ async def wait_for_count(config: Config, topic: str, count: int, seconds: float)
             break
         await asyncio.sleep(0.2)  # polling a broker, not waiting for time to pass
     return seen
+
+
+def log_tail(log: Path) -> str:
+    """The end of a worker's log, for a failure's message."""
+    return log.read_text()[-3000:]
+
+
+async def kill_mid_stream_then_drain(
+    start: Callable[..., subprocess.Popen[bytes]],
+    worker: Config,
+    watch: Config,
+    *,
+    kill_at: int,
+    total: int,
+    log: Path,
+    kill_within: float = 90,
+    drain_within: float = 180,
+) -> None:
+    """A worker (``start(worker, *args, log=log)``, in batches of 25) SIGKILLed once ``watch``'s
+    audit topic holds ``kill_at`` decisions (within ``kill_within`` s), then a ``--burst`` worker
+    run to the end (within ``drain_within`` s); asserts the kill landed mid-stream of the
+    ``total`` results and the burst exited 0 (else the end of ``log``)."""
+    first = start(worker, "--batch-size", "25", log=log)
+    try:
+        seen = await wait_for_count(watch, watch.topics.audit, kill_at, kill_within)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert kill_at <= seen < total, f"the kill did not land mid-stream ({seen} decided)"
+    second = start(worker, "--burst", log=log)
+    try:
+        assert second.wait(drain_within) == 0, log_tail(log)
+    finally:
+        if second.poll() is None:
+            second.kill()
 
 
 def is_decision(record: Record) -> bool:
