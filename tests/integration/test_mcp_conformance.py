@@ -27,7 +27,7 @@ from toolgate._config import Config
 
 from tests import ROOT, mcp_kit, node_kit
 from tests.conformance_doc import documented
-from tests.integration.test_mcp_proxy_chaos import free_port, until
+from tests.integration.proxy_kit import free_port, until
 
 SERVER = "everything"
 EVERYTHING = node_kit.NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"

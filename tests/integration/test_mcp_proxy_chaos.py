@@ -46,9 +46,8 @@ from tests.integration.proxy_kit import free_port, host_env, listening, proxy_co
 from tests.integration.test_mcp_proxy import Upstream, error_of, proxy_contracts, request_id_of
 from tests.integration.worker_kit import private_config, read_all, topic_partitions
 
-# proxy_contracts: the module fixture, shared with test_mcp_proxy; free_port and until: the proxy
-# kit's, importable from here as before tests/integration/proxy_kit.py
-__all__ = ["free_port", "proxy_contracts", "until"]
+# proxy_contracts: the module fixture, shared with test_mcp_proxy
+__all__ = ["proxy_contracts"]
 
 pytestmark = pytest.mark.chaos
 

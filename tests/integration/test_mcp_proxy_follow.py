@@ -26,13 +26,13 @@ from toolgate.service._kafka import AiokafkaClients
 from toolgate.service._members import read_members
 
 from tests import ROOT, mcp_kit
+from tests.integration.proxy_kit import free_port, listening, until
 from tests.integration.registry_kit import publish_set, reader_env, registry_client
 from tests.integration.test_mcp_proxy import (  # noqa: F401  (time_contracts: a fixture)
     TIME_TOOL,
     request_id_of,
     time_contracts,
 )
-from tests.integration.test_mcp_proxy_chaos import free_port, listening, until
 from tests.integration.worker_kit import KEYRING, Record, read_all
 
 TIME_COMMAND = f"{Path(sys.executable).parent / 'mcp-server-time'} --local-timezone UTC"
@@ -133,7 +133,7 @@ class TestFollowingTheTopic:
         stderr = tmp_path / "stderr.txt"
         proxy = start_proxy(cfg_file, port, stderr)
         try:
-            await listening(proxy, port)
+            await listening(port, proxy)
             async with McpClient(f"http://127.0.0.1:{port}/mcp") as host:
                 first = await host.call_tool("get_current_time", {"timezone": "UTC"})
                 two_folder = revised(time_contracts, tmp_path / "two")

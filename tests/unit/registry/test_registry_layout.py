@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from toolgate._errors import ConfigError
 from toolgate.authoring._publish import signed_versions
-from toolgate.gate._contracts import ContractSet, load_contract
+from toolgate.gate._contracts import MISSING, ContractSet, load_contract, parse_pointer, resolve
 from toolgate.gate._published import sign_marker
 from toolgate.gate._signing import Keyring
 from toolgate.mcp._import import fetch_listing, import_listing
@@ -231,16 +231,7 @@ def _refs(node: object) -> list[str]:
 
 def _resolves_from_root(document: dict[str, object], ref: str) -> bool:
     """Whether a ``#/...`` reference names a place of ``document`` read from its root."""
-    node: object = document
-    for token in ref[2:].split("/") if ref != "#" else []:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return False
-    return True
+    return resolve(document, parse_pointer(ref[1:])) is not MISSING
 
 
 class TestRegistryRendition:
