@@ -66,6 +66,12 @@ def _nothing_accepted(_request_id: str, _attempt: int) -> bool:
     return False
 
 
+def retries(answer: Answer, request: Request) -> bool:
+    """Whether ``answer`` sends the call to its next attempt: a retryable failure with
+    attempts left (the proxy's two ways of deciding alike)."""
+    return answer.outcome == "failure" and answer.retryable and request.attempt < request.max_attempts
+
+
 def request_record(request: Request) -> RequestRecord:
     """The request record the workers would look up for ``request`` (as issued)."""
     return RequestRecord(
@@ -195,12 +201,13 @@ class Caller(Protocol):
 
     server_name: str
     client: Client
-    options: Any  # ProxyOptions
     stats: Any  # ProxyStats
 
     async def _upstream_call(
         self, name: str, arguments: dict[str, Any] | None, trace: dict[str, str]
     ) -> tuple[dict[str, Any], bytes | None] | str: ...
+
+    def _result_fields(self, served: Any, trace: Mapping[str, str]) -> dict[str, Any]: ...
 
     @staticmethod
     def _bounded(raw: tuple[dict[str, Any], bytes | None], max_bytes: int, tool: str) -> bytes | None: ...
@@ -228,7 +235,6 @@ async def call_in_process(
     record built and checked before the upstream was called; ``trace`` the call's checked
     trace context."""
     client = proxy.client
-    options = proxy.options
     spec = served.contract.spec
     while True:
         raw = await proxy._upstream_call(name, arguments, trace)
@@ -237,16 +243,7 @@ async def call_in_process(
         body = proxy._bounded(raw, spec.limits.max_bytes, spec.tool)
         if body is None:  # over what a record carries: nothing to decide, no record
             return proxy._fixed("PAYLOAD_TOO_LARGE", request.request_id)
-        decided = decider.decide(
-            request,
-            body,
-            adapter_version=options.adapter_version,
-            adapter=None if served.signer else options.adapter,
-            signer=served.signer,
-            source=f"mcp:{proxy.server_name}",
-            traceparent=trace.get("traceparent"),
-            tracestate=trace.get("tracestate"),
-        )
+        decided = decider.decide(request, body, **proxy._result_fields(served, trace))
         answer = decided.answer
         if decided.verdict.accepted:
             # The attempt has its accepted answer: the request record says so, and a worker
@@ -267,8 +264,8 @@ async def call_in_process(
             _log.warning("writing the decision of %s: %s", request.request_id, exc)
             return proxy._fixed("BROKER_UNAVAILABLE", request.request_id)
         code = answer.code or answer.outcome
-        proxy.stats.by_code[code] = proxy.stats.by_code.get(code, 0) + 1
-        if answer.outcome == "failure" and answer.retryable and request.attempt < request.max_attempts:
+        proxy.stats.count(code)
+        if retries(answer, request):
             request = replace(request, attempt=request.attempt + 1, answered=False)
             continue
         return answer

@@ -102,7 +102,7 @@ from toolgate.mcp._calls import (
     record_lines,
     trace_context,
 )
-from toolgate.mcp._decide import Decider, call_in_process
+from toolgate.mcp._decide import Decider, call_in_process, retries
 from toolgate.mcp._follow import ContractFollower, Following
 from toolgate.registry._snapshot import load_contracts
 
@@ -198,6 +198,10 @@ class ProxyStats:
     calls: int = 0
     by_code: dict[str, int] = field(default_factory=dict)
     tool_changed: dict[str, int] = field(default_factory=dict)  # <server>.<tool> -> times withdrawn
+
+    def count(self, code: str) -> None:
+        """One more call that ended with ``code`` (or ``success``/``failure``)."""
+        self.by_code[code] = self.by_code.get(code, 0) + 1
 
 
 def stats_registry(stats: ProxyStats, server: str) -> Any:
@@ -911,11 +915,11 @@ class Proxy:
                 lines = record_lines(exc)
             else:
                 return request, trace_context(meta)
-        self.stats.by_code["INVALID_ARGUMENTS"] = self.stats.by_code.get("INVALID_ARGUMENTS", 0) + 1
+        self.stats.count("INVALID_ARGUMENTS")
         return error_result("INVALID_ARGUMENTS", False, lines=lines)
 
     def _fixed(self, code: str, request_id: str | None = None) -> Any:
-        self.stats.by_code[code] = self.stats.by_code.get(code, 0) + 1
+        self.stats.count(code)
         return error_result(code, CODES[code], request_id)
 
     async def _call(
@@ -960,13 +964,8 @@ class Proxy:
                     request.attempt,
                     body,
                     tool=spec.tool,
-                    adapter_version=options.adapter_version,
-                    adapter=None if served.signer else options.adapter,
-                    signer=served.signer,
-                    source=f"mcp:{self.server_name}",
-                    traceparent=trace.get("traceparent"),
-                    tracestate=trace.get("tracestate"),
                     contract_generation=self.contracts.generation or None,
+                    **self._result_fields(served, trace),
                 )
                 answer = await self.client.answer(request)
             except AnswerTimeout:
@@ -975,8 +974,8 @@ class Proxy:
                 _log.warning("publishing the result of %s: %s", request.request_id, exc)
                 return self._fixed("BROKER_UNAVAILABLE", request.request_id)
             code = answer.code or answer.outcome
-            self.stats.by_code[code] = self.stats.by_code.get(code, 0) + 1
-            if answer.outcome == "failure" and answer.retryable and request.attempt < request.max_attempts:
+            self.stats.count(code)
+            if retries(answer, request):
                 try:
                     request = await self.client.next_attempt(request, wait_s=options.wait_s)
                 except (BrokerError, ClientClosed):
@@ -991,9 +990,21 @@ class Proxy:
         tells "nothing passed" from "nothing there"."""
         result = host_result(answer, structured=structured)
         if nothing_passed(result):
-            self.stats.by_code["NOTHING_PASSED"] = self.stats.by_code.get("NOTHING_PASSED", 0) + 1
+            self.stats.count("NOTHING_PASSED")
             return error_result("NOTHING_PASSED", CODES["NOTHING_PASSED"], answer.request_id)
         return result
+
+    def _result_fields(self, served: _Served, trace: Mapping[str, str]) -> dict[str, Any]:
+        """The intake record's adapter, signature, source and trace fields of a call of
+        ``served``: what a result carries whether a worker or this proxy decides it."""
+        return {
+            "adapter_version": self.options.adapter_version,
+            "adapter": None if served.signer else self.options.adapter,
+            "signer": served.signer,
+            "source": f"mcp:{self.server_name}",
+            "traceparent": trace.get("traceparent"),
+            "tracestate": trace.get("tracestate"),
+        }
 
     @staticmethod
     def _bounded(raw: tuple[dict[str, Any], bytes | None], max_bytes: int, tool: str) -> bytes | None:
