@@ -18,8 +18,45 @@ from toolgate.cli._common import (
 )
 
 
+def _tools_argument(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "tools",
+        nargs="*",
+        metavar="TOOL",
+        help=f"{what} only these tools' versions (<server>.<tool> for MCP; default: every tool); "
+        "the exit status is theirs alone",
+    )
+
+
 def _contracts_test_arguments(p: argparse.ArgumentParser) -> None:
+    _tools_argument(p, "run the fixtures of")
     p.add_argument("-v", "--verbose", action="store_true", help="print passing fixtures too")
+
+
+def _contracts_lint_arguments(p: argparse.ArgumentParser) -> None:
+    _tools_argument(p, "lint")
+
+
+def selected(contracts: Any, tools: list[str]) -> Any:
+    """The versions of ``tools`` in ``contracts`` (all of them without ``tools``).
+
+    Raises:
+        ConfigError: a tool with no version in the folder, naming it and the folder's tools.
+    """
+    from toolgate.gate._contracts import ContractSet
+
+    if not tools:
+        return contracts
+    known = contracts.tools
+    missing = [tool for tool in tools if tool not in known]
+    if missing:
+        shown = ", ".join(known[:20]) + (f", ... ({len(known)} in all)" if len(known) > 20 else "")
+        raise ConfigError(
+            f"{', '.join(repr(t[:130]) for t in missing[:5])}: no such tool in the contracts folder "
+            f"(it holds: {shown or 'none'})"
+        )
+    wanted = set(tools)
+    return ContractSet([c for c in contracts if c.spec.tool in wanted], contracts.generation)
 
 
 def _contracts_diff_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,7 +82,7 @@ def _contracts_test(args: argparse.Namespace, config: Config) -> int:
     from toolgate.gate._signing import Keyring
 
     root = config.contracts_dir
-    contracts = ContractSet.load(root)
+    contracts = selected(ContractSet.load(root), args.tools)
     keyring = Keyring.load(args.keyring) if args.keyring else fixtures_keyring(root)
     passed = failed = 0
     for outcome in iter_outcomes(contracts, keyring):
@@ -70,14 +107,32 @@ def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
     from toolgate.authoring._lint import context_costs, lint_contracts
     from toolgate.gate._contracts import ContractSet
 
-    contracts = ContractSet.load(config.contracts_dir)
+    contracts = selected(ContractSet.load(config.contracts_dir), args.tools)
     findings = lint_contracts(contracts)
     for finding in findings:
         print(f"{finding.file}: {finding.pointer or '/'}: {finding.rule}: {finding.message}")
     for note in context_costs(contracts):
         print(f"note: {note}")
-    print(f"{len(contracts)} contract versions: {len(findings)} findings")
+    print(lint_summary(contracts, findings))
     return EXIT_PROBLEM if findings else EXIT_OK
+
+
+def lint_summary(contracts: Any, findings: list[Any]) -> str:
+    """The last line of lint: the findings, those of drafts (which decide nothing until
+    reviewed) apart from those of the versions that decide."""
+    head = f"{len(contracts)} contract versions: {len(findings)} findings"
+    if not findings:
+        return head
+    drafts = {str(c.path) for c in contracts if c.spec.status == "draft"}
+    folders = {str(c.folder) for c in contracts if c.spec.status == "draft"}
+    in_drafts = sum(
+        f.file in drafts or any(f.file.startswith(folder + "/") for folder in folders) for f in findings
+    )
+    deciding = len(contracts) - len(drafts)
+    return (
+        f"{head}: {in_drafts} in {len(drafts)} draft versions (deciding nothing until reviewed: "
+        f"toolgate contracts review), {len(findings) - in_drafts} in the {deciding} versions that decide"
+    )
 
 
 def _contracts_diff(args: argparse.Namespace, config: Config) -> int:
@@ -299,8 +354,12 @@ COMMANDS: tuple[Command, ...] = (
         "run every fixture; each reject must hit its stage and code",
         "Run every fixture of every contract version through the real gate: an accept\n"
         "fixture must be accepted, a reject fixture must end at the stage and code it\n"
-        "names. Exit 1 when any fixture fails.",
-        ("toolgate contracts test", "toolgate contracts test --contracts ./contracts -v"),
+        "names. Exit 1 when any fixture fails. Given TOOLs, only their versions' fixtures run.",
+        (
+            "toolgate contracts test",
+            "toolgate contracts test --contracts ./contracts -v",
+            "toolgate contracts test --contracts demo memory.read_graph",
+        ),
         _contracts_test,
         ("contracts", "keyring"),
         _contracts_test_arguments,
@@ -310,10 +369,16 @@ COMMANDS: tuple[Command, ...] = (
         "closed objects, bounded strings and arrays, no free maps",
         "Hold every contract schema to the schema rules (docs/design.md, Contracts):\n"
         "closed objects, bounded strings and arrays, no free-form maps, anchored\n"
-        "patterns, format only where asserted. Exit 1 on any finding.",
-        ("toolgate contracts lint", "toolgate contracts lint --contracts ./contracts"),
+        "patterns, format only where asserted. Exit 1 on any finding. Given TOOLs, only\n"
+        "their versions are linted. The last line counts the findings of drafts apart.",
+        (
+            "toolgate contracts lint",
+            "toolgate contracts lint --contracts ./contracts",
+            "toolgate contracts lint --contracts demo memory.read_graph",
+        ),
         _contracts_lint,
         ("contracts",),
+        _contracts_lint_arguments,
     ),
     Command(
         ("contracts", "diff"),
