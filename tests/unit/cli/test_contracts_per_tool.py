@@ -42,7 +42,9 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 class TestPerTool:
     """Lint and test take tools: only their versions are read into the verdict and the exit."""
 
-    def test_lint_one_tool_lists_its_findings_only(self, demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_lint_one_tool_lists_its_findings_only(
+        self, demo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         """Every finding printed is of the tool named, and the count is its versions'."""
         code, out, _ = _run(["contracts", "lint", "--contracts", str(demo), "memory.read_graph"], capsys)
         lines = out.splitlines()
@@ -65,9 +67,13 @@ class TestPerTool:
         assert "'memory.nope': no such tool" in err
         assert "memory.read_graph" in err
 
-    def test_test_one_tool_runs_its_fixtures_only(self, demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_test_one_tool_runs_its_fixtures_only(
+        self, demo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         """Only the named tool's fixtures run; the summary counts its one version."""
-        code, out, _ = _run(["contracts", "test", "-v", "--contracts", str(demo), "memory.search_nodes"], capsys)
+        code, out, _ = _run(
+            ["contracts", "test", "-v", "--contracts", str(demo), "memory.search_nodes"], capsys
+        )
         lines = out.splitlines()
         assert code == 0
         assert lines[-1].startswith("1 contract versions: ")

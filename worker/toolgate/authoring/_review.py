@@ -531,8 +531,8 @@ def apply(
     if activate and outcome.undecided:
         outcome.blocking.append(f"{len(outcome.undecided)} items shown and not decided")
     files = _edited(contract, chosen, originals, active=want_active)
-    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".review-") as scratch:
-        trial = Path(scratch) / folder.name
+    with tempfile.TemporaryDirectory(prefix="toolgate-review-") as scratch:
+        trial = Path(scratch) / folder.parent.name / folder.name  # as the loader reads a version
         shutil.copytree(folder, trial)
         for name, data in files.items():
             (trial / name).write_bytes(data)
@@ -676,13 +676,25 @@ def _list_value(line: str) -> str | None:
     return loaded if isinstance(loaded, str) else value
 
 
+def _scalar(text: str) -> str:
+    """A string as a hand writes it in YAML: plain when it reads back the same, else quoted."""
+    plain = text.isprintable() and text == text.strip() and ": " not in text and " #" not in text
+    if plain and text and text[0] not in "-?:,[]{}#&*!|>'\"%@`" and not text.endswith(":"):
+        try:
+            if msgspec.yaml.decode(text.encode("utf-8")) == text:
+                return text
+        except msgspec.DecodeError:
+            pass
+    return json.dumps(text, ensure_ascii=False)
+
+
 def _add_free_text(lines: list[str], entries: list[tuple[str, str]]) -> list[str]:
     written = [
         part
         for pointer, reason in entries
         for part in (
-            f"- pointer: {json.dumps(pointer)}",
-            f"  reason: {json.dumps(reason, ensure_ascii=False)}",
+            f"- pointer: {_scalar(pointer)}",
+            f"  reason: {_scalar(reason)}",
         )
     ]
     found = _top_level_end(lines, "free_text")

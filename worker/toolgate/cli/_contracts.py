@@ -1,4 +1,4 @@
-"""``toolgate contracts``: test, lint, diff, history, import-mcp, publish and pull."""
+"""``toolgate contracts``: test, lint, review, diff, history, import-mcp, publish and pull."""
 
 from __future__ import annotations
 
@@ -133,6 +133,133 @@ def lint_summary(contracts: Any, findings: list[Any]) -> str:
         f"{head}: {in_drafts} in {len(drafts)} draft versions (deciding nothing until reviewed: "
         f"toolgate contracts review), {len(findings) - in_drafts} in the {deciding} versions that decide"
     )
+
+
+def _review_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "tools",
+        nargs="*",
+        metavar="TOOL",
+        help="the tools whose drafts to review (<server>.<tool>; default: every draft)",
+    )
+    p.add_argument(
+        "--accept-text",
+        action="append",
+        default=[],
+        metavar="POINTER=REASON",
+        help="accept the text or projected string at POINTER, or every one under it, as shown; a "
+        "projected string's reason (10 characters at least) is written under free_text (repeatable)",
+    )
+    p.add_argument(
+        "--rewrite",
+        action="append",
+        default=[],
+        metavar="POINTER=TEXT",
+        help="replace a title, description or $comment the host's model reads (repeatable)",
+    )
+    p.add_argument(
+        "--cut",
+        action="append",
+        default=[],
+        metavar="POINTER",
+        help="take out a title, description, $comment, default or examples, or a projected field "
+        "(repeatable)",
+    )
+    p.add_argument(
+        "--bound",
+        action="append",
+        default=[],
+        metavar="POINTER=N",
+        help="set a bound: $.mcp.text_max_length=N, the characters of the upstream's own text "
+        "passed to the user (repeatable)",
+    )
+    p.add_argument(
+        "--activate",
+        action="store_true",
+        help="set status: active when every item was shown and decided and lint finds nothing",
+    )
+    p.add_argument(
+        "--samples",
+        metavar="FILE",
+        help="results of the tools (JSON Lines of CallToolResult, or {tool, result}): sample values "
+        "shown beside each projected field",
+    )
+    p.add_argument("--no-input", action="store_true", help="never ask on a terminal")
+
+
+def _contracts_review(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring import _review as review
+    from toolgate.authoring._lint import lint_contracts
+    from toolgate.gate._contracts import ContractSet
+
+    contracts = selected(ContractSet.load(config.contracts_dir), args.tools)
+    drafts = [c for c in contracts if c.spec.status == "draft"]
+    for tool in args.tools:
+        if not any(c.spec.tool == tool for c in drafts):
+            print(f"{tool}: no draft to review (its versions: {_statuses(contracts, tool)})")
+    decisions = review.parse_decisions(args.accept_text, args.rewrite, args.cut, args.bound)
+
+    def lint(contract: Any) -> list[Any]:
+        return lint_contracts(ContractSet([contract]))
+
+    tools = sorted({c.spec.tool for c in drafts})
+    samples = review.read_samples(Path(args.samples), tools) if args.samples else {}
+    screens = [review.screen(c, lint(c), samples.get(c.spec.tool)) for c in drafts]
+    planned = []
+    unused: set[int] = set(range(len(decisions)))
+    for view in screens:
+        chosen, _ = review.decide(view, decisions) if not view.refused else ([], [])
+        unused -= {decisions.index(d) for _, d in chosen}
+        planned.append(chosen)
+    if screens and unused and not any(view.refused for view in screens):  # a refused one decides nothing
+        first = decisions[min(unused)]
+        raise ConfigError(
+            f"{first.flag} {first.pointer}: no item of {', '.join(tools)} at or under it to take it "
+            "(the pointers are those the review shows)"
+        )
+    asking = (
+        not decisions
+        and not args.activate
+        and not args.no_input
+        and sys.stdin.isatty()
+        and sys.stdout.isatty()
+    )
+    problem = False
+    for view, chosen in zip(screens, planned, strict=True):
+        for line in review.render(view):
+            print(line)
+        activate = args.activate
+        if asking and not view.refused:
+            chosen, _ = review.decide(view, review.ask_decisions(view, input, print))
+            activate = input(f"activate {view.contract.spec.tool} (status: active)? [y/N] > ").strip() == "y"
+        outcome = review.apply(view, chosen, activate=activate, lint=lint)
+        problem |= _said(view, outcome, activate)
+    return EXIT_PROBLEM if problem else EXIT_OK
+
+
+def _statuses(contracts: Any, tool: str) -> str:
+    return ", ".join(f"{c.key.split('@')[-1]} {c.spec.status}" for c in contracts.versions(tool))
+
+
+def _said(view: Any, outcome: Any, activate: bool) -> bool:
+    """The lines after a screen: what was decided and written; True when something is left."""
+    tool = view.contract.spec.tool
+    for path in outcome.written:
+        print(f"{tool}: written {path}")
+    left = [f"{i.file + ' ' if i.file.endswith('.json') else ''}{i.pointer}" for i in outcome.undecided]
+    verdict = (
+        "activated (status: active)"
+        if outcome.activated
+        else "not activated"
+        if activate
+        else "left a draft (--activate sets status: active)"
+    )
+    print(f"{tool}: {len(outcome.decided)} items decided, {len(left)} not: {verdict}")
+    if left:
+        print(f"{tool}: not decided: {', '.join(left)}")
+    for line in outcome.blocking:
+        print(f"{tool}: held: {line}")
+    return bool(view.refused or left or (activate and not outcome.activated))
 
 
 def _contracts_diff(args: argparse.Namespace, config: Config) -> int:
@@ -379,6 +506,31 @@ COMMANDS: tuple[Command, ...] = (
         _contracts_lint,
         ("contracts",),
         _contracts_lint_arguments,
+    ),
+    Command(
+        ("contracts", "review"),
+        "show each draft's texts, projection and findings; decide them, then activate",
+        "One screen per draft version (of the TOOLs named, or every draft): each text the\n"
+        "host's model reads (the definition's title and description, every text of the\n"
+        "input schema the proxy serves), each projected field with its bound (and sample\n"
+        "values from --samples), the text bound, and every other lint finding, each with\n"
+        "the decision it asks. On a terminal without decision flags, each is asked in turn\n"
+        "(accept with a reason, rewrite, cut, bound, skip). Flags decide the same for\n"
+        "scripts: a POINTER names an item as the screen shows it, or a place holding several\n"
+        "($.mcp.definition, /allOf/0, /data). The edit is the one a careful hand edit makes\n"
+        "(status, free_text entries, projection lines, texts rewritten or cut where they\n"
+        "stand). --activate sets status: active only when every item was shown and decided\n"
+        "and lint then finds nothing; a version too large to show whole (over 2000 items or\n"
+        "400000 characters) is refused, never shown in part. Exit 1 while anything is left.",
+        (
+            "toolgate contracts review --contracts demo memory.read_graph",
+            "toolgate contracts review --contracts demo memory.read_graph --accept-text "
+            "'$.mcp=read: plain words for the tool' --accept-text '/data=the graph as stored, read "
+            "as data' --activate",
+        ),
+        _contracts_review,
+        ("contracts",),
+        _review_arguments,
     ),
     Command(
         ("contracts", "diff"),
