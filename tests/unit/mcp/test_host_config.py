@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from toolgate import cli
+from toolgate._config import load_config
+from toolgate.mcp._host_config import host_entry
 
 UPSTREAM = f"{sys.executable} -m tests.mcp_kit"
 
@@ -125,3 +127,17 @@ class TestHostEntry:
         code, _, err = _entry(capsys, "--upstream-command", "no-such-server-here --x")
         assert code == 2
         assert "'no-such-server-here' not found" in err
+
+
+class TestUpstreamVariables:
+    """The upstream's named variables carry their values from the environment given."""
+
+    def test_values_from_the_environment_given(self) -> None:
+        """A name set there is written with its value; one not set is passed by name only."""
+        args = cli.build_parser().parse_args(
+            ["mcp-proxy", "--server", "memory", "--upstream-command", UPSTREAM, "--upstream-env", "A"]
+        )
+        entry = host_entry(args, load_config(environ={}), ["A", "B"], environ={"A": "1"})
+        served = entry["mcpServers"]["memory"]
+        assert served["env"] == {"TOOLGATE_BOOTSTRAP": "127.0.0.1:19092", "A": "1"}
+        assert served["args"][-4:] == ["--upstream-env", "A", "--upstream-env", "B"]
