@@ -294,3 +294,57 @@ class TestTerminal:
         assert spec.mcp is not None
         assert spec.mcp.text_max_length == 100
         assert "/data/entities/*/name" not in spec.projection
+
+
+def _on_a_terminal(argv: list[str], answers: str, cwd: Path) -> tuple[int, str]:
+    """``python -m toolgate argv`` on a pseudo-terminal, ``answers`` typed ahead; its exit code
+    and everything the terminal showed (bounded: 60 s)."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolgate", *argv], stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env
+    )
+    os.close(slave)
+    os.write(master, answers.encode())
+    shown = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal's other end closed: the process is done
+                break
+            if not chunk:
+                break
+            shown += chunk
+        elif process.poll() is not None:
+            break
+    os.close(master)
+    return process.wait(10), shown.decode(errors="replace")
+
+
+class TestTerminalCommand:
+    """`toolgate contracts review` on a terminal, without decision flags, asks each item in turn."""
+
+    def test_answers_typed_at_the_prompts_activate(self, demo: Path) -> None:
+        """Every item accepted with a reason at its prompt, then yes to activation: active, lint clean."""
+        reason = "plain words, read as shown\n"
+        answers = ("a\n" + reason) * 9 + "y\n"
+        code, shown = _on_a_terminal(
+            ["contracts", "review", "--contracts", "demo", "memory.read_graph"], answers, demo.parent
+        )
+        assert code == 0, shown[-3000:]
+        assert "[a]ccept  [r]ewrite  [c]ut  [s]kip >" in shown
+        assert "activate memory.read_graph (status: active)? [y/N]" in shown
+        assert "memory.read_graph: 9 items decided, 0 not: activated (status: active)" in shown
+        folder = demo / "memory.read_graph" / "v1"
+        assert _lint(folder) == []
+        assert "reason: plain words, read as shown" in (folder / "contract.yaml").read_text()
