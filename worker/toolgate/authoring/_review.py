@@ -456,7 +456,10 @@ def decide(view: Screen, decisions: list[Decision]) -> tuple[list[tuple[Item, De
             and (
                 d.pointer == item.pointer
                 or d.action == "accept"
-                or (d.action == "cut" and d.pointer in by_pointer)
+                or (
+                    d.action == "cut"
+                    and (d.pointer in by_pointer or item.kind == "data" or _cuttable(d, item))
+                )
             )
             and (d.action in item.actions or (d.action == "cut" and d.pointer != item.pointer))
         ]
@@ -466,6 +469,14 @@ def decide(view: Screen, decisions: list[Decision]) -> tuple[list[tuple[Item, De
         chosen.append((item, best))
         used.add(i)
     return chosen, [d for i, d in enumerate(decisions) if i not in used]
+
+
+def _cuttable(decision: Decision, item: Item) -> bool:
+    """A cut of a place in the input schema that may be cut (a ``default`` or ``examples`` holding
+    an object or array): it takes every text under it."""
+    return (
+        item.file == INPUT and decision.pointer.startswith("/") and "cut" in _text_actions(decision.pointer)
+    )
 
 
 def ask_decisions(view: Screen, ask: Callable[[str], str], say: Callable[[str], None]) -> list[Decision]:
