@@ -43,6 +43,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from toolgate._errors import ConfigError, ContractError
+from toolgate._files import read_bounded
 from toolgate.gate._contracts import (
     EVERY_ITEM,
     Contract,
@@ -170,13 +171,7 @@ def read_samples(path: Path, tools: Iterable[str]) -> dict[str, list[dict[str, A
             not such an object, naming the file and the line.
     """
     out: dict[str, list[dict[str, Any]]] = {tool: [] for tool in tools}
-    try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_SAMPLES_FILE + 1)
-    except OSError as exc:
-        raise ConfigError(f"--samples {path}: cannot read: {exc.strerror}") from exc
-    if len(data) > MAX_SAMPLES_FILE:
-        raise ConfigError(f"--samples {path}: over {MAX_SAMPLES_FILE} bytes")
+    data = read_bounded(path, MAX_SAMPLES_FILE, f"--samples {path}")
     lines = [line for line in data.splitlines() if line.strip()]
     if len(lines) > MAX_SAMPLE_LINES:
         raise ConfigError(f"--samples {path}: over {MAX_SAMPLE_LINES} results")

@@ -18,23 +18,23 @@ from toolgate.cli._common import (
 )
 
 
-def _tools_argument(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument(
-        "tools",
-        nargs="*",
-        metavar="TOOL",
-        help=f"{what} only these tools' versions (<server>.<tool> for MCP; default: every tool); "
-        "the exit status is theirs alone",
-    )
+def _tools_argument(p: argparse.ArgumentParser, help_text: str) -> None:
+    p.add_argument("tools", nargs="*", metavar="TOOL", help=help_text)
+
+
+_ONLY = (
+    "only these tools' versions (<server>.<tool> for MCP; default: every tool); "
+    "the exit status is theirs alone"
+)
 
 
 def _contracts_test_arguments(p: argparse.ArgumentParser) -> None:
-    _tools_argument(p, "run the fixtures of")
+    _tools_argument(p, f"run the fixtures of {_ONLY}")
     p.add_argument("-v", "--verbose", action="store_true", help="print passing fixtures too")
 
 
 def _contracts_lint_arguments(p: argparse.ArgumentParser) -> None:
-    _tools_argument(p, "lint")
+    _tools_argument(p, f"lint {_ONLY}")
 
 
 def selected(contracts: Any, tools: list[str]) -> Any:
@@ -136,12 +136,7 @@ def lint_summary(contracts: Any, findings: list[Any]) -> str:
 
 
 def _review_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "tools",
-        nargs="*",
-        metavar="TOOL",
-        help="the tools whose drafts to review (<server>.<tool>; default: every draft)",
-    )
+    _tools_argument(p, "the tools whose drafts to review (<server>.<tool>; default: every draft)")
     p.add_argument(
         "--accept-text",
         action="append",

@@ -45,6 +45,7 @@ import msgspec
 import yaml
 
 from toolgate._errors import ConfigError, ContractError, RejectedInput
+from toolgate._files import read_bounded
 from toolgate._urls import redact_url, split_url
 from toolgate.authoring._close import Unclosable, closed, leaves, split
 from toolgate.gate._contracts import (
@@ -110,13 +111,7 @@ def read_listing(path: Path) -> list[dict[str, Any]]:
     Raises:
         ConfigError: unreadable, not JSON, or not a tools/list answer.
     """
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(LISTING_MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    if len(raw) > LISTING_MAX_BYTES:
-        raise ConfigError(f"{path}: larger than {LISTING_MAX_BYTES} bytes")
+    raw = read_bounded(path, LISTING_MAX_BYTES)
     try:
         data = parse_json(raw, LISTING_MAX_DEPTH)  # strict, depth-bounded: no recursion to overflow
     except RejectedInput as exc:
