@@ -376,3 +376,43 @@ class TestTerminalCommand:
         folder = demo / "memory.read_graph" / "v1"
         assert _lint(folder) == []
         assert "reason: plain words, read as shown" in (folder / "contract.yaml").read_text()
+
+
+class TestSamplesFile:
+    """A samples file is read within bounds; a bad one is named with its line, and nothing is written."""
+
+    @pytest.mark.parametrize(
+        ("content", "said"),
+        [
+            ("{not json\n", "results.jsonl:1: not JSON"),
+            ('{"structuredContent": {}}\n[1]\n', "results.jsonl:2: a CallToolResult object"),
+            ("{}\n" * 1001, "over 1000 results"),
+        ],
+    )
+    def test_bad_samples_named(
+        self, demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, said: str
+    ) -> None:
+        """Not JSON, not an object, too many results: exit 2, naming the file (and line)."""
+        results = tmp_path / "results.jsonl"
+        results.write_text(content)
+        code, _, err = _review(demo, capsys, "memory.read_graph", f"--samples={results}")
+        assert code == 2
+        assert said in err
+
+    def test_missing_file_named(self, demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A samples file that is not there: exit 2, naming the option and the file."""
+        code, _, err = _review(demo, capsys, "memory.read_graph", f"--samples={tmp_path / 'none.jsonl'}")
+        assert code == 2
+        assert f"--samples {tmp_path / 'none.jsonl'}: cannot read" in err
+
+    def test_plain_results_sample_every_tool(
+        self, demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A line that is a CallToolResult alone is a sample of every tool reviewed; long values are cut."""
+        results = tmp_path / "results.jsonl"
+        name = "n" * 200
+        results.write_text(json.dumps({"structuredContent": {"entities": [{"name": name}]}}) + "\n")
+        _, out, _ = _review(
+            demo, capsys, "memory.read_graph", "memory.create_entities", f"--samples={results}"
+        )
+        assert out.count(f'samples "{"n" * 79}... (202 characters)') == 2
