@@ -239,9 +239,16 @@ def _statuses(contracts: Any, tool: str) -> str:
 def _said(view: Any, outcome: Any, activate: bool) -> bool:
     """The lines after a screen: what was decided and written; True when something is left."""
     tool = view.contract.spec.tool
+
+    def where(item: Any) -> str:
+        return f"{item.file} {item.pointer}" if item.file.endswith(".json") else str(item.pointer)
+
+    for item, decision in outcome.decided:  # the review's record, for the log of a script or CI
+        value = f": {json.dumps(decision.value)}" if decision.value else ""
+        print(f"{tool}: {decision.action} {where(item)}{value}")
     for path in outcome.written:
         print(f"{tool}: written {path}")
-    left = [f"{i.file + ' ' if i.file.endswith('.json') else ''}{i.pointer}" for i in outcome.undecided]
+    left = [where(i) for i in outcome.undecided]
     verdict = (
         "activated (status: active)"
         if outcome.activated
