@@ -166,6 +166,17 @@ class TestFlags:
         assert "default" not in contract.input_schema["allOf"][0]
         assert _lint(folder) == []
 
+    def test_nothing_to_review_is_said(self, demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A reviewed tool again: no draft, said, exit 0; the folder with no draft at all likewise."""
+        _review(demo, capsys, "memory.read_graph", TEXTS, DATA, "--activate")
+        code, out, _ = _review(demo, capsys, "memory.read_graph", TEXTS, DATA, "--activate")
+        assert (code, out) == (0, "memory.read_graph: no draft to review (its versions: v1 active)\n")
+        for folder in demo.iterdir():
+            path = folder / "v1" / "contract.yaml"
+            path.write_text(path.read_text().replace("\nstatus: draft\n", "\nstatus: disabled\n"))
+        code, out, _ = _review(demo, capsys)
+        assert (code, out) == (0, f"{demo}: no draft to review (9 contract versions)\n")
+
     @pytest.mark.parametrize(
         ("flag", "said"),
         [

@@ -192,6 +192,8 @@ def _contracts_review(args: argparse.Namespace, config: Config) -> int:
     for tool in args.tools:
         if not any(c.spec.tool == tool for c in drafts):
             print(f"{tool}: no draft to review (its versions: {_statuses(contracts, tool)})")
+    if not args.tools and not drafts:
+        print(f"{config.contracts_dir}: no draft to review ({len(contracts)} contract versions)")
     decisions = review.parse_decisions(args.accept_text, args.rewrite, args.cut, args.bound)
 
     def lint(contract: Any) -> list[Any]:
