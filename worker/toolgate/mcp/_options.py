@@ -221,11 +221,12 @@ def settings_lines(args: argparse.Namespace, config: Config) -> list[str]:
         bootstrap_from += ": --bootstrap, TOOLGATE_BOOTSTRAP or --config FILE names another"
     contracts_from = _origin(args, "contracts", "--contracts", "TOOLGATE_CONTRACTS_DIR", "contracts_dir")
     topics = config.topics
+    prefix = f" (topic prefix {config.topic_prefix})" if config.topic_prefix else ""
     return [
         f"broker {config.bootstrap} (from {bootstrap_from})",
         f"contracts {_contracts_text(config.contracts_dir)} (from {contracts_from})",
         f"topics requests={topics.requests} intake={topics.intake} agent={topics.agent}; "
-        f"worker group {config.group_id}",
+        f"worker group {config.group_id}{prefix}",
     ]
 
 
