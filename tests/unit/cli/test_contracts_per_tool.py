@@ -81,7 +81,7 @@ class TestPerTool:
 
 
 class TestLintSummary:
-    """Lint's last line separates the drafts' findings from those of versions that decide."""
+    """Lint's last line separates the drafts' findings from those of reviewed versions."""
 
     def test_drafts_counted_apart(self, demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """With one version active and its projection left free, its findings are not the drafts'."""
@@ -98,5 +98,5 @@ class TestLintSummary:
         assert deciding == 6
         assert last == (
             f"9 contract versions: {total} findings: {total - deciding} in 8 draft versions (deciding "
-            f"nothing until reviewed: toolgate contracts review), {deciding} in the 1 versions that decide"
+            f"nothing until reviewed: toolgate contracts review), {deciding} in the 1 reviewed versions"
         )

@@ -119,7 +119,7 @@ def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
 
 def lint_summary(contracts: Any, findings: list[Any]) -> str:
     """The last line of lint: the findings, those of drafts (which decide nothing until
-    reviewed) apart from those of the versions that decide."""
+    reviewed) apart from those of the reviewed versions (active, shadow, disabled, retired)."""
     head = f"{len(contracts)} contract versions: {len(findings)} findings"
     if not findings:
         return head
@@ -131,7 +131,7 @@ def lint_summary(contracts: Any, findings: list[Any]) -> str:
     deciding = len(contracts) - len(drafts)
     return (
         f"{head}: {in_drafts} in {len(drafts)} draft versions (deciding nothing until reviewed: "
-        f"toolgate contracts review), {len(findings) - in_drafts} in the {deciding} versions that decide"
+        f"toolgate contracts review), {len(findings) - in_drafts} in the {deciding} reviewed versions"
     )
 
 
