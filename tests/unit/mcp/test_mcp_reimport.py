@@ -1,20 +1,30 @@
 """import-mcp of a changed tool over a reviewed version: the review is carried into the next
 draft for what did not change, what did is named, and the diff shows each changed text where
-it changed."""
+it changed; mcp-proxy's withdrawal of a changed tool names the import command that runs."""
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import anyio
+import pytest
 import yaml
 from toolgate.authoring._fixtures import fixtures_keyring, iter_outcomes
 from toolgate.authoring._lint import lint_contracts
+from toolgate.cli import build_parser
 from toolgate.gate._contracts import ContractSet
-from toolgate.mcp._import import import_listing
+from toolgate.mcp._import import fetch_listing, import_listing, stdio_server
+from toolgate.mcp._options import reimport_command
+from toolgate.mcp._proxy import Proxy
 
 from tests import mcp_kit
 
@@ -181,3 +191,77 @@ class TestDiffShowsTheChange:
         tool["inputSchema"]["properties"]["environment"]["description"] += self.INJECTED
         line = _diff_line(_import(tmp_path, tool), "input-text-changed")
         assert self.INJECTED in line
+
+
+@pytest.fixture(scope="module")
+def time_server() -> tuple[str, list[dict[str, Any]]]:
+    """mcp-server-time (the published server from PyPI, over stdio): its command and tools/list."""
+    command = Path(sys.executable).parent / "mcp-server-time"
+    assert command.is_file(), "mcp-server-time is in the dev extra: make install"
+    return str(command), anyio.run(fetch_listing, stdio_server([str(command)]))
+
+
+class TestWithdrawalSuggestsARunnableImport:
+    """A tool withdrawn by mcp-proxy (its live definition is not the reviewed one) is logged with the
+    import-mcp command that imports it again: the contracts folder, the server, its upstream as the
+    proxy reaches it and the tool. Run as written, anywhere, it writes the next draft."""
+
+    def test_the_logged_command_runs_as_written(
+        self, tmp_path: Path, time_server: tuple[str, list[dict[str, Any]]], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The warning's command imports the changed get_current_time: exit 1, v1.1 written to review."""
+        command, live = time_server
+        root = tmp_path / "contracts"
+        reviewed = copy.deepcopy(live)
+        for tool in reviewed:
+            tool["description"] = "the reviewed wording"
+        import_listing(root, "time", reviewed, only=["get_current_time"], out=lambda _line: None)
+        mcp_kit.review(root)
+        args = build_parser().parse_args(
+            ["mcp-proxy", "--contracts", str(root), "--server", "time", "--upstream-command", command]
+        )
+        proxy = Proxy(
+            "time",
+            None,
+            cast(Any, None),
+            ContractSet.load(root),
+            reimport=reimport_command(args, str(root)),
+        )
+        with caplog.at_level(logging.WARNING, logger="toolgate.mcp_proxy"):
+            proxy.evaluate(live)
+        (warning,) = [r.getMessage() for r in caplog.records if "withdrawn" in r.getMessage()]
+        suggested = warning.split("reviewed again: ", 1)[1]
+        (start_up,) = proxy.start_up_lines()
+        assert f"({suggested})" in start_up
+        argv = shlex.split(suggested)
+        assert argv[:3] == ["toolgate", "contracts", "import-mcp"]
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        done = subprocess.run(
+            [sys.executable, "-m", "toolgate", *argv[1:]],
+            cwd=elsewhere,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": os.environ["PATH"]},
+        )
+        assert done.returncode == 1, done.stderr  # a draft left to review
+        assert f"wrote {root / 'time.get_current_time' / 'v1.1'} (draft)" in done.stdout
+        assert sorted(p.name for p in (root / "time.get_current_time").iterdir()) == ["v1", "v1.1"]
+        assert not list(elsewhere.iterdir())  # nothing written where it ran
+
+    def test_over_a_topic_the_folder_is_left_to_name(self) -> None:
+        """With --contracts kafka: there is no folder to name: the command names server and upstream."""
+        args = build_parser().parse_args(
+            [
+                "mcp-proxy",
+                "--contracts",
+                "kafka:",
+                "--server",
+                "time",
+                "--upstream-url",
+                "http://127.0.0.1:9/mcp",
+            ]
+        )
+        suggested = reimport_command(args, "kafka:")
+        assert suggested == "toolgate contracts import-mcp --server time --url http://127.0.0.1:9/mcp"
