@@ -173,25 +173,34 @@ def _said(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
     return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "toolgate.members"]
 
 
+def _heard_later(
+    view: GroupView, clock: Clock, contracts: ContractSet, seconds: float, **digests: str
+) -> bool:
+    """``seconds`` later, every member heard from with the set of its digest; whether they disagree."""
+    clock.advance(seconds)
+    _hear(view, clock, **digests)
+    return view.check(contracts)[1]
+
+
 class TestRolloutIsNoWarning:
     """Members disagree while a rollout moves them: an info line at the start and the end of the
     split; the warning only for a split that outlasts ROLLOUT_SECONDS, once (by the injected clock)."""
 
+    @pytest.fixture
+    def clock(self, caplog: pytest.LogCaptureFixture) -> Clock:
+        caplog.set_level(logging.INFO, logger="toolgate.members")
+        return Clock()
+
     def test_a_rollout_within_the_bound_warns_nothing(
-        self, contracts: ContractSet, caplog: pytest.LogCaptureFixture
+        self, contracts: ContractSet, caplog: pytest.LogCaptureFixture, clock: Clock
     ) -> None:
         """Members move from one set to the next within the bound: info lines only, no warning."""
-        caplog.set_level(logging.INFO, logger="toolgate.members")
-        clock = Clock()
         view = _view(clock)
         sets = {"me": "1", "b": "1", "c": "1"}
-        _hear(view, clock, **sets)
-        assert view.check(contracts)[1] is False
+        assert _heard_later(view, clock, contracts, 0, **sets) is False
         for member in sets:  # one member at a time, a minute apart
-            clock.advance(60)
             sets[member] = "2"
-            _hear(view, clock, **sets)
-            view.check(contracts)
+            _heard_later(view, clock, contracts, 60, **sets)
         assert view.check(contracts)[1] is False
         said = _said(caplog)
         assert [level for level, _ in said] == ["INFO", "INFO"]
@@ -199,24 +208,15 @@ class TestRolloutIsNoWarning:
         assert said[1][1] == "the workers of this group decide with one contract set again"
 
     def test_a_split_past_the_bound_warns_once(
-        self, contracts: ContractSet, caplog: pytest.LogCaptureFixture
+        self, contracts: ContractSet, caplog: pytest.LogCaptureFixture, clock: Clock
     ) -> None:
         """A split still there ROLLOUT_SECONDS after it began: one warning naming every member's set."""
-        caplog.set_level(logging.INFO, logger="toolgate.members")
-        clock = Clock()
         view = _view(clock)
-        _hear(view, clock, me="1", b="2")
-        assert view.check(contracts)[1] is True
-        clock.advance(ROLLOUT_SECONDS - 1)
-        _hear(view, clock, me="1", b="2")
-        view.check(contracts)
+        assert _heard_later(view, clock, contracts, 0, me="1", b="2") is True
+        _heard_later(view, clock, contracts, ROLLOUT_SECONDS - 1, me="1", b="2")
         assert [level for level, _ in _said(caplog)] == ["INFO"]
-        clock.advance(1)
-        _hear(view, clock, me="1", b="2")
-        view.check(contracts)
-        clock.advance(ROLLOUT_SECONDS)
-        _hear(view, clock, me="1", b="2")
-        view.check(contracts)
+        for seconds in (1, ROLLOUT_SECONDS):
+            _heard_later(view, clock, contracts, seconds, me="1", b="2")
         warnings = [r for r in caplog.records if r.levelname == "WARNING"]
         assert len(warnings) == 1
         assert warnings[0].getMessage() == "the workers of this group decide with different contract sets"
