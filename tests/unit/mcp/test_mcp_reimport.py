@@ -22,7 +22,7 @@ from toolgate.authoring._fixtures import fixtures_keyring, iter_outcomes
 from toolgate.authoring._lint import lint_contracts
 from toolgate.cli import build_parser
 from toolgate.gate._contracts import ContractSet
-from toolgate.mcp._import import fetch_listing, import_listing, stdio_server
+from toolgate.mcp._import import GENERATED_FIXTURES, fetch_listing, import_listing, stdio_server
 from toolgate.mcp._options import reimport_command
 from toolgate.mcp._proxy import Proxy
 
@@ -145,6 +145,24 @@ class TestReviewCarriedOver:
         assert json.loads((written / "defaults.json").read_text()) == defaults
         assert json.loads((written / "accept" / "degraded.json").read_text()) == mine
         assert "accept/degraded.json, defaults.json" in _note(lines, "fixtures written for v1 carried over")
+
+    def test_a_fixture_import_wrote_is_never_carried(self, tmp_path: Path) -> None:
+        """Text-only, then with an outputSchema: the text-only fixtures import wrote are not carried."""
+        tool = _listed()
+        del tool["outputSchema"]
+        _import(tmp_path, tool)
+        written = {
+            str(p.relative_to(tmp_path / TOOL / "v1")) for p in (tmp_path / TOOL / "v1").rglob("*.json")
+        }
+        assert "fixtures/accept/text.json" in written
+        assert written - {"input.schema.json", "schema.json"} <= GENERATED_FIXTURES
+        mcp_kit.review(tmp_path)
+        lines = _import(tmp_path, _listed())
+        (folder,) = [p for p in (tmp_path / TOOL).iterdir() if p.name != "v1"]
+        assert not (folder / "fixtures" / "accept" / "text.json").exists()
+        assert not [line for line in lines if "fixtures written for v1" in line]
+        generated = {str(p.relative_to(folder)) for p in (folder / "fixtures").rglob("*.json")}
+        assert generated <= GENERATED_FIXTURES
 
 
 def _diff_line(lines: list[str], kind: str) -> str:

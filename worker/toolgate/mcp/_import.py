@@ -897,11 +897,29 @@ def carry_review(
 
 
 _GENERATED_DEFAULTS = "fixtures/defaults.json"
+# Every fixture :func:`_fixtures` may write, for any tool: what a version holds besides these
+# was written by hand.
+GENERATED_FIXTURES = frozenset(
+    f"fixtures/{name}.json"
+    for name in (
+        "defaults",
+        "accept/tool-error",
+        "accept/text",
+        "accept/example",
+        "reject/input-required",
+        "reject/structured-content",
+        "reject/no-structured-content",
+        "reject/unknown-member",
+        "reject/conflicting-views",
+        "reject/extra-member",
+    )
+)
 
 
 def _carry_fixtures(files: dict[str, str], old_folder: Path) -> list[str]:
-    """The fixtures a reviewer wrote for the version imported over (files import does not
-    write, and ``defaults.json`` when edited), added to ``files``; a note naming them."""
+    """The fixtures a reviewer wrote for the version imported over (files import never
+    writes, :data:`GENERATED_FIXTURES`, and ``defaults.json`` when edited), added to ``files``;
+    a note naming them."""
     fixtures = old_folder / "fixtures"
     carried: list[str] = []
     for path in sorted(fixtures.rglob("*.json"))[:1000] if fixtures.is_dir() else []:
@@ -911,7 +929,7 @@ def _carry_fixtures(files: dict[str, str], old_folder: Path) -> list[str]:
         except (OSError, UnicodeDecodeError):
             continue
         edited = relative == _GENERATED_DEFAULTS and _json(text) != _json(files.get(relative, ""))
-        if relative not in files or edited:
+        if relative not in GENERATED_FIXTURES or edited:
             files[relative] = text
             carried.append(relative.removeprefix("fixtures/"))
     if not carried:
