@@ -179,6 +179,19 @@ def _review_arguments(p: argparse.ArgumentParser) -> None:
         help="results of the tools (JSON Lines of CallToolResult, or {tool, result}): sample values "
         "shown beside each projected field",
     )
+    p.add_argument(
+        "--sample",
+        action="append",
+        default=[],
+        metavar="TOOL=ARGUMENTS",
+        help="call TOOL (<server>.<tool>) for real with ARGUMENTS (a JSON object) on the server of "
+        "--command or --url, and show its values beside the projected fields (repeatable, at most 20; "
+        "a call does what the tool does)",
+    )
+    server = p.add_mutually_exclusive_group()
+    server.add_argument("--command", dest="server_command", metavar="CMD", help="--sample: start the server")
+    server.add_argument("--url", metavar="URL", help="--sample: the server's streamable HTTP URL (loopback)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S", help="--sample: seconds per call (30)")
     p.add_argument("--no-input", action="store_true", help="never ask on a terminal")
 
 
@@ -201,6 +214,8 @@ def _contracts_review(args: argparse.Namespace, config: Config) -> int:
 
     tools = sorted({c.spec.tool for c in drafts})
     samples = review.read_samples(Path(args.samples), tools) if args.samples else {}
+    if args.sample:
+        samples = _called(args, tools, samples)
     screens = [review.screen(c, lint(c), samples.get(c.spec.tool)) for c in drafts]
     planned = []
     unused: set[int] = set(range(len(decisions)))
@@ -232,6 +247,21 @@ def _contracts_review(args: argparse.Namespace, config: Config) -> int:
         outcome = review.apply(view, chosen, activate=activate, lint=lint)
         problem |= _said(view, outcome, activate)
     return EXIT_PROBLEM if problem else EXIT_OK
+
+
+def _called(args: argparse.Namespace, tools: list[str], samples: dict[str, Any]) -> dict[str, Any]:
+    """``samples`` with the results of the ``--sample`` calls."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ConfigError("--sample needs the MCP SDK: pip install 'toolgate[mcp]'") from None
+    from toolgate.mcp._samples import call_samples, parse_sample
+
+    if not 0 < args.timeout <= 3600:
+        raise ConfigError(f"--timeout: must be in 0..3600 seconds (got {args.timeout})")
+    calls = [parse_sample(given, tools) for given in args.sample]
+    called = call_samples(calls, command=args.server_command, url=args.url, timeout_s=args.timeout)
+    return {tool: [*samples.get(tool, []), *called.get(tool, [])] for tool in tools}
 
 
 def _statuses(contracts: Any, tool: str) -> str:
@@ -515,17 +545,18 @@ COMMANDS: tuple[Command, ...] = (
         ("contracts", "review"),
         "show each draft's texts, projection and findings; decide them, then activate",
         "One screen per draft version (of the TOOLs named, or every draft): each text the\n"
-        "host's model reads (the definition's title and description, every text of the\n"
-        "input schema the proxy serves), each projected field with its bound (and sample\n"
-        "values from --samples), the text bound, and every other lint finding, each with\n"
-        "the decision it asks. On a terminal without decision flags, each is asked in turn\n"
-        "(accept with a reason, rewrite, cut, bound, skip). Flags decide the same for\n"
-        "scripts: a POINTER names an item as the screen shows it, or a place holding several\n"
-        "($.mcp.definition, /allOf/0, /data). The edit is the one a careful hand edit makes\n"
-        "(status, free_text entries, projection lines, texts rewritten or cut where they\n"
-        "stand). --activate sets status: active only when every item was shown and decided\n"
-        "and lint then finds nothing; a version too large to show whole (over 2000 items or\n"
-        "400000 characters) is refused, never shown in part. Exit 1 while anything is left.",
+        "host's model reads (the definition's title and description, every text of the input\n"
+        "schema the proxy serves), each projected field with its bound (and sample values\n"
+        "from --sample calls or a --samples file), the text bound, and every other lint\n"
+        "finding, each with the decision it asks. On a terminal without decision flags, each\n"
+        "is asked in turn (accept with a reason, rewrite, cut, bound, skip). Flags decide the\n"
+        "same for scripts: a POINTER names an item as the screen shows it, or a place holding\n"
+        "several ($.mcp.definition, /allOf/0, /data). The edit is the one a careful hand edit\n"
+        "makes (status, free_text entries, projection lines, texts rewritten or cut where\n"
+        "they stand). --activate sets status: active only when every item was shown and\n"
+        "decided and lint then finds nothing; a version too large to show whole (over 2000\n"
+        "items or 400000 characters) is refused, never shown in part. Exit 1 while anything\n"
+        "is left.",
         (
             "toolgate contracts review --contracts demo memory.read_graph",
             "toolgate contracts review --contracts demo memory.read_graph --accept-text "
