@@ -15,7 +15,8 @@ it at the ``parse`` stage and builds the envelope its schema validates:
 * ``content`` text blocks become one bounded ``untrusted_text`` string, never ``data``;
   other block types (image, audio, resources) never reach the agent. A text longer than
   the contract's ``text_max_length`` is cut, never silently: its end is replaced by the
-  marker :func:`cut_text` writes (``[cut: the first N of M characters]``), within the bound.
+  marker :func:`cut_text` writes (``[cut: the first N of M characters]``), within the bound;
+  an upstream imitation of its opening anywhere in the text is rewritten (:func:`unforged`).
 * ``_meta`` is dropped (its ``traceparent``/``tracestate`` are read as trace context).
 * ``resultType``: absent means ``complete`` (servers before 2026-07-28 omit it);
   ``input_required`` or ``task``: ``RESULT_NOT_COMPLETE``; any other value, or not a
@@ -46,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -88,15 +90,33 @@ def definition_digest(tool: Mapping[str, Any]) -> str:
 
 
 CUT_MARKER = re.compile(r"\n\[cut: the first [0-9]+ of [0-9]+ characters\]\Z")
-# An upstream text ending as the marker does: its "[cut:" is rewritten so that only a
-# text toolgate cut ends with the marker (the proxy flags those to the host).
-_FORGED_MARKER = re.compile(r"\n\[cut:(?= the first [0-9]+ of [0-9]+ characters\]\Z)")
-FORGED_MARKER_TEXT = "\n[the upstream wrote: cut:"
+# An upstream text holding what reads as the marker's opening anywhere, in any case, in
+# fullwidth or other compatibility forms, or split by zero-width and other format characters:
+# each such "[cut:" is rewritten, so that only a text toolgate cut holds the marker (the
+# proxy flags those to the host).
+_MARKER_OPENING = "[cut:"
+_FORGED_MARKER = re.compile(r"\[cut:", re.IGNORECASE)
+FORGED_MARKER_TEXT = "[the upstream wrote: cut:"
+
+
+def normalised(text: str) -> str:
+    """``text`` as a reader compares it: NFKC (fullwidth and other compatibility forms to
+    their plain characters), without format characters (Unicode category Cf: zero-width
+    spaces and joiners, bidirectional controls, soft hyphens, byte order marks)."""
+    plain = unicodedata.normalize("NFKC", text)
+    return "".join(char for char in plain if unicodedata.category(char) != "Cf")
 
 
 def unforged(text: str) -> str:
-    """``text`` with a trailing imitation of :data:`CUT_MARKER` neutralised."""
-    return _FORGED_MARKER.sub(lambda _m: FORGED_MARKER_TEXT, text)
+    """``text`` with every imitation of :data:`CUT_MARKER`'s opening neutralised, compared
+    on :func:`normalised` text without regard to case: a text holding one is returned
+    normalised, each ``[cut:`` rewritten; any other text is returned as it is."""
+    if _MARKER_OPENING not in normalised(text).casefold():
+        return text
+    out = _FORGED_MARKER.sub(lambda _m: FORGED_MARKER_TEXT, normalised(text))
+    if _MARKER_OPENING in out.casefold():  # a full case fold the pattern's does not match
+        out = out.replace("[", "(")
+    return out
 
 
 def cut_text(text: str, bound: int) -> str:
@@ -316,6 +336,7 @@ __all__ = [
     "cut_text",
     "definition_digest",
     "looks_like_json",
+    "normalised",
     "read_result",
     "readable_as_json",
     "same_json",
