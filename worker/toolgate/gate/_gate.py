@@ -42,6 +42,7 @@ from toolgate._version import __version__
 from toolgate.gate._contracts import (
     JSON_CONTENT_TYPE,
     MASK,
+    STRUCTURED_VALUE,
     TEXT_CONTENT_TYPE,
     Contract,
     ContractSet,
@@ -251,6 +252,7 @@ class Gate:
                 text_max_length=mcp.text_max_length,
                 max_depth=max_depth,
                 error_patterns=deciding.error_patterns,
+                wrap_value=mcp.structured_content == STRUCTURED_VALUE,
             )
             evaluation.text, evaluation.trace = result.text, result.trace
             return result.envelope

@@ -25,8 +25,9 @@ it at the ``parse`` stage and builds the envelope its schema validates:
   that is not an object with a string ``type`` of a known block type:
   ``MALFORMED_ENVELOPE``.
 * ``structuredContent`` that is not a JSON object (an array, a string, a number,
-  ``null``): ``MALFORMED_ENVELOPE``, the detail naming the type. MCP 2026-07-28 lets a
-  server send any JSON value; toolgate's ``data`` is an object and import refuses an
+  ``null``): ``MALFORMED_ENVELOPE``, the detail naming the type, unless the contract says
+  ``structured_content: value`` (MCP 2026-07-28 lets a server send any JSON value): then
+  ``data`` is ``{"value": structuredContent}``, whatever its type. Import writes that for an
   ``outputSchema`` that does not say ``"type": "object"``.
 * a text block beside ``structuredContent`` (and without ``isError``) is either another
   view of it or prose (:func:`second_view`). Another view: a string member of
@@ -54,7 +55,7 @@ from typing import Any
 import msgspec
 
 from toolgate._errors import RejectedInput
-from toolgate.gate._contracts import TextPattern
+from toolgate.gate._contracts import WRAPPED_MEMBER, TextPattern
 from toolgate.gate._parse import parse_json
 from toolgate.gate._trace_context import TraceContext, from_meta
 
@@ -247,8 +248,11 @@ def read_result(
     text_max_length: int,
     max_depth: int,
     error_patterns: Sequence[ErrorPattern] = (),
+    wrap_value: bool = False,
 ) -> McpResult:
-    """The envelope of a parsed ``CallToolResult``.
+    """The envelope of a parsed ``CallToolResult``; with ``wrap_value`` (a contract's
+    ``structured_content: value``) its ``data`` is ``{"value": structuredContent}``, whatever
+    JSON value that is, instead of an object ``structuredContent`` itself.
 
     Raises:
         RejectedInput: stage ``parse``: ``MALFORMED_ENVELOPE``, ``RESULT_NOT_COMPLETE``
@@ -282,7 +286,9 @@ def read_result(
         raise _malformed(f"more than {MAX_BLOCKS} content blocks", "/content")
     has_structured = "structuredContent" in value
     structured = value.get("structuredContent")
-    if has_structured and not isinstance(structured, dict):
+    if has_structured and wrap_value:
+        structured = {WRAPPED_MEMBER: structured}
+    elif has_structured and not isinstance(structured, dict):
         raise _malformed(
             f"structuredContent is {_type_name(structured)}, not an object", "/structuredContent"
         )
