@@ -11,6 +11,7 @@ found).
 
 ``python -m tests.hostile_mcp LISTING`` answers ``tools/list`` as :data:`LISTINGS` says
 (an error, 10,006 tools, ``tools`` as an object, endless paging, a 30 MB page);
+``values`` lists :data:`VALUES_TOOL` beside it, answering an array ``structuredContent``.
 ``later-LISTING`` answers the first listing well and every later one so, after sending
 ``notifications/tools/list_changed`` on the first ``tools/call``. The ``tools/call`` cases
 ``progress-flood`` and ``progress-malformed`` send progress notifications before the result
@@ -41,6 +42,14 @@ TOOL: dict[str, Any] = {
         },
         "required": ["environment", "revision", "state"],
     },
+}
+# Listed beside TOOL in the ``values`` listing: MCP 2026-07-28 lets structuredContent be any
+# JSON value, here an array of deployments.
+VALUES_TOOL: dict[str, Any] = {
+    "name": "deploy_list",
+    "description": "Every deployment.",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "array", "items": TOOL["outputSchema"], "maxItems": 10},
 }
 CASES: dict[str, dict[str, Any]] = {
     "ok": {"content": [{"type": "text", "text": json.dumps(GOOD)}], "structuredContent": GOOD},
@@ -94,6 +103,8 @@ def _listing(mode: str, cursor: Any) -> dict[str, Any]:
     if mode == "endless":
         page = int(cursor or 0)
         return {"result": {"tools": [TOOL] if page == 0 else [], "nextCursor": str(page + 1)}}
+    if mode == "values":
+        return {"result": {"tools": [TOOL, VALUES_TOOL]}}
     if mode == "huge":
         return {"result": {"tools": [{**TOOL, "description": "d" * (30 * 1024 * 1024)}]}}
     return {"result": {"tools": [TOOL]}}
@@ -120,6 +131,11 @@ def _answer(message: dict[str, Any], mode: str = "", listing: str = "") -> dict[
         params = message.get("params") or {}
         case = str((params.get("arguments") or {}).get("case", "ok"))
         reply["result"] = CASES.get(case, CASES["ok"])
+        if params.get("name") == VALUES_TOOL["name"]:
+            reply["result"] = {
+                "content": [{"type": "text", "text": json.dumps([GOOD])}],
+                "structuredContent": [GOOD],
+            }
     elif method == "ping":
         reply["result"] = {}
     else:

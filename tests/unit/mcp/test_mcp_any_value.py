@@ -146,3 +146,46 @@ class TestTheGateReadsAnyValue:
         with pytest.raises(RejectedInput) as raised:
             read_result({"content": [], "structuredContent": [1]}, **READ)
         assert raised.value.code == "MALFORMED_ENVELOPE"
+
+
+class TestTheProxyServesAnyValue:
+    """Through mcp-proxy, deciding in process, a tool answering an array structuredContent is
+    served: the host gets the projected data, {"value": [...]}, never MALFORMED_ENVELOPE."""
+
+    async def test_an_array_reaches_the_host_wrapped(self, gate: Any, tmp_path: Path) -> None:
+        """deploy_list's [deployment] is decided and answered as {"value": [deployment]}."""
+        from mcp import Client as McpClient
+        from toolgate.client import Client
+        from toolgate.mcp._decide import Decider
+        from toolgate.mcp._proxy import Proxy
+
+        from tests import hostile_mcp, mcp_kit
+        from tests.unit.mcp.test_mcp_hostile import hook, hostile
+        from tests.unit.worker_kit import CONFIG, World
+
+        world = World()
+        world.gate = gate
+        hook()
+        import_listing(tmp_path, mcp_kit.SERVER, [hostile_mcp.VALUES_TOOL], out=lambda _line: None)
+        mcp_kit.pin(tmp_path, [hostile_mcp.VALUES_TOOL])
+        mcp_kit.review(tmp_path)
+        contracts = ContractSet.load(tmp_path)
+        (contract,) = list(contracts)
+        assert contract.spec.mcp is not None
+        assert contract.spec.mcp.structured_content == "value"
+        decider = Decider(mcp_kit.SERVER, contracts, None, CONFIG.topics)
+        async with (
+            Client(CONFIG, clients=world.clients, answers=False) as client,
+            McpClient(hostile("values")) as up,
+        ):
+            proxy = Proxy(mcp_kit.SERVER, up, client, contracts, decider=decider)
+            assert await proxy.load_tools() == ["deploy_list"]
+            async with McpClient(proxy.mcp_server()) as host:
+                listed = {tool.name: tool for tool in (await host.list_tools()).tools}
+                result = await host.call_tool("deploy_list", {})
+        assert not result.is_error, result
+        assert result.structured_content == {"value": [hostile_mcp.GOOD]}
+        schema = listed["deploy_list"].output_schema
+        assert schema is not None
+        assert schema["type"] == "object"
+        assert set(schema["properties"]) == {"value"}
