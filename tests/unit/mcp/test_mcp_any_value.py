@@ -16,6 +16,8 @@ from toolgate.gate._contracts import ContractSet
 from toolgate.gate._mcp import read_result
 from toolgate.mcp._import import import_listing
 
+from tests import mcp_kit
+
 SERVER = "vals"
 ENTITY = {
     "type": "object",
@@ -45,14 +47,7 @@ TOOLS: list[dict[str, Any]] = [
         },
     },
 ]
-READ: dict[str, Any] = {
-    "tool": "t",
-    "request_id": "r",
-    "error_code": "E",
-    "error_retryable": False,
-    "text_max_length": 100,
-    "max_depth": 8,
-}
+READ: dict[str, Any] = {**mcp_kit.READ, "text_max_length": 100}
 
 
 @pytest.fixture
@@ -159,7 +154,7 @@ class TestTheProxyServesAnyValue:
         from toolgate.mcp._decide import Decider
         from toolgate.mcp._proxy import Proxy
 
-        from tests import hostile_mcp, mcp_kit
+        from tests import hostile_mcp
         from tests.unit.mcp.test_mcp_hostile import hook, hostile
         from tests.unit.worker_kit import CONFIG, World
 

@@ -402,13 +402,7 @@ class TestAQueuedCallMeetsTheCurrentDefinition:
         assert upstream.calls == 1
 
 
-READ: dict[str, Any] = {
-    "tool": "t",
-    "request_id": "r",
-    "error_code": "E",
-    "error_retryable": False,
-    "max_depth": 8,
-}
+READ = mcp_kit.READ
 
 
 class TestUntrustedTextOffByDefault:
