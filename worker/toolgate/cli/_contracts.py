@@ -387,7 +387,10 @@ COMMANDS: tuple[Command, ...] = (
         "tool is listed and closed or refused.\n"
         "A version is never overwritten: a tool whose live definition differs from the\n"
         "pinned one is written as the next minor (or, when breaking, major) draft and the\n"
-        "diff printed; one listed as pinned is `unchanged`. Refused tools print one line\n"
+        "diff printed (each changed text shown around what changed), the review of the\n"
+        "version before carried over for what did not change (free_text, rules, signature,\n"
+        "cuts from the projection, hand-written fixtures; a note names what was not);\n"
+        "one listed as pinned is `unchanged`. Refused tools print one line\n"
         "each. Exit 1 while drafts are left to\n"
         "review or a tool was refused, 2 when the listing cannot be read. --url must be on\n"
         "the loopback.",
