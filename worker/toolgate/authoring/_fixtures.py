@@ -24,7 +24,17 @@ import msgspec
 
 from toolgate._codes import STAGES, is_code, is_stage
 from toolgate._errors import ContractError
-from toolgate.gate._contracts import MISSING, Bind, Contract, ContractSet, OwnedId, parse_pointer, resolve
+from toolgate.gate._contracts import (
+    MISSING,
+    STRUCTURED_VALUE,
+    WRAPPED_MEMBER,
+    Bind,
+    Contract,
+    ContractSet,
+    OwnedId,
+    parse_pointer,
+    resolve,
+)
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
 from toolgate.gate._signing import Keyring, signed_message_for
@@ -205,6 +215,8 @@ def _bind_from_rules(contract: Contract, request: RequestRecord, value: Any) -> 
     """
     if contract.spec.mcp is not None:
         envelope = {"data": value.get("structuredContent")} if isinstance(value, dict) else {}
+        if contract.spec.mcp.structured_content == STRUCTURED_VALUE and envelope:
+            envelope = {"data": {WRAPPED_MEMBER: envelope["data"]}}
     else:
         envelope = value
     bind = dict(request.bind)

@@ -39,11 +39,15 @@ Rules (``Finding.rule``)::
     unreviewed-text       (MCP contracts, while draft) a text the host's model reads: the
                           pinned title, description, annotations title, and every string
                           of the input schema the proxy serves (authoring/_texts.py: names,
-                          enum/const/pattern/format values, descriptions, ...); and how much
+                          enum/const/pattern/format values, descriptions, ...); the enum/const
+                          strings and pattern/format values of the advertised outputSchema
+                          (pointer outputSchema/...); and how much
                           upstream text passes (mcp.text_max_length); setting status:
                           active marks them reviewed
     nothing-projected     (imported MCP contracts) the outputSchema declares members and none
                           can be projected (arrays of arrays): every success would be empty
+    nothing-passes        (MCP contracts with a pinned definition) no projected data and
+                          mcp.text_max_length 0: every call would answer NOTHING_PASSED
     input-*               (MCP contracts) the pinned input schema held to the rules above
                           (input-open-object, input-unbounded-string, ...): arguments are
                           closed and bounded like results
@@ -759,6 +763,7 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
         )
         findings.extend(_lint_input_schema(contract))
         findings.extend(_check_nothing_projected(contract, None if imported is None else imported[1]))
+        findings.extend(_check_nothing_passes(contract))
         if contract.spec.status == "draft":
             findings.extend(unreviewed_texts(contract))
         if contract.spec.status == "draft":
@@ -776,6 +781,25 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
 
 
 _IMPORTED_AT = ("$defs", "structuredContent")
+
+
+def _check_nothing_passes(contract: Contract) -> Iterator[Finding]:
+    """A served MCP contract that projects no ``data`` (a text-only tool: no outputSchema)
+    and passes no text (``mcp.text_max_length: 0``, as import writes it): mcp-proxy would
+    answer every call ``NOTHING_PASSED``."""
+    mcp = contract.spec.mcp
+    if mcp is None or mcp.definition is None or contract.spec.status == "disabled":
+        return
+    if contract.data_projection or mcp.text_max_length > 0:
+        return
+    yield Finding(
+        file=str(contract.path),
+        pointer="$.mcp.text_max_length",
+        rule="nothing-passes",
+        message="0, and the tool has no projected data (no outputSchema): mcp-proxy would answer every call "
+        "NOTHING_PASSED; set mcp.text_max_length to the characters of the upstream's text a person needs "
+        '(it reaches the host for the user, annotations.audience ["user"]), or status: disabled',
+    )
 
 
 def _check_nothing_projected(contract: Contract, skeleton: dict[str, Any] | None) -> Iterator[Finding]:
@@ -1183,6 +1207,7 @@ def unreviewed_texts(contract: Contract) -> Iterator[Finding]:
                 file=str(contract.path), pointer=at, rule="unreviewed-text", message=f"{_quote(text)}: {why}"
             )
     yield from _text_passed(contract)
+    yield from _advertised_output_texts(contract, why)
     if contract.input_schema is None or contract.input_schema_path is None:
         return
     from toolgate.authoring._texts import input_texts
@@ -1193,6 +1218,26 @@ def unreviewed_texts(contract: Contract) -> Iterator[Finding]:
             pointer=pointer,
             rule="unreviewed-text",
             message=f"{_quote(text)}: {why}",
+        )
+
+
+def _advertised_output_texts(contract: Contract, why: str) -> Iterator[Finding]:
+    """The upstream's strings mcp-proxy serves in the tool's advertised ``outputSchema`` (the
+    projected data's schema: ``enum``/``const`` strings, ``pattern`` and ``format`` values),
+    with their pointer in that schema, reported against ``schema.json`` where they come from."""
+    from toolgate.authoring._advertised import advertised_output_schema, advertised_texts
+
+    try:
+        advertised = advertised_output_schema(contract)
+    except (ValueError, TypeError, KeyError):
+        return
+    for pointer, text in advertised_texts(advertised):
+        yield Finding(
+            file=str(contract.schema_path),
+            pointer=f"outputSchema{pointer}",
+            rule="unreviewed-text",
+            message=f"{_quote(text)}: served in the advertised outputSchema (the projected data's schema, "
+            f"at {pointer}): {why}; to serve it no more, drop its field from the projection",
         )
 
 

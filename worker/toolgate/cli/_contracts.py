@@ -64,6 +64,23 @@ def _contracts_diff_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("new", metavar="NEW", help="the newer version folder (or schema file)")
 
 
+def _contracts_rebound(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._rebound import rebound
+
+    if args.max_string is None and args.max_items is None:
+        raise ConfigError("give --max-string, --max-items or both")
+    print(rebound(Path(args.folder), max_string=args.max_string, max_items=args.max_items))
+    return EXIT_OK
+
+
+def _contracts_rebound_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", metavar="FOLDER", help="the contract version folder (holding contract.yaml)")
+    p.add_argument(
+        "--max-string", type=int, metavar="N", help="characters of every string (1..limits.max_bytes)"
+    )
+    p.add_argument("--max-items", type=int, metavar="N", help="items of every array (1..limits.max_bytes/2)")
+
+
 def _contracts_import_mcp(args: argparse.Namespace, config: Config) -> int:
     from toolgate.mcp._import import run
 
@@ -588,6 +605,21 @@ COMMANDS: tuple[Command, ...] = (
         ("toolgate contracts history",),
         _contracts_history,
         ("contracts",),
+    ),
+    Command(
+        ("contracts", "rebound"),
+        "set the string and array bounds of an imported contract's closure",
+        "Derive an imported contract version's closure again with the bounds a tool needs\n"
+        "(every string at most --max-string characters, every array at most --max-items\n"
+        "items, each up to what limits.max_bytes holds) and write its schema.json back; the\n"
+        "projection and the review stay. A quarantined result over a bound names it.",
+        (
+            "toolgate contracts rebound contracts/filesystem.read_text_file/v1 --max-string 4096",
+            "toolgate contracts rebound contracts/memory.read_graph/v1 --max-items 500",
+        ),
+        _contracts_rebound,
+        (),
+        _contracts_rebound_arguments,
     ),
     Command(
         ("contracts", "import-mcp"),

@@ -158,6 +158,11 @@ class McpDefinition(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     annotations: McpAnnotations | None = None
 
 
+STRUCTURED_OBJECT = "object"
+STRUCTURED_VALUE = "value"
+WRAPPED_MEMBER = "value"  # the member of data that holds a structuredContent of any JSON type
+
+
 class McpResultSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The tool answers with an MCP ``CallToolResult`` (see :mod:`toolgate.gate._mcp`)."""
 
@@ -168,6 +173,9 @@ class McpResultSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     text_max_length: int = 1000  # text blocks to untrusted_text, cut to this (0: not passed)
     error_codes: tuple[McpErrorCode, ...] = ()  # isError text -> a reviewed code, first match
     definition: McpDefinition | None = None  # the pinned definition (None: not served)
+    # "object": structuredContent is data, an object; "value": data is {"value": structuredContent},
+    # any JSON value (MCP 2026-07-28: an array, a string, a number, a boolean or null too).
+    structured_content: str = STRUCTURED_OBJECT
 
 
 def qualified_name(server: str, tool: str) -> str:
@@ -869,6 +877,13 @@ def _check_mcp(spec: ContractSpec, mcp: McpResultSpec, where: str) -> None:
             where,
             "$.mcp.text_max_length",
             f"must be in 0..{spec.limits.max_bytes} (limits.max_bytes: the text cannot be longer)",
+        )
+    if mcp.structured_content not in (STRUCTURED_OBJECT, STRUCTURED_VALUE):
+        raise ContractError(
+            where,
+            "$.mcp.structured_content",
+            f"{STRUCTURED_OBJECT!r} (data is structuredContent, an object) or {STRUCTURED_VALUE!r} "
+            f"(data is {{{WRAPPED_MEMBER!r}: structuredContent}}, any JSON value)",
         )
     if spec.display_text:
         raise ContractError(where, "$.display_text", "an MCP result's display text is its text blocks")
