@@ -141,16 +141,16 @@ class TestOnlyWhatAPublisherSigned:
 class TestPublishing:
     """publish --to topic: generations only go up; the topic's state is read back."""
 
-    async def test_a_generation_not_above_the_topics_is_refused(self, key: Key) -> None:
+    async def test_a_generation_not_above_the_topics_is_refused(self, key: Key, keyring: Keyring) -> None:
         """--generation at or below the topic's newest is refused naming both."""
         _broker, clients = world()
         await publish_to_topic(CONFIG, versions(key), key, generation=5, clients=clients)
         with pytest.raises(ConfigError, match=r"--generation 5: t\.contracts already holds generation 5"):
             await publish_to_topic(CONFIG, versions(key), key, generation=5, clients=clients)
-        digests, marker = await read_published(CONFIG, clients)
-        assert marker is not None
-        assert marker.generation == 5
-        assert set(digests) == set(marker.versions)
+        state = await read_published(CONFIG, clients, keyring)
+        assert state.marker is not None
+        assert state.generation == 5
+        assert set(state.versions) == set(state.marker.versions)
 
     async def test_a_missing_topic_names_topics_ensure(self, key: Key) -> None:
         """Publishing to a topic that does not exist says to run topics ensure."""
