@@ -97,7 +97,8 @@ class SetMarker(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     """A published set: written last, so its versions are all there before a reader sees it."""
 
     generation: Annotated[int, msgspec.Meta(ge=1, le=MAX_GENERATION)]  # above the previous marker's
-    versions: Annotated[dict[_Text, _Text], msgspec.Meta(max_length=MAX_SET_VERSIONS)]  # "tool/version" -> digest
+    # "tool/version" -> digest
+    versions: Annotated[dict[_Text, _Text], msgspec.Meta(max_length=MAX_SET_VERSIONS)]
     publisher: _Text
     signature: _Text
 

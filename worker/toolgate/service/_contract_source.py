@@ -133,11 +133,28 @@ class ContractSource:
 
 
 class RegistryContractSource(ContractSource):
-    """A schema registry: caught up by fetching its subjects now."""
+    """A schema registry: caught up by fetching its subjects now.
 
-    def __init__(self, poll: Callable[[], bool], paths: list[Path]) -> None:
+    Args:
+        poll: one check of the registry (True: a new snapshot was written).
+        paths: the snapshot's folder and the keyring, rescanned.
+        published: the highest generation of a verified marker the registry held at the
+            last check (None: not known, as before the first answer).
+    """
+
+    def __init__(
+        self,
+        poll: Callable[[], bool],
+        paths: list[Path],
+        published: Callable[[], int | None] = lambda: None,
+    ) -> None:
         super().__init__(paths)
         self._poll = poll
+        self._published = published
+
+    def published_generation(self) -> int | None:
+        """The highest generation the registry has published, as of its last check."""
+        return self._published()
 
     async def refresh(self, wait_seconds: float) -> bool:
         """Fetch now (off the event loop); True when a new snapshot was written."""

@@ -87,7 +87,9 @@ class Refusals:
         self.log.warning(self.message, extra=extra)
 
 
-def decode_control(decoder: msgspec.json.Decoder[T], value: bytes, key: bytes | None, refusals: Refusals) -> T | None:
+def decode_control(
+    decoder: msgspec.json.Decoder[T], value: bytes, key: bytes | None, refusals: Refusals
+) -> T | None:
     """``value`` decoded, or None after one refusal line naming the field that failed."""
     try:
         return decoder.decode(value)

@@ -314,7 +314,7 @@ class Worker:
             paths.append(Path(self.config.keyring))
         registry = attached_registry()
         if registry is not None:
-            return RegistryContractSource(registry.poll, paths)
+            return RegistryContractSource(registry.poll, paths, registry.published_generation)
         return ContractSource(paths)
 
     async def _contracts_behind(self, batch: Batch, decide: Callable[[], Batch]) -> Batch:
@@ -525,7 +525,12 @@ class Worker:
         await self._request_reader.start()
         source = self.contracts_catch_up.source
         self.group_view = await GroupView.open(
-            self.config, self._clients, self.member, self.clock, self._group_changed, source.published_generation
+            self.config,
+            self._clients,
+            self.member,
+            self.clock,
+            self._group_changed,
+            source.published_generation,
         )
         await self._refresh_member()
         # Everything alive now (contracts, compiled schemas) lives as long as the process:
