@@ -24,7 +24,13 @@ import msgspec
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError, ContractTrustError
-from toolgate.gate._published import PublishedVersion, SetMarker, sign_marker, verify_marker
+from toolgate.gate._published import (
+    MAX_GENERATION,
+    PublishedVersion,
+    SetMarker,
+    sign_marker,
+    verify_marker,
+)
 from toolgate.gate._signing import Key, Keyring
 from toolgate.service._contract_source import SET_KEY, VERSION_KEY_PREFIX, version_key
 from toolgate.service._control import Refusals, decode_control
@@ -133,7 +139,7 @@ async def publish_to_topic(
         versions: every version of the set, signed.
         key: the publisher key that signs the marker.
         generation: the marker's (default: one above the topic's highest verified marker
-            and every live member's generation).
+            and every live member's generation); above both.
         keyring: the publishers a marker on the topic is verified with (default: ``key``).
 
     Raises:
@@ -152,13 +158,15 @@ async def publish_to_topic(
         raise ConfigError(
             f"--generation {generation}: {topic} already holds generation {newest}; give a higher one"
         )
-    if ahead is not None and (generation or newest + 1) <= ahead.generation:
+    if generation is not None and ahead is not None and generation <= ahead.generation:
         raise ConfigError(
-            f"{'--generation ' + str(generation) if generation else f'generation {newest + 1}'}: "
-            f"member {ahead.member} of group {config.group_id} decides with generation {ahead.generation} "
-            f"({config.topics.members}) and would never load a lower one; give --generation "
-            f"{ahead.generation + 1} or more"
+            f"--generation {generation}: member {ahead.member} of group {config.group_id} decides with "
+            f"generation {ahead.generation} ({config.topics.members}) and would never load a lower one; "
+            f"give --generation {ahead.generation + 1} or more"
         )
+    chosen = generation or max(newest, ahead.generation if ahead is not None else 0) + 1
+    if chosen > MAX_GENERATION:
+        raise ConfigError(f"generation {chosen}: above {MAX_GENERATION}, the highest a reader takes")
     untrusting = [m for m in members if m.publishers is not None and key.key_id not in m.publishers]
     if untrusting:
         shown = ", ".join(f"{m.member} ({', '.join(m.publishers or ()) or 'none'})" for m in untrusting[:5])
@@ -167,7 +175,7 @@ async def publish_to_topic(
             f"trust this publisher and would refuse the set (their keyrings' [publishers]: {shown}); add "
             f"[publishers.{key.key_id}] to the workers' keyring first (nothing was written)"
         )
-    marker = sign_marker(generation or newest + 1, {pv.key: pv.digest for pv in versions}, key)
+    marker = sign_marker(chosen, {pv.key: pv.digest for pv in versions}, key)
     done = TopicPublish(marker.generation, members=len(members))
     producer = clients.producer(acks="all", enable_idempotence=True, linger_ms=5)
     try:

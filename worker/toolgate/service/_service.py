@@ -254,6 +254,7 @@ class Worker:
         self._member_refused = ""  # what the last member record said the source refuses
         # (set label, published generation, group hint) when a contracts wait last ran out
         self._gave_up: tuple[str, int | None, GroupHint | None] | None = None
+        self._wait_until = 0.0  # the monotonic deadline of the contracts wait in progress
         self._uses = self._collaborators()
 
     def _collaborators(self) -> Collaborators:
@@ -327,7 +328,8 @@ class Worker:
         (retryable), never a final UNKNOWN_*. A ``tg-contract-generation`` above the highest
         generation the source has published is not waited for, and a wait that ran out is
         not waited again, by any batch, until the source, the loaded set or the group's
-        hint moves: one stamped record costs no partition the bound.
+        hint moves: one stamped record costs no partition the bound, and partitions waiting
+        at once share one deadline.
         """
         if self.gate_factory is None:
             return batch
@@ -349,9 +351,10 @@ class Worker:
         bound = self.options.contracts_catch_up_seconds
         bound = self.config.contracts_catch_up_seconds if bound is None else bound
         before = self.gate.contracts
-        after = await self.contracts_catch_up.catch_up(
-            self.options.monotonic() + bound, behind=lambda _contracts: waiting()
-        )
+        start = self.options.monotonic()
+        if self._wait_until <= start:  # a wait in progress is joined, not started again
+            self._wait_until = start + bound
+        after = await self.contracts_catch_up.catch_up(self._wait_until, behind=lambda _contracts: waiting())
         result = "caught_up" if after is not before else "unchanged"
         if waiting():  # the bound ran out: later batches do not wait for this state again
             self._gave_up = (self.gate.contracts.label, source.published_generation(), self.gate.group)
