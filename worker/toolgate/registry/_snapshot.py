@@ -493,7 +493,7 @@ class RegistrySource:
         self._reload_keyring()
         versions = registry_versions(self.client, set_subject(self.set_name))
         manifest = read_manifest(self.current)
-        if versions == self._seen and manifest is not None:
+        if versions == self._seen and manifest is not None and self._same_marker(versions, manifest):
             return False
         floor = snapshot_generation(self.current)
         problems: list[Problem] = []
@@ -524,6 +524,20 @@ class RegistrySource:
             return False
         write_snapshot(signed, self.root, self.client.url)
         return True
+
+    def _same_marker(self, versions: Versions, manifest: dict[str, Any]) -> bool:
+        """The set subject's newest registration still names the snapshot's generation: a
+        registry that lost its contents and was published again may show the same subjects
+        and version numbers as before, with another marker."""
+        subject = set_subject(self.set_name)
+        numbers = dict(versions).get(subject, ())
+        if not numbers:
+            return True
+        try:
+            marker = parse_marker(self.client.schema(subject, max(numbers)), subject, max(numbers))
+        except ConfigError:
+            return True  # a marker that does not parse: fetch_set says it when something changes
+        return marker.generation == manifest.get("generation")
 
     def _published(self, generation: int) -> None:
         self.published = max(self.published, generation)
