@@ -10,7 +10,6 @@ import msgspec
 import pytest
 from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
-from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.authoring._publish import signed_versions
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._published import PublishedVersion, canonical_bytes, sign_marker
@@ -23,18 +22,6 @@ from tests.unit.builders import CONTRACTS
 
 CONFIG = Config(topics=Topics.under("t"))
 TOPIC = CONFIG.topics.contracts
-
-
-@pytest.fixture
-def keyring() -> Keyring:
-    return fixtures_keyring(CONTRACTS)
-
-
-@pytest.fixture
-def key(keyring: Keyring) -> Key:
-    found = keyring.publisher("sample-publisher")
-    assert found is not None
-    return found
 
 
 def world() -> tuple[FakeBroker, FakeClients]:

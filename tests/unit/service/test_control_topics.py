@@ -16,8 +16,6 @@ from typing import Any
 import msgspec
 import pytest
 from toolgate._errors import ConfigError
-from toolgate.authoring._fixtures import fixtures_keyring
-from toolgate.authoring._publish import signed_versions
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._published import PublishedVersion, canonical_bytes, sign_marker, sign_version
@@ -26,9 +24,10 @@ from toolgate.operations._publish_topic import publish_to_topic, read_published
 from toolgate.service._contract_source import SET_KEY, ContractSource, TopicContractSource, version_key
 from toolgate.service._control import Refusals
 from toolgate.service._members import MemberRecord, hint, live_members, read_members
-from toolgate.service._service import Worker, WorkerOptions
 
 from tests.unit.builders import CONTRACTS, NOW, message, review_value
+from tests.unit.service.test_contracts_catch_up import folder_worker
+from tests.unit.service.test_contracts_topic import versions
 from tests.unit.worker_kit import CONFIG, T, World, rid
 
 DIGEST = "a" * 64
@@ -82,6 +81,8 @@ class TestMembersDecodedStrictly:
             ({"refresh_seconds": 1e15}, "$.refresh_seconds"),
             ({"generation": 10**19}, "$.generation"),
             ({"digest": "not hex"}, "$.digest"),
+            ({"member": "someone-else"}, "not of its key"),
+            ({"extra": "x"} | {"tools": "review_status"}, "$.tools"),
         ],
     )
     async def test_a_bad_record_is_said_and_left_out(
@@ -117,32 +118,6 @@ class TestMembersDecodedStrictly:
         world.result(1)
         stats = await asyncio.wait_for(worker.run(), 30)
         assert (stats.decided, stats.accepted) == (1, 1)
-
-
-def folder_worker(world: World, root: Path, keyring: Keyring, **options: Any) -> Worker:
-    def load() -> Gate:
-        return Gate(ContractSet.load(root), keyring)
-
-    opts: dict[str, Any] = {
-        "handle_signals": False,
-        "metrics_port": 0,
-        "linger_ms": 5,
-        "burst": True,
-        "contract_source": ContractSource([root]),
-        "contracts_catch_up_seconds": 0.3,
-    }
-    opts.update(options)
-    config = msgspec.structs.replace(CONFIG, contracts_dir=str(root), contracts_watch_seconds=0)
-    world.gate = load()
-    return Worker(
-        config,
-        world.gate,
-        options=WorkerOptions(**opts),
-        gate_factory=load,
-        clock=lambda: NOW,
-        clients=world.clients,
-        sleep=world.sleep,
-    )
 
 
 class TestOnlyVerifiedGenerationsCount:
@@ -223,25 +198,9 @@ CONTRACTS_CONFIG = CONFIG
 TOPIC = CONFIG.topics.contracts
 
 
-@pytest.fixture
-def keyring() -> Keyring:
-    return fixtures_keyring(CONTRACTS)
-
-
-@pytest.fixture
-def key(keyring: Keyring) -> Key:
-    found = keyring.publisher("sample-publisher")
-    assert found is not None
-    return found
-
-
 def topic_world() -> tuple[Any, Any]:
     world = World()
     return world.broker, world.clients
-
-
-def versions(key: Key) -> list[PublishedVersion]:
-    return list(signed_versions(ContractSet.load(CONTRACTS), key).values())
 
 
 def forged_version(key: Key) -> PublishedVersion:

@@ -150,8 +150,9 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
         "--generation",
         metavar="N",
         type=int,
-        help="the set marker's generation (default: the registry's newest plus 1); after a registry "
-        "lost its contents, one above the readers' (they never go back to an older generation)",
+        help="the set marker's generation (default: the registry's newest plus 1; on the topic, one above "
+        "its highest verified marker and every live member's); after a registry lost its contents, one "
+        "above the readers' (they never go back to an older generation)",
     )
 
 
