@@ -358,6 +358,8 @@ class Worker:
         result = "caught_up" if after is not before else "unchanged"
         if waiting():  # the bound ran out: later batches do not wait for this state again
             self._gave_up = (self.gate.contracts.label, source.published_generation(), self.gate.group)
+        else:  # caught up: the next wait has a bound of its own
+            self._wait_until = 0.0
         redecided = decide()
         if any(d.verdict.code == "CONTRACTS_BEHIND" for d in redecided.decisions):
             result = "behind"
