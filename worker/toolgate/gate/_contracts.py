@@ -445,7 +445,11 @@ class Contract:
         self.rules = spec.rules
         mcp_text = spec.mcp.text_max_length if spec.mcp is not None and spec.mcp.text_max_length > 0 else None
         allowed = check_policy(
-            spec.sensitive, where, spec.projection, tuple(d.pointer for d in spec.display_text), mcp_text is not None
+            spec.sensitive,
+            where,
+            spec.projection,
+            tuple(d.pointer for d in spec.display_text),
+            mcp_text is not None,
         )
         self.screen: Screen = screen_for(spec.sensitive, allowed, self.display, mcp_text)
 

@@ -133,10 +133,13 @@ class Detector(NamedTuple):
     check: Callable[[str], bool] | None = None
 
 
-_TOKEN_END = r"(?:[^A-Za-z0-9_-]|$)"  # what may follow a token: it ends there
 DETECTORS: Final[tuple[Detector, ...]] = (
-    Detector("private-key", "secret", r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-             r"(?:[\s\S]*?-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)"),
+    Detector(
+        "private-key",
+        "secret",
+        r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:[\s\S]*?-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)",
+    ),
     Detector("aws-access-key", "secret", r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b"),
     Detector("github-token", "secret", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{82,})\b"),
     Detector("gitlab-token", "secret", r"\bgl(?:pat|dt|ptt|rt|oas|cbt)-[A-Za-z0-9_-]{20,64}"),
@@ -161,7 +164,8 @@ DETECTORS: Final[tuple[Detector, ...]] = (
     Detector(
         "card",
         "personal",
-        r"\b(?:[3-6][0-9]{12,18}|[3-6][0-9]{3}(?:[ -][0-9]{4}){2}[ -][0-9]{1,7}|3[0-9]{3}[ -][0-9]{6}[ -][0-9]{5})\b",
+        r"\b(?:[3-6][0-9]{12,18}|[3-6][0-9]{3}(?:[ -][0-9]{4}){2}[ -][0-9]{1,7}"
+        r"|3[0-9]{3}[ -][0-9]{6}[ -][0-9]{5})\b",
         _card,
     ),
     Detector(
