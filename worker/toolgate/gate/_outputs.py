@@ -34,6 +34,7 @@ import msgspec
 
 from toolgate._version import __version__
 from toolgate.gate._records import CONTRACT_SET_HEADER, Diagnostics, Message, Origin, Verdict
+from toolgate.gate._sealing import SEALED_HEADERS, Sealer
 from toolgate.gate._trace_context import TRACEPARENT, TRACESTATE, TraceContext, from_headers
 
 DIAGNOSTIC_HEADERS = frozenset(
@@ -49,6 +50,7 @@ DIAGNOSTIC_HEADERS = frozenset(
         "tg-replay-count",
         "tg-truncated",
         CONTRACT_SET_HEADER,
+        *SEALED_HEADERS,
     }
 )
 CONNECT_PREFIX = "__connect.errors."
@@ -207,6 +209,7 @@ def outputs(
     replays: int | None = None,
     rejected_at: bytes | None = None,
     contract_set: Sequence[tuple[str, bytes]] = (),
+    sealer: Sealer | None = None,
 ) -> list[OutRecord]:
     """The records one decision produces: the agent envelope, the quarantine record when
     rejected, the audit event always.
@@ -220,6 +223,7 @@ def outputs(
     record's own (its headers first, then an MCP result's ``_meta``) is carried.
     ``replays``: :func:`replay_count` of the message, when the caller has it already;
     ``rejected_at``: ``decided_at.isoformat()`` encoded, when the caller has it (once per batch).
+    ``sealer``: seals the quarantine record (:mod:`toolgate.gate._sealing`); None: written clear.
     """
     if attempt_has_answer and verdict.accepted:
         raise ValueError("an accepted verdict always has its agent envelope")
@@ -243,6 +247,7 @@ def outputs(
                 origin=origin,
                 rejected_at=rejected_at,
                 contract_set=contract_set,
+                sealer=sealer,
             )
         )
     event = audit_event(verdict, origin, decided_at)
@@ -307,6 +312,7 @@ def quarantine_record(
     origin: str | None = None,
     rejected_at: bytes | None = None,
     contract_set: Sequence[tuple[str, bytes]] = (),
+    sealer: Sealer | None = None,
 ) -> OutRecord:
     """The dead-letter record of a rejected message. When the caller has them already:
     ``replays``, :func:`replay_count` of the message; ``origin``, ``str(message.origin)``;
@@ -337,4 +343,6 @@ def quarantine_record(
     if value is not None and len(value) > budget:
         headers.append(("tg-truncated", str(len(value)).encode()))
         value = value[: max(budget, 0)]
+    if sealer is not None:
+        value, headers = sealer.seal(message.key, value, headers)
     return OutRecord(topic, message.key, value, headers)
