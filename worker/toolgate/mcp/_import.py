@@ -775,6 +775,8 @@ def plan_tool(
             "definition": definition,
         },
         "projection": pointers,
+        # Secrets rejected, personal data redacted, until a reviewer decides otherwise.
+        "sensitive": {"secrets": "reject", "personal": "redact"},
         "retry": {"retryable_codes": []},
     }
     _number(spec, previous, current, schema, input_schema)
