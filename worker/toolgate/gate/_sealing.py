@@ -29,6 +29,7 @@ import base64
 import binascii
 import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import NamedTuple
@@ -46,6 +47,7 @@ _DETAIL = "tg-error-detail"
 _CONNECT_MESSAGE = "__connect.errors.exception.message"
 _CONTEXT = b"toolgate-quarantine-v1"
 _NONCE = 12
+_DATA_NONCE = bytes(_NONCE)
 
 
 class _Plain(msgspec.Struct, array_like=True, gc=False):
@@ -70,16 +72,39 @@ class Opened(NamedTuple):
     headers: list[tuple[str, bytes]]
 
 
-def _identity(key_id: str, headers: Mapping[str, bytes], key: bytes | None) -> bytes:
-    return b"\n".join(
-        (
-            _CONTEXT,
-            key_id.encode(),
-            headers.get("tg-origin", b""),
-            headers.get("tg-raw-sha256", b""),
-            b"" if key is None else key.hex().encode(),
-        )
-    )
+class _Pool:
+    """Bytes of the system's random source (``os.urandom``), read 4 KiB at a time and each
+    handed out once: one system call per about 90 records instead of one per record. A forked
+    child starts with an empty pool, never with its parent's bytes."""
+
+    __slots__ = ("_at", "_bytes", "_lock")
+
+    def __init__(self) -> None:
+        self._bytes = b""
+        self._at = 0
+        self._lock = threading.Lock()  # two threads must never be handed the same bytes
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            if self._at + n > len(self._bytes):
+                self._bytes, self._at = os.urandom(max(4096, n)), 0
+            taken = self._bytes[self._at : self._at + n]
+            self._at += n
+            return taken
+
+    def clear(self) -> None:
+        self._bytes, self._at = b"", 0
+        self._lock = threading.Lock()
+
+
+_POOL = _Pool()
+_random = _POOL.take
+os.register_at_fork(after_in_child=_POOL.clear)
+
+
+def _identity(key_id: str, origin: bytes, digest: bytes, key: bytes | None) -> bytes:
+    """What both encryptions bind: the key id and the record's identity."""
+    return b"\n".join((_CONTEXT, key_id.encode(), origin, digest, b"" if key is None else key.hex().encode()))
 
 
 class Sealer:
@@ -99,30 +124,31 @@ class Sealer:
         self.newest = newest
 
     def seal(
-        self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        message: str,
+        headers: list[tuple[str, bytes]],
+        *,
+        origin: bytes,
+        digest: bytes,
     ) -> tuple[bytes, list[tuple[str, bytes]]]:
-        """The sealed value and headers of a quarantine record (see the module docstring)."""
+        """The sealed value of a quarantine record holding ``value`` and the diagnostics'
+        ``message``; ``headers`` (already without the message; ``origin`` and ``digest`` are
+        its ``tg-origin`` and ``tg-raw-sha256``) get the key id and the wrapped data key."""
         key_id = self.newest
         if key_id is None:
             raise ValueError("no quarantine key to seal with")
-        message = ""
-        clear: list[tuple[str, bytes]] = []
-        for name, raw in headers:
-            if name == _DETAIL:
-                detail = json.loads(raw)
-                message = str(detail.pop("message", ""))
-                raw = json.dumps(detail, ensure_ascii=True, separators=(",", ":")).encode()
-            elif name == _CONNECT_MESSAGE:
-                raw = b""
-            clear.append((name, raw))
-        identity = _identity(key_id, dict(clear), key)
-        data_key = AESGCM.generate_key(bit_length=256)
-        nonce, wrap_nonce = os.urandom(_NONCE), os.urandom(_NONCE)
-        sealed = nonce + AESGCM(data_key).encrypt(nonce, _encode_plain(_Plain(value, message)), identity)
+        identity = _identity(key_id, origin, digest, key)
+        # A data key seals one record only, so its own nonce may be fixed.
+        fresh = _random(32 + _NONCE)
+        data_key, wrap_nonce = fresh[:32], fresh[32:]
+        plain = _encode_plain(_Plain(value, message))
+        sealed = _DATA_NONCE + AESGCM(data_key).encrypt(_DATA_NONCE, plain, identity)
         wrapped = wrap_nonce + self._aeads[key_id].encrypt(wrap_nonce, data_key, identity)
-        clear.append((KEY_HEADER, key_id.encode()))
-        clear.append((WRAPPED_HEADER, base64.b64encode(wrapped)))
-        return sealed, clear
+        headers.append((KEY_HEADER, key_id.encode()))
+        headers.append((WRAPPED_HEADER, base64.b64encode(wrapped)))
+        return sealed, headers
 
     def open(self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> Opened:
         """The record as it was before sealing; a clear record as it is.
@@ -149,7 +175,7 @@ def open_record(
             f"sealed with quarantine key {key_id!r}, which the keyring lacks (it holds: {held}); "
             f"give --keyring FILE with [quarantine.{key_id}], or the key was removed (shredded)"
         )
-    identity = _identity(key_id, named, key)
+    identity = _identity(key_id, named.get("tg-origin", b""), named.get("tg-raw-sha256", b""), key)
     try:
         wrapped = base64.b64decode(named.get(WRAPPED_HEADER, b""), validate=True)
         data_key = aead.decrypt(wrapped[:_NONCE], wrapped[_NONCE:], identity)
