@@ -30,8 +30,8 @@ import binascii
 import json
 import os
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import NamedTuple
 
 import msgspec
@@ -202,11 +202,22 @@ def open_record(
     return Opened(plain.value, opened)
 
 
-@lru_cache(maxsize=16)
+_SEALERS: weakref.WeakKeyDictionary[Keyring, Sealer | None] = weakref.WeakKeyDictionary()
+
+
 def sealer_for(keyring: Keyring) -> Sealer | None:
     """The keyring's quarantine sealer (None: the keyring holds no quarantine key), built once
-    per keyring object."""
+    per keyring object and dropped with it: a reloaded keyring without a removed key leaves no
+    copy of that key behind."""
+    try:
+        return _SEALERS[keyring]
+    except KeyError:
+        pass
     keys = keyring.quarantine
-    if not keys:
-        return None
-    return Sealer({kid: key.secret for kid, key in keys.items()}, keyring.newest_quarantine_key())
+    sealer = (
+        Sealer({kid: key.secret for kid, key in keys.items()}, keyring.newest_quarantine_key())
+        if keys
+        else None
+    )
+    _SEALERS[keyring] = sealer
+    return sealer
