@@ -23,12 +23,9 @@ import argparse
 import base64
 import json
 import os
-import statistics
 import sys
 import tempfile
 import textwrap
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,19 +34,16 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "worker"))
 
-from toolgate._config import Topics  # noqa: E402
-from toolgate.gate._batch import AcceptedView, decide_batch  # noqa: E402
 from toolgate.gate._contracts import ContractSet  # noqa: E402
 from toolgate.gate._gate import Gate  # noqa: E402
-from toolgate.gate._records import Message, Origin, RequestRecord  # noqa: E402
+from toolgate.gate._records import RequestRecord  # noqa: E402
 from toolgate.gate._sensitive import find  # noqa: E402
 from toolgate.gate._signing import Keyring  # noqa: E402
 
+from ops.bench.decide_bench import batches, per_result  # noqa: E402
 from ops.bench.measure import at_most, print_targets, target  # noqa: E402
 from tests.sensitive_kit import benign_corpus, detect_corpus, load_corpus  # noqa: E402
 
-BATCH = 333
-TOPICS = Topics(requests="r", intake="i", agent="a", quarantine="q", audit="au")
 FIELDS = 10
 
 
@@ -136,45 +130,6 @@ def workload(count: int, *, rejected: bool) -> tuple[list[tuple[bytes, bytes, li
     return raw, requests.get
 
 
-def loop_of(
-    gate: Gate, raw: list[tuple[bytes, bytes, list[tuple[str, bytes]]]], lookup: Any
-) -> Callable[[], int]:
-    now = datetime.now(UTC)
-
-    def loop() -> int:
-        for start in range(0, len(raw), BATCH):
-            chunk = raw[start : start + BATCH]
-            messages = [
-                Message(key=k, value=v, headers=h, origin=Origin("i", 0, start + i))
-                for i, (k, v, h) in enumerate(chunk)
-            ]
-            decide_batch(
-                gate,
-                messages,
-                lookup,
-                AcceptedView(lambda _r, _a: False),
-                now,
-                topics=TOPICS,
-                max_record_bytes=1 << 20,
-            )
-        return len(raw)
-
-    return loop
-
-
-def per_result(loops: list[tuple[str, Callable[[], int]]], repeat: int) -> dict[str, float]:
-    """Median CPU microseconds per result of each loop, the loops interleaved round by round."""
-    for _, loop in loops:
-        loop()
-    spent: dict[str, list[float]] = {label: [] for label, _ in loops}
-    for _ in range(repeat):
-        for label, loop in loops:
-            started = time.process_time()
-            count = loop()
-            spent[label].append((time.process_time() - started) / count * 1e6)
-    return {label: statistics.median(values) for label, values in spent.items()}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -210,14 +165,26 @@ def main() -> int:
         keyring_file.write_text(f'[quarantine.q1]\ncreated = "2026-12-01"\nsecret = "{secret}"\n')
         sealing = Gate(contracts, Keyring.load(keyring_file))
         rejected, lookup_rejected = workload(args.results, rejected=True)
-        figures = per_result(
-            [
-                ("accepted, 10 strings, screened", loop_of(screened, accepted, lookup)),
-                ("accepted, 10 strings, not screened", loop_of(unscreened, accepted, lookup)),
-                ("rejected, quarantine sealed", loop_of(sealing, rejected, lookup_rejected)),
-                ("rejected, quarantine clear", loop_of(screened, rejected, lookup_rejected)),
-            ],
-            args.repeat,
+        now = datetime.now(UTC)
+        figures = dict(
+            per_result(
+                [
+                    ("accepted, 10 strings, screened", batches(screened, accepted, lambda _k: lookup, now)),
+                    (
+                        "accepted, 10 strings, not screened",
+                        batches(unscreened, accepted, lambda _k: lookup, now),
+                    ),
+                    (
+                        "rejected, quarantine sealed",
+                        batches(sealing, rejected, lambda _k: lookup_rejected, now),
+                    ),
+                    (
+                        "rejected, quarantine clear",
+                        batches(screened, rejected, lambda _k: lookup_rejected, now),
+                    ),
+                ],
+                args.repeat,
+            )
         )
     for label, micros in figures.items():
         print(f"{label:<40}{micros:>8.1f} us CPU per result")
