@@ -278,3 +278,41 @@ def test_outputs_unsealed_by_default() -> None:
         message(raw=b"{"), verdict, agent_topic="a", quarantine_topic="q", audit_topic="u", decided_at=NOW
     )
     assert [r.value for r in records if r.topic == "q"] == [b"{"]
+
+
+class TestWithoutTheKey:
+    """What operators count needs no key: a sealed and a clear record summarise alike."""
+
+    def test_summary_counts_sealed_like_clear(self, tmp_path: Path) -> None:
+        """quarantine summary gives a sealed record the row its clear twin gets."""
+        from toolgate.operations._quarantine import Filters, summarise
+
+        clear = _Tailed(quarantined(leaking_gate(tmp_path / "a")))
+        sealed = _Tailed(quarantined(leaking_gate(tmp_path / "b", sealed_keyring(tmp_path))))
+        rows = [summarise([r], Filters()) for r in (clear, sealed)]
+        assert [(r.tool, r.code, r.adapter_version, r.schema_path, r.count) for r in rows[0]] == [
+            (r.tool, r.code, r.adapter_version, r.schema_path, r.count) for r in rows[1]
+        ]
+        assert rows[1][0].code == "SENSITIVE_DATA"
+
+
+class TestContractDiff:
+    """contracts diff classes a change of the sensitive section."""
+
+    def test_stricter_is_breaking_looser_widens(self, tmp_path: Path) -> None:
+        """allow -> redact is breaking, reject -> redact widens, an allow pointer added widens."""
+        from toolgate.authoring._contract_diff import diff_contracts
+
+        write_notes(tmp_path / "a")
+        write_notes(
+            tmp_path / "b",
+            "secrets: redact\npersonal: redact\n"
+            "allow:\n  - pointer: /data/author\n    reason: the author asked for\n",
+        )
+        old, new = (next(iter(ContractSet.load(tmp_path / x))) for x in ("a", "b"))
+        changes = {c.kind: (c.breaking, c.widens) for c in diff_contracts(old, new)}
+        assert changes == {
+            "sensitive-secrets-changed": (False, True),
+            "sensitive-personal-changed": (True, False),
+            "sensitive-allow-added": (False, True),
+        }
