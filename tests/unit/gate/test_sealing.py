@@ -108,6 +108,7 @@ class TestSeal:
             "stage": "semantic",
             "code": "SENSITIVE_DATA",
             "instance_path": "/data/body",
+            "keyword": "aws-access-key",
         }
         for name in ("tg-raw-sha256", "tg-contract", "tg-rejected-at", "tg-origin", "tg-adapter-version"):
             assert headers[name]

@@ -366,6 +366,7 @@ class Screen:
                 "SENSITIVE_DATA",
                 f"{first.detector.kind} ({first.detector.name}) at {pointer}{more}",
                 instance_path=pointer,
+                keyword=first.detector.name,  # the class, in clear where a sealed record hides the detail
             )
         for container, name, text in edits:
             container[name] = text
