@@ -181,6 +181,8 @@ def _with_flags(args: argparse.Namespace, config: Config) -> Config:
         changes["bootstrap"] = args.bootstrap
     if getattr(args, "contracts", None):
         changes["contracts_dir"] = args.contracts
+    if getattr(args, "keyring", None):  # the flag wins over TOOLGATE_KEYRING, as every flag does
+        changes["keyring"] = args.keyring
     return msgspec.structs.replace(config, **changes) if changes else config
 
 

@@ -30,7 +30,14 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     options_from(args)  # every option checked before anything connects
     parse_listen(args.listen, allow_remote=args.allow_remote)
     upstream_target(args)
-    upstream_env_names(args, config)
+    names = upstream_env_names(args, config)
+    if args.print_host_config:
+        import json
+
+        from toolgate.mcp._host_config import host_entry
+
+        print(json.dumps(host_entry(args, config, names), indent=2, ensure_ascii=False))
+        return EXIT_OK
     keyring_file = keyring_path(args, config)
     keyring = Keyring.load(keyring_file) if keyring_file else None
     check_broker(config)
@@ -153,6 +160,12 @@ def _mcp_proxy_arguments(p: argparse.ArgumentParser) -> None:
     from toolgate.mcp._options import add_arguments
 
     add_arguments(p)
+    p.add_argument(
+        "--print-host-config",
+        action="store_true",
+        help="print the host's mcpServers entry that starts this proxy (Claude Desktop, Cursor, VS Code "
+        "under servers), with absolute paths and the settings in force, and exit",
+    )
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -179,11 +192,15 @@ COMMANDS: tuple[Command, ...] = (
         "while it runs (every TOOLGATE_CONTRACTS_WATCH_SECONDS, and before a call of a tool it\n"
         "does not serve) and, deciding in process, is listed by toolgate contracts status.\n"
         "Prints the broker, contracts folder and topics it uses on stderr at start-up.\n"
-        "Needs pip install 'toolgate[mcp]' (and, with --decide worker, a running worker).",
+        "Needs pip install 'toolgate[mcp]' (and, with --decide worker, a running worker).\n"
+        "--print-host-config prints the mcpServers entry a host starts it from (absolute\n"
+        "paths, the TOOLGATE_* settings in force, the --upstream-env values) and exits.",
         (
             'toolgate mcp-proxy --server deployer --upstream-command "python -m deployer_mcp"',
             "toolgate mcp-proxy --server deployer --upstream-url http://127.0.0.1:8000/mcp "
             "--listen http://127.0.0.1:8100/mcp",
+            "toolgate mcp-proxy --contracts demo --server memory --upstream-command "
+            "ops/mcp/node_modules/.bin/mcp-server-memory --print-host-config",
         ),
         _mcp_proxy,
         ("contracts", "keyring", "bootstrap"),

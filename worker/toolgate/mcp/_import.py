@@ -21,8 +21,9 @@ it (``draft-version``) until a person has reviewed it and set ``status: active``
   and memory, patterns checked with RE2), an ``isError`` result, and rejects for the
   MCP hazards.
 
-A version is never overwritten: the next major version is written beside the others
-and ``toolgate contracts diff`` against the current one is printed. Exit code 1 while
+A version is never overwritten: the next version is written beside the others, its review
+carried over from the current one for what did not change (:func:`carry_review`), and
+``toolgate contracts diff`` against the current one is printed. Exit code 1 while
 anything is left to review (every written draft) or a tool was refused.
 """
 
@@ -45,6 +46,7 @@ import msgspec
 import yaml
 
 from toolgate._errors import ConfigError, ContractError, RejectedInput
+from toolgate._files import read_bounded
 from toolgate._urls import redact_url, split_url
 from toolgate.authoring._close import Unclosable, closed, leaves, split
 from toolgate.gate._contracts import (
@@ -56,6 +58,7 @@ from toolgate.gate._contracts import (
     Contract,
     ContractSet,
     ContractSpec,
+    McpResultSpec,
     compile_schema,
     load_contract,
     qualified_name,
@@ -110,13 +113,7 @@ def read_listing(path: Path) -> list[dict[str, Any]]:
     Raises:
         ConfigError: unreadable, not JSON, or not a tools/list answer.
     """
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(LISTING_MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    if len(raw) > LISTING_MAX_BYTES:
-        raise ConfigError(f"{path}: larger than {LISTING_MAX_BYTES} bytes")
+    raw = read_bounded(path, LISTING_MAX_BYTES)
     try:
         data = parse_json(raw, LISTING_MAX_DEPTH)  # strict, depth-bounded: no recursion to overflow
     except RejectedInput as exc:
@@ -779,6 +776,8 @@ def plan_tool(
         "sensitive": {"secrets": "reject", "personal": "redact"},
         "retry": {"retryable_codes": []},
     }
+    if current is not None:
+        notes.extend(carry_review(spec, current, schema, pointers))
     _number(spec, previous, current, schema, input_schema)
     label = f"v{spec['version']}" if "minor" not in spec else f"v{spec['version']}.{spec['minor']}"
     folder = root / qualified / label
@@ -789,7 +788,160 @@ def plan_tool(
     }
     for relative, content in _fixtures(qualified, schema, good, text_only=text_only).items():
         files[f"fixtures/{relative}"] = json.dumps(content, indent=2) + "\n"
+    if current is not None:
+        notes.extend(_carry_fixtures(files, current.folder))
     return Planned(qualified, folder, previous, files, notes)
+
+
+# --- carrying a review over to the next version -----------------------------------------
+
+
+def _data_schema(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The closed ``data`` schema of an envelope import wrote (None: text-only, or not import's)."""
+    defs = schema.get("$defs")
+    data = defs.get("structuredContent") if isinstance(defs, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def carry_review(
+    spec: dict[str, Any], current: Contract, schema: dict[str, Any], pointers: list[str]
+) -> list[str]:
+    """Carry the review of ``current`` (the version a changed tool is imported over) into the
+    next version's ``spec``, for what did not change; returns the notes that say what was
+    carried and what is left to review again.
+
+    Carried as they are: the signature, the retry codes, the adapter versions, and the MCP
+    settings a reviewer sets (``text_max_length``, ``error_retryable``, ``error_codes``).
+    Fields the reviewer cut from the projection stay cut. A ``free_text`` entry, a rule or a
+    ``display_text`` entry is carried when its field is still one import projects and the
+    schema of that field (or of anything under it) did not change
+    (:func:`toolgate.authoring._schema_diff.diff_schemas`); any other is left out and named.
+    Texts the reviewer rewrote are not carried: the new version's are the upstream's, listed by
+    lint for review (the draft's status says so), and the diff shows what changed in them.
+    """
+    from toolgate.authoring._schema_diff import diff_schemas
+
+    old = current.spec
+    was = current.folder.name
+    changes = {change.pointer for change in diff_schemas(current.schema, schema)}
+
+    def why_not(pointer: str) -> str | None:
+        if pointer not in pointers:
+            return "no longer a field import projects"
+        if any(c == pointer or c.startswith(pointer + "/") for c in changes):
+            return "its schema changed"
+        return None
+
+    carried: list[str] = []
+    dropped: list[str] = []
+    old_data = _data_schema(current.schema)
+    cut = (set(projection(old_data)) if old_data is not None else set()) - set(old.projection)
+    kept_out = [p for p in spec["projection"] if p in cut]
+    if kept_out:
+        spec["projection"] = [p for p in spec["projection"] if p not in cut]
+        carried.append(f"kept out of the projection: {', '.join(kept_out)}")
+    review: dict[str, Any] = {}
+    for section, entries in (("rules", old.rules), ("display_text", old.display_text)):
+        for entry in entries:
+            builtin = msgspec.to_builtins(entry)
+            kind = builtin.get("kind")
+            what = f"rule {kind} {entry.pointer}" if kind else f"{section} {entry.pointer}"
+            reason = why_not(entry.pointer)
+            if reason is None:
+                review.setdefault(section, []).append(builtin)
+                carried.append(what)
+            else:
+                dropped.append(f"{what} ({reason})")
+    for free in old.free_text:
+        reason = why_not(free.pointer) if free.pointer in spec["projection"] else "no longer projected"
+        if reason is None:
+            review.setdefault("free_text", []).append(msgspec.to_builtins(free))
+            carried.append(f"free_text {free.pointer}")
+        else:
+            dropped.append(f"free_text {free.pointer} ({reason})")
+    if old.signature is not None:
+        review["signature"] = msgspec.to_builtins(old.signature)
+        carried.append(f"signature {old.signature.key_id}")
+    if old.retry.retryable_codes:
+        spec["retry"] = msgspec.to_builtins(old.retry)
+        carried.append("retry")
+    if tuple(spec["adapter_versions"]) != old.adapter_versions or old.unversioned_adapters:
+        spec["adapter_versions"] = list(old.adapter_versions)
+        if old.unversioned_adapters:
+            spec["unversioned_adapters"] = True
+        carried.append("adapter_versions")
+    if old.mcp is not None:
+        written = msgspec.to_builtins(msgspec.convert(spec["mcp"], McpResultSpec))
+        for key in ("text_max_length", "error_retryable", "error_codes"):
+            value = msgspec.to_builtins(getattr(old.mcp, key))
+            if value != written[key]:
+                spec["mcp"][key] = value
+                carried.append(f"mcp.{key}")
+    # The review's sections go right after the projection, where a reviewer writes them.
+    ordered: dict[str, Any] = {}
+    for key, value in spec.items():
+        ordered[key] = value
+        if key == "projection":
+            ordered.update(review)
+    spec.clear()
+    spec.update(ordered)
+    notes = []
+    if carried:
+        notes.append(f"review of {was} carried over (unchanged upstream): {'; '.join(carried)}")
+    if dropped:
+        notes.append(f"review of {was} NOT carried over, review again: {'; '.join(dropped)}")
+    return notes
+
+
+_GENERATED_DEFAULTS = "fixtures/defaults.json"
+# Every fixture :func:`_fixtures` may write, for any tool: what a version holds besides these
+# was written by hand.
+GENERATED_FIXTURES = frozenset(
+    f"fixtures/{name}.json"
+    for name in (
+        "defaults",
+        "accept/tool-error",
+        "accept/text",
+        "accept/example",
+        "reject/input-required",
+        "reject/structured-content",
+        "reject/no-structured-content",
+        "reject/unknown-member",
+        "reject/conflicting-views",
+        "reject/extra-member",
+    )
+)
+
+
+def _carry_fixtures(files: dict[str, str], old_folder: Path) -> list[str]:
+    """The fixtures a reviewer wrote for the version imported over (files import never
+    writes, :data:`GENERATED_FIXTURES`, and ``defaults.json`` when edited), added to ``files``;
+    a note naming them."""
+    fixtures = old_folder / "fixtures"
+    carried: list[str] = []
+    for path in sorted(fixtures.rglob("*.json"))[:1000] if fixtures.is_dir() else []:
+        relative = f"fixtures/{path.relative_to(fixtures).as_posix()}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        edited = relative == _GENERATED_DEFAULTS and _json(text) != _json(files.get(relative, ""))
+        if relative not in GENERATED_FIXTURES or edited:
+            files[relative] = text
+            carried.append(relative.removeprefix("fixtures/"))
+    if not carried:
+        return []
+    return [
+        f"fixtures written for {old_folder.name} carried over: {', '.join(carried)} "
+        "(toolgate contracts test says whether they still hold)"
+    ]
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 INPUT_SCHEMA_FILE = "input.schema.json"

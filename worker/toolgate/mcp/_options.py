@@ -195,6 +195,23 @@ def upstream_target(args: argparse.Namespace) -> Any:
     return StdioServerParameters(command=command[0], args=command[1:])
 
 
+def reimport_command(args: argparse.Namespace, contracts_dir: str) -> str:
+    """The ``toolgate contracts import-mcp`` command that imports this proxy's upstream again,
+    runnable as written (the proxy adds ``--tool NAME``): the contracts folder as an absolute
+    path, the server name, and the upstream as the proxy reaches it (``--command`` or ``--url``).
+    Over the contracts topic or a registry there is no folder to name: the import goes into the
+    folder the set is published from, which ``--contracts`` must then name."""
+    words = ["toolgate", "contracts", "import-mcp"]
+    if not contracts_dir.startswith(("kafka:", "registry+")):
+        words += ["--contracts", str(Path(contracts_dir).resolve())]
+    words += ["--server", args.server]
+    if args.upstream_url:
+        words += ["--url", args.upstream_url]
+    else:
+        words += ["--command", args.upstream_command]
+    return shlex.join(words)
+
+
 def _origin(args: argparse.Namespace, setting: str, flag: str, variable: str, key: str) -> str:
     """Where a setting came from: the flag, the environment, the config file or the default."""
     if getattr(args, setting, None):
@@ -221,11 +238,12 @@ def settings_lines(args: argparse.Namespace, config: Config) -> list[str]:
         bootstrap_from += ": --bootstrap, TOOLGATE_BOOTSTRAP or --config FILE names another"
     contracts_from = _origin(args, "contracts", "--contracts", "TOOLGATE_CONTRACTS_DIR", "contracts_dir")
     topics = config.topics
+    prefix = f" (topic prefix {config.topic_prefix})" if config.topic_prefix else ""
     return [
         f"broker {config.bootstrap} (from {bootstrap_from})",
         f"contracts {_contracts_text(config.contracts_dir)} (from {contracts_from})",
         f"topics requests={topics.requests} intake={topics.intake} agent={topics.agent}; "
-        f"worker group {config.group_id}",
+        f"worker group {config.group_id}{prefix}",
     ]
 
 

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -135,8 +136,11 @@ class Proxy:
         serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
         decider: Decider | None = None,
         following: Following | None = None,
+        reimport: str | None = None,
     ) -> None:
         self.server_name = server
+        # The import-mcp command that imports the upstream's tools again (--tool NAME added).
+        self.reimport = reimport or shlex.join(["toolgate", "contracts", "import-mcp", "--server", server])
         self.decider = decider  # None: the workers decide (--decide worker)
         self.upstream = upstream
         self.client = client
@@ -321,11 +325,10 @@ class Proxy:
                 self.stats.tool_changed[qualified] = self.stats.tool_changed.get(qualified, 0) + 1
                 _log.warning(
                     "tool %s withdrawn: its live definition differs from the reviewed one in %s; "
-                    "calls answer TOOL_CHANGED until it is imported and reviewed again "
-                    "(toolgate contracts import-mcp --server %s)",
+                    "calls answer TOOL_CHANGED until it is imported and reviewed again: %s",
                     qualified,
                     ", ".join(members),
-                    self.server_name,
+                    self.reimport_command(name),
                 )
         for name in set(self.withdrawn) - set(withdrawn):
             if name in served:
@@ -376,13 +379,14 @@ class Proxy:
             if code == "TOOL_NOT_SERVED":
                 lines.append(
                     f"{qualified}: not served: its contract pins no tool definition (imported before "
-                    f"definitions were pinned): import it again (toolgate contracts import-mcp "
-                    f"--server {self.server_name} ...) and review it"
+                    f"definitions were pinned): import it again ({self.reimport_command(name)}) and "
+                    "review it"
                 )
             elif code == "TOOL_CHANGED":
                 lines.append(
                     f"{qualified}: withdrawn: the live definition differs from the reviewed one in "
-                    f"{', '.join(self.withdrawn.get(name, []))}: import it again and review it"
+                    f"{', '.join(self.withdrawn.get(name, []))}: import it again "
+                    f"({self.reimport_command(name)}) and review it"
                 )
             elif code == "UNKNOWN_TOOL" and any(
                 str(c.spec.status) == "active" for c in self.contracts.versions(qualified)
@@ -394,6 +398,10 @@ class Proxy:
                 "(execution.taskSupport required), which the proxy does not drive: calls answer TASK_REQUIRED"
             )
         return lines
+
+    def reimport_command(self, name: str) -> str:
+        """The import-mcp command that imports the MCP tool ``name`` again."""
+        return f"{self.reimport} --tool {shlex.quote(name)}"
 
     def tools(self) -> list[Any]:
         """What ``tools/list`` answers: the pinned definitions of the tools served."""

@@ -27,6 +27,7 @@ from toolgate.mcp._options import (
     ProxyOptions,
     options_from,
     parse_listen,
+    reimport_command,
     settings_lines,
     upstream_target,
 )
@@ -145,6 +146,7 @@ async def _serve_with_upstream(
                 serving=serving if not in_process else None,
                 decider=Decider(args.server, contracts, keyring, config.topics) if in_process else None,
                 following=following,
+                reimport=reimport_command(args, config.contracts_dir),
             )
             proxies.append(proxy)
             try:

@@ -314,6 +314,11 @@ class DryRunReport:
     other_code: int = 0
     expired: int = 0
     guarded: int = 0
+    # BAD_SIGNATURE predicted because the key the contract names is not configured here: the
+    # workers, with their keyring, may well pass these. keyring_given: any adapter key here.
+    unverifiable: int = 0
+    missing_keys: set[str] = field(default_factory=set)
+    keyring_given: bool = True
 
     def print(self, out: TextIO) -> None:
         """The table: tool, code then, verdict now, code now, count."""
@@ -332,6 +337,23 @@ class DryRunReport:
                 "the agent needs a fresh tool call.",
                 file=out,
             )
+        if self.unverifiable:
+            print(self.unverifiable_line(), file=out)
+
+    def unverifiable_line(self) -> str:
+        """One line: which BAD_SIGNATURE predictions only say that a key is missing here."""
+        keys = ", ".join(sorted(self.missing_keys))
+        where = (
+            "this dry run has no keyring (--keyring FILE or TOOLGATE_KEYRING)"
+            if not self.keyring_given
+            else f"the keyring here lacks the key{'s' if len(self.missing_keys) > 1 else ''} {keys}"
+        )
+        return (
+            f"{self.unverifiable} result{'s' if self.unverifiable > 1 else ''} predicted BAD_SIGNATURE "
+            f"only because {where}: their contracts "
+            f"require a signature by {keys}, which cannot be checked here, so these predictions say "
+            "nothing about the results; give the workers' keyring to predict them"
+        )
 
 
 def dry_run(
@@ -351,7 +373,12 @@ def dry_run(
     detection within a batch and shadow evaluation); what a batch accepts counts as
     accepted for the batches after it, as a committed batch does in the worker.
     """
-    report = DryRunReport()
+    report = DryRunReport(keyring_given=bool(gate.keyring.keys))
+    unconfigured = {  # contract key -> the signature key it names, where this keyring lacks it
+        contract.key: contract.spec.signature.key_id
+        for contract in gate.contracts
+        if contract.spec.signature is not None and gate.keyring.get(contract.spec.signature.key_id) is None
+    }
     eligible: list[Quarantined] = []
     for record in records:
         if record.replays >= max_replays:
@@ -374,6 +401,10 @@ def dry_run(
         )
         for record, decision in zip(part, batch.decisions, strict=True):
             _count(report, record, decision.verdict)
+            missing = unconfigured.get(decision.verdict.contract or "")
+            if decision.verdict.code == "BAD_SIGNATURE" and missing is not None:
+                report.unverifiable += 1
+                report.missing_keys.add(missing)
     return report
 
 

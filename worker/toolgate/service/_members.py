@@ -7,8 +7,9 @@ Each worker writes a :class:`MemberRecord` to the compacted members topic
 ``members_refresh_seconds``; it writes a tombstone when it stops. Every worker (and
 ``toolgate contracts status``, ``replay --apply``, the proxy) reads the topic: a member not
 heard from for three refresh periods is no longer live. A member of the same group that decides
-with another set than this one is a disagreement: said in one log line, in
-``toolgate_contracts_group_disagreement`` and to the gate (:class:`~toolgate.gate._gate.GroupHint`),
+with another set than this one is a disagreement: said in
+``toolgate_contracts_group_disagreement``, in a log line (a warning only once it has lasted longer
+than a rollout takes, :data:`ROLLOUT_SECONDS`) and to the gate (:class:`~toolgate.gate._gate.GroupHint`),
 which then answers CONTRACTS_BEHIND instead of a final UNKNOWN_* for what the others serve.
 """
 
@@ -32,6 +33,9 @@ from toolgate.service._store import TopicReader, restore_partitions
 log = logging.getLogger("toolgate.members")
 
 LIVE_PERIODS = 3  # a member not heard from for this many refresh periods is gone
+# A rollout moves the members from one set to the next within this: a split that lasts longer
+# is a misconfiguration, logged as a warning (the ToolgateContractSetsDisagree alert's `for`).
+ROLLOUT_SECONDS = 300.0
 
 
 class MemberRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,7 +116,8 @@ class GroupView:
         self._on_change = on_change
         self._reader = TopicReader(self.topic, self._apply, clients)
         self._producer: Producer | None = None
-        self._disagreed = False
+        self._split_since: datetime | None = None  # when the live members began to disagree
+        self._warned = False  # the split outlasted a rollout and was logged as a warning
 
     @classmethod
     async def open(
@@ -175,27 +180,43 @@ class GroupView:
         await self._producer.send(self.topic, msgspec.json.encode(record), key=self.me.encode())
 
     def check(self, mine: ContractSet) -> tuple[GroupHint | None, bool]:
-        """The gate's hint and whether the live members disagree; a change of agreement is
-        logged once (a warning naming every member's set, or that they agree again)."""
+        """The gate's hint and whether the live members disagree.
+
+        Members disagree while a rollout moves them from one set to the next: the start and the
+        end of a split are info lines. A split that lasts past :data:`ROLLOUT_SECONDS` (by the
+        injected clock, checked at each record read and each refresh) is not a rollout: one
+        warning names every member's set."""
         members = self.live()
         split = disagreeing(members)
-        if split != self._disagreed:
-            self._disagreed = split
-            if split:
-                log.warning(
-                    "the workers of this group decide with different contract sets",
-                    extra={
-                        "group": self.config.group_id,
-                        "members": {m.member: m.label for m in members},
-                        "this_member": self.me,
-                        "hint": "give every worker of a group the same contracts (docs/operations.md, "
-                        "Contract sets)",
-                    },
-                )
-            else:
-                log.info(
-                    "the workers of this group decide with one contract set again", extra={"set": mine.label}
-                )
+        now = self.clock()
+        sets = {m.member: m.label for m in members}
+        if split and self._split_since is None:
+            self._split_since = now
+            log.info(
+                "the workers of this group disagree on the contract set (as while a rollout moves them); "
+                "a warning follows if they still do after %g s",
+                ROLLOUT_SECONDS,
+                extra={"group": self.config.group_id, "members": sets, "this_member": self.me},
+            )
+        elif not split and self._split_since is not None:
+            self._split_since, self._warned = None, False
+            log.info(
+                "the workers of this group decide with one contract set again", extra={"set": mine.label}
+            )
+        since = self._split_since
+        if since is not None and not self._warned and now - since >= timedelta(seconds=ROLLOUT_SECONDS):
+            self._warned = True
+            log.warning(
+                "the workers of this group decide with different contract sets",
+                extra={
+                    "group": self.config.group_id,
+                    "members": sets,
+                    "this_member": self.me,
+                    "for_seconds": round((now - since).total_seconds()),
+                    "hint": "longer than a rollout takes: give every worker of a group the same contracts "
+                    "(docs/operations.md, Contract sets)",
+                },
+            )
         return hint(members, mine, self.me), split
 
     async def stop(self) -> None:
