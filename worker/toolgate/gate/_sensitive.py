@@ -49,8 +49,11 @@ from toolgate._errors import ContractError, RejectedInput
 
 Kind = Literal["secret", "personal"]
 MAX_FINDINGS = 64  # candidates looked at per string and detector: bounded work on hostile text
+# RE2's memory per compiled pattern (its DFA cache lives within it; past it RE2 resets the
+# cache, never grows): bounded memory whatever the text, about 40 MiB for every pattern here.
 _OPTIONS = re2.Options()
-_OPTIONS.max_mem = 32 << 20
+_OPTIONS.max_mem = 2 << 20
+_ANY_MAX_MEM = 8 << 20
 
 
 class SensitiveAllow(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -203,7 +206,7 @@ class _Search:
 
     def __init__(self, detectors: tuple[Detector, ...]) -> None:
         options = re2.Options()
-        options.max_mem = _OPTIONS.max_mem
+        options.max_mem = _ANY_MAX_MEM
         options.never_capture = True
         self._match = re2.compile(
             "|".join(f"(?:{d.pattern})" for d in detectors), options=options
