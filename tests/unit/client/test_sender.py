@@ -140,6 +140,7 @@ class TestADecisionsRecordsTogether:
         """No acknowledgement for a decision's records: one BrokerError naming every topic."""
         gate = Gatekeeper()
         world.broker.hook = gate
+        records: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]
         records = [(topic, b"req.d2", b"{}", []) for topic in (T.agent, T.audit)]
         async with Client(CONFIG, clients=world.clients, clock=NOW.timestamp) as client:
             decision = asyncio.create_task(client.publish_records(records))
