@@ -401,6 +401,34 @@ class TestAQueuedCallMeetsTheCurrentDefinition:
         assert code_of(second) == "TOOL_CHANGED"
         assert upstream.calls == 1
 
+    async def test_a_free_slot_checks_once(
+        self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A call that finds its slot free builds one request record; one that waited, two."""
+        upstream = Upstream()
+        upstream.release.clear()
+        options = ProxyOptions(wait_s=0.01, max_concurrent=1)
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, imported(tmp_path, ["deploy_status"]), options=options)
+            await proxy.load_tools()
+            built: list[str] = []
+            real = client.request_record
+
+            def counted(tool: str, **kwargs: Any) -> Any:
+                built.append(tool)
+                return real(tool, **kwargs)
+
+            monkeypatch.setattr(client, "request_record", counted)
+            first = asyncio.create_task(proxy.call("deploy_status", {"case": "ok"}, None))
+            await until(lambda: upstream.calls > 0)
+            assert len(built) == 1
+            queued = asyncio.create_task(proxy.call("deploy_status", {"case": "ok"}, None))
+            await until(lambda: proxy._queued > 0)
+            upstream.release.set()
+            await first, await queued
+        assert len(built) == 3
+        assert upstream.calls == 2
+
 
 READ: dict[str, Any] = {
     "tool": "t",
