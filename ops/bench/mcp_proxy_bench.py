@@ -99,6 +99,7 @@ TARGET_ADDED_P50_MS = 2.0  # deciding in process, at 1 and at 10 concurrent call
 TARGET_ADDED_P99_MS = 5.0
 TARGET_OVER_RELAY_MS = 2.0  # at 10 concurrent: added p50 at most the bare relay's added p50 + this
 MODES = ("proxy", "worker")  # --decide
+SETTLE_S = 0.3  # between two paths' parts: what one left running ends before the next is measured
 # The steps after the overlapped request record and upstream call, one after the other.
 LATER_STEPS = ("decide", "records ack", "result ack", "answer read")
 STEPS = ("request record ack", "upstream call", *LATER_STEPS)
@@ -296,21 +297,28 @@ async def interleaved_paths(
     paths: dict[str, Callable[[], Awaitable[Any]]],
     calls: int,
     concurrency: int,
-    halves: int = 2,
+    halves: int = 4,
     cpu: dict[str, float] | None = None,
     broker: int | None = None,
 ) -> dict[str, list[float]]:
-    """:func:`lanes` of every path in ``halves`` alternating parts each (the same machine noise
-    on all); the milliseconds of each path's calls. ``cpu``, when given, gets each path's CPU
-    milliseconds per call: this process, every process it started and the ``broker``, over
-    that path's lanes (the others' processes idle meanwhile; less sensitive to the machine's
-    load than latency)."""
+    """:func:`lanes` of every path in ``halves`` alternating parts each, in a rotating order
+    (the same machine noise on all); the milliseconds of each path's calls. ``cpu``, when
+    given, gets each path's CPU milliseconds per call: this process, every process it
+    started and the ``broker``, over that path's lanes (the others' processes idle
+    meanwhile; less sensitive to the machine's load than latency)."""
     out: dict[str, list[float]] = {name: [] for name in paths}
     spent: dict[str, float] = dict.fromkeys(paths, 0.0)
-    for _ in range(halves):
-        for name, call in paths.items():
+    names = list(paths)
+    for part in range(halves):
+        # Each part in another order (rotated; every other one reversed): no path always
+        # follows the same one, so an order effect of the machine falls on all alike.
+        order = names[part % len(names) :] + names[: part % len(names)]
+        for name in reversed(order) if part % 2 else order:
+            # What the previous path left running (the worker's lingering batches, a process's
+            # collection) ends first, or it falls on this one: a settle, not measured.
+            await asyncio.sleep(SETTLE_S)
             before = ours_cpu(broker)
-            out[name] += await lanes(call, calls // halves, concurrency)
+            out[name] += await lanes(paths[name], calls // halves, concurrency)
             spent[name] += ours_cpu(broker) - before
     if cpu is not None:
         cpu.update({name: 1000 * spent[name] / max(1, len(out[name])) for name in paths})
@@ -349,9 +357,9 @@ async def measure_levels(
             breakdown.take()
         for level in levels:
             load = Load(broker, *descendants(os.getpid()))  # the worker, proxies and upstreams are ours
-            # Every lane busy in every half: at least two calls per lane and path.
+            # Every lane busy in every part: at least two calls per lane and path in each.
             cpu: dict[str, float] = {}
-            got = await interleaved_paths(paths, max(calls, 2 * level), level, cpu=cpu, broker=broker)
+            got = await interleaved_paths(paths, max(calls, 8 * level), level, cpu=cpu, broker=broker)
             load.stop()
             figures[level] = {
                 **{name: percentiles(got[name]) for name in paths},
