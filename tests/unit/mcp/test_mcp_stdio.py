@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from toolgate.mcp import _stdio
@@ -111,27 +112,12 @@ class TestOverAProcessesPipes:
             b'{"jsonrpc":"2.0","id":1,"method":"ping"}\nnot json\n{"jsonrpc":"2.0","id":2,"method":"ping"}\n'
         )
         env = {**os.environ, "PYTHONPATH": str(ROOT / "worker")}
-        if stdin_is_file:
-            source = tmp_path / "in.jsonl"
-            source.write_bytes(lines)
-            with source.open("rb") as stdin:
-                done = subprocess.run(
-                    [sys.executable, "-c", ECHO],
-                    stdin=stdin,
-                    capture_output=True,
-                    env=env,
-                    timeout=60,
-                    check=True,
-                )
-        else:
-            done = subprocess.run(
-                [sys.executable, "-c", ECHO],
-                input=lines,
-                capture_output=True,
-                env=env,
-                timeout=60,
-                check=True,
-            )
+        source = tmp_path / "in.jsonl"
+        source.write_bytes(lines)
+        with source.open("rb") as file:
+            feed: dict[str, Any] = {"stdin": file} if stdin_is_file else {"input": lines}
+            command = [sys.executable, "-c", ECHO]
+            done = subprocess.run(command, capture_output=True, env=env, timeout=60, check=True, **feed)
         out = done.stdout.decode().splitlines()
         assert out == [
             '{"jsonrpc":"2.0","id":1,"result":{"ok":true}}',
