@@ -19,16 +19,23 @@ from __future__ import annotations
 from typing import Any
 
 from toolgate._errors import RejectedInput
-from toolgate.gate._contracts import EVERY_ITEM, Contract, Pointer, compile_schema, resolve
+from toolgate.gate._contracts import EVERY_ITEM, Contract, LeafBounds, Pointer, compile_schema, resolve
 
 SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 _SCALAR_TYPES = ["string", "number", "boolean", "null"]
-_LEAF = {
-    "type": [*_SCALAR_TYPES, "array"],
-    "maxLength": 4096,
-    "maxItems": 1000,
-    "items": {"type": _SCALAR_TYPES, "maxLength": 4096},
-}
+
+
+def _leaf(bounds: LeafBounds) -> dict[str, Any]:
+    """The closed leaf of one projected pointer: a scalar or an array of scalars, within the
+    bounds the contract's schema guarantees there (:attr:`Contract.leaf_bounds`)."""
+    return {
+        "type": [*_SCALAR_TYPES, "array"],
+        "maxLength": bounds.max_length,
+        "maxItems": bounds.max_items,
+        "items": {"type": _SCALAR_TYPES, "maxLength": bounds.items_max_length},
+    }
+
+
 _FAILURE = {
     "type": "object",
     "required": ["tool", "request_id", "outcome", "error"],
@@ -65,12 +72,16 @@ def output_schema(contract: Contract) -> dict[str, Any]:
             if tokens[at + 1] == EVERY_ITEM:
                 array = node["properties"].setdefault(
                     tokens[at],
-                    {"type": ["array", "null"], "maxItems": _LEAF["maxItems"], "items": _closed_object()},
+                    {
+                        "type": ["array", "null"],
+                        "maxItems": contract.array_bounds[tokens[: at + 1]],
+                        "items": _closed_object(),
+                    },
                 )
                 node = array["items"]
             else:
                 node = node["properties"].setdefault(tokens[at], _closed_object())
-        node["properties"][tokens[-1]] = _LEAF
+        node["properties"][tokens[-1]] = _leaf(contract.leaf_bounds[tokens])
     success: dict[str, Any] = {
         "type": "object",
         "required": ["tool", "request_id", "outcome", "data"],
