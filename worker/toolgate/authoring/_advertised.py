@@ -31,6 +31,7 @@ from toolgate.gate._contracts import (
 
 LEAF_MAX_LENGTH = ENVELOPE_MAX_LENGTH  # a projected leaf's bounds where the schema sets none
 LEAF_MAX_ITEMS = ENVELOPE_MAX_ITEMS
+_DEFAULT_BOUNDS = LeafBounds(LEAF_MAX_LENGTH, LEAF_MAX_ITEMS, LEAF_MAX_LENGTH)  # a pointer loaded with none
 _SCALARS = ("string", "number", "integer", "boolean", "null")
 _LEAF_TYPES = frozenset({*_SCALARS, "array"})
 _NUMERIC_BOUNDS_MAX = ("maximum", "exclusiveMaximum")
@@ -195,9 +196,11 @@ def advertised_output_schema(contract: Contract) -> dict[str, Any] | None:
                 if token not in node["required"]:
                     node["required"].append(token)
             if at == len(tokens) - 1:
-                node["properties"][token] = _leaf(root, below, contract.leaf_bounds[tokens])
+                node["properties"][token] = _leaf(
+                    root, below, contract.leaf_bounds.get(tokens, _DEFAULT_BOUNDS)
+                )
             elif tokens[at + 1] == EVERY_ITEM:  # an array of objects, projected item by item
-                array = _array_of_objects(below, contract.array_bounds[tokens[: at + 1]])
+                array = _array_of_objects(below, contract.array_bounds.get(tokens[: at + 1], LEAF_MAX_ITEMS))
                 node = node["properties"].setdefault(token, array)["items"]
                 nodes = [n for parent in below for item in item_schemas(parent) for n in _applied(root, item)]
                 at += 2
