@@ -181,7 +181,7 @@ class Projector:
             if shown:
                 out["untrusted_text"] = shown
         if not self.is_valid(out):  # check(), inlined
-            raise _unsafe()
+            raise _unsafe(self.contract, data)
         return out
 
     def _integers(self, data: dict[str, Any]) -> None:
@@ -200,7 +200,7 @@ class Projector:
     def check(self, out: dict[str, Any]) -> None:
         """Refuse to emit anything the closed output schema does not allow."""
         if not self.is_valid(out):
-            raise _unsafe()
+            raise _unsafe(self.contract, out.get("data"))
 
 
 # What to copy of one object: member name -> a leaf (0: as it is, 1: an integer, 2: an
@@ -272,8 +272,57 @@ def _integer(value: Any) -> Any:
     return value
 
 
-def _unsafe() -> RejectedInput:
-    return RejectedInput("project", "INTERNAL_ERROR", "the projected envelope fails the closed output schema")
+def _unsafe(contract: Contract, data: Any) -> RejectedInput:
+    crossed = _crossed(contract, data)
+    detail = "the projected envelope fails the closed output schema"
+    if crossed:
+        detail += f": {crossed}"
+    return RejectedInput("project", "INTERNAL_ERROR", detail)
+
+
+def _crossed(contract: Contract, data: Any) -> str:
+    """Which bound of the agent envelope a projected ``data`` crossed, and the file that sets
+    it (else ``""``): the operator reading the quarantine sees what to change. (A bound the
+    schema sets is checked before: only the envelope's defaults are crossed here.)"""
+    for pointer, tokens in contract.data_projection:
+        bounds = contract.leaf_bounds[tokens]
+        for array, value in _values(data, tokens, 1, contract.array_bounds):
+            if array is not None:
+                said, keyword = f"in an array of more than {array} items", "maxItems"
+            elif isinstance(value, str) and len(value) > bounds.max_length:
+                said, keyword = f"longer than {bounds.max_length} characters", "maxLength"
+            elif isinstance(value, list) and len(value) > bounds.max_items:
+                said, keyword = f"more than {bounds.max_items} items", "maxItems"
+            elif isinstance(value, list) and any(
+                isinstance(v, str) and len(v) > bounds.items_max_length for v in value
+            ):
+                said = f"holding a string longer than {bounds.items_max_length} characters"
+                keyword = "maxLength on its items"
+            else:
+                continue
+            return (
+                f"{pointer} is {said}, the agent envelope's bound where {contract.spec.schema} sets no "
+                f"{keyword}: set one there as the tool needs (up to limits.max_bytes)"
+            )
+    return ""
+
+
+def _values(node: Any, tokens: Pointer, at: int, arrays: dict[Pointer, int]) -> list[tuple[int | None, Any]]:
+    """The values at ``tokens[at:]`` under ``node`` (the projected data), each with None; an
+    array of objects on the way longer than its bound instead gives (its bound, the array)."""
+    if at == len(tokens):
+        return [(None, node)]
+    if not isinstance(node, dict) or tokens[at] not in node:
+        return []
+    value = node[tokens[at]]
+    if at + 1 < len(tokens) and tokens[at + 1] == EVERY_ITEM:
+        if not isinstance(value, list):
+            return []
+        limit = arrays[tokens[: at + 1]]
+        if len(value) > limit:
+            return [(limit, value)]
+        return [found for item in value for found in _values(item, tokens, at + 2, arrays)]
+    return _values(value, tokens, at + 1, arrays)
 
 
 def failure(tool: str | None, request_id: str | None, code: str, retryable: bool) -> dict[str, Any]:
