@@ -802,28 +802,27 @@ def _envelope_bounds(
     leaves: dict[Pointer, LeafBounds] = {}
     arrays: dict[Pointer, int] = {}
 
-    def bound(
-        i: int, pointer: str, tokens: Pointer, keyword: str, default: int, ceiling: int
-    ) -> tuple[int, int | None]:
+    def bound(i: int, tokens: Pointer, keyword: str, default: int, ceiling: int) -> tuple[int, int | None]:
         found = schema_bound(schema, tokens, keyword)
         if found is not None and found > ceiling:
             raise ContractError(
                 where,
                 f"$.projection[{i}]",
                 f"{schema_file} bounds {_pointer_text(tokens)} at {keyword} {found}, past limits.max_bytes "
-                f"{spec.limits.max_bytes} (at most {ceiling}): lower the {keyword} or raise limits.max_bytes",
+                f"{spec.limits.max_bytes} (at most {ceiling}): lower the {keyword} (an imported schema: "
+                "toolgate contracts rebound) or raise limits.max_bytes",
             )
         return (found if found is not None else min(default, ceiling)), found
 
-    for i, (pointer, tokens) in enumerate(projection):
+    for i, (_, tokens) in enumerate(projection):
         for at in range(1, len(tokens) - 1):
             if tokens[at + 1] == EVERY_ITEM and tokens[: at + 1] not in arrays:
-                arrays[tokens[: at + 1]] = bound(
-                    i, pointer, tokens[: at + 1], "maxItems", ENVELOPE_MAX_ITEMS, items
-                )[0]
-        length, own_length = bound(i, pointer, tokens, "maxLength", ENVELOPE_MAX_LENGTH, strings)
-        count, own_count = bound(i, pointer, tokens, "maxItems", ENVELOPE_MAX_ITEMS, items)
-        item, own_item = bound(i, pointer, (*tokens, EVERY_ITEM), "maxLength", ENVELOPE_MAX_LENGTH, strings)
+                arrays[tokens[: at + 1]] = bound(i, tokens[: at + 1], "maxItems", ENVELOPE_MAX_ITEMS, items)[
+                    0
+                ]
+        length, own_length = bound(i, tokens, "maxLength", ENVELOPE_MAX_LENGTH, strings)
+        count, own_count = bound(i, tokens, "maxItems", ENVELOPE_MAX_ITEMS, items)
+        item, own_item = bound(i, (*tokens, EVERY_ITEM), "maxLength", ENVELOPE_MAX_LENGTH, strings)
         leaves[tokens] = LeafBounds(length, count, item, (own_length, own_count, own_item))
     return leaves, arrays
 
