@@ -12,6 +12,12 @@ can never ride along. An array of objects is projected the same way, through
 the ``*`` token: ``/data/entities/*/name`` and ``/data/entities/*/type`` give
 ``data.entities``, an array of fresh objects, one per item in the same order,
 each holding only that item's ``name`` and ``type``.
+
+Each leaf is bounded by what the contract's schema guarantees at its pointer
+(:attr:`~toolgate.gate._contracts.Contract.leaf_bounds`: a file tool whose schema
+says ``maxLength: 8000`` passes 5,000 characters), 4,096 characters and 1,000
+items where it guarantees none; a value past those is refused naming the pointer
+and the bound. The record as a whole stays within ``limits.max_bytes``.
 """
 
 from __future__ import annotations
