@@ -135,37 +135,9 @@ def _accept(root: Path, tool: str, name: str, value: dict[str, Any]) -> None:
 
 def _check(root: Path, tmp: Path, value: dict[str, Any]) -> dict[str, Any]:
     """``toolgate check`` of one result of ``srv.read_file``: its JSON line."""
-    import subprocess
-    import sys
-
-    request = {
-        "request_id": "req.bounds0001",
-        "tool": f"{SERVER}.read_file",
-        "issued_at": "2026-05-01T09:14:00Z",
-        "expires_at": "2026-05-01T09:20:00Z",
-    }
-    (tmp / "request.json").write_text(json.dumps(request))
-    (tmp / "result.json").write_text(json.dumps(value))
-    toolgate = str(Path(sys.executable).parent / "toolgate")
-    done = subprocess.run(
-        [
-            *(toolgate, "check", "--contracts", str(root), "--request", str(tmp / "request.json")),
-            *(
-                "--now",
-                "2026-05-01T09:15:00Z",
-                "--header",
-                "tg-adapter-version=1.0.0",
-                str(tmp / "result.json"),
-            ),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return mcp_kit.toolgate_check(
+        root, tmp, value, tool=f"{SERVER}.read_file", request_id="req.bounds0001", now="2026-05-01T09:15:00Z"
     )
-    assert done.returncode in (0, 1), done.stderr
-    line: dict[str, Any] = json.loads(done.stdout)
-    return line
 
 
 class TestAFileOfFiveThousandCharacters:
