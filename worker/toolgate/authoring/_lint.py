@@ -27,6 +27,10 @@ Rules (``Finding.rule``)::
     free-text-in-data     (contracts only) a string projected into data with no pattern, enum,
                           const or format: free text belongs in display_text (untrusted_text),
                           unless the contract's free_text names the field with a reason
+    sensitive-undecided   (contracts only) free text reaches the agent (free_text, display_text,
+                          an MCP result's text, a free-text-in-data string) and the contract
+                          has no sensitive section saying what a secret or personal data in
+                          it becomes (gate/_sensitive.py)
     projection-exceeds-envelope
                           (contracts only) a projected field the schema lets be an object, or
                           where the schema sets no bound, a string longer than 4096 characters
@@ -112,6 +116,7 @@ from toolgate.gate._contracts import (
     resolve,
     schema_bound,
 )
+from toolgate.gate._sensitive import MCP_TEXT_POINTER
 
 __all__ = [
     "Finding",
@@ -767,7 +772,9 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
             doc, strip = SchemaDocument(upstream), 1
             sized = _closure_fits(skeleton, contract.spec.limits.max_bytes)
         findings.extend(_check_pointers(contract, doc, strip))
-        findings.extend(_check_free_text(contract, doc, strip, imported=imported is not None))
+        free = list(_check_free_text(contract, doc, strip, imported=imported is not None))
+        findings.extend(free)
+        findings.extend(_check_sensitive(contract, free))
         findings.extend(
             _check_envelope_fit(
                 contract, doc, strip, sized=sized, skeleton=None if imported is None else imported[1]
@@ -915,6 +922,29 @@ def _check_free_text(
                 message=f"{pointer} projects a string with no pattern, enum, const or format into data: "
                 + remedy,
             )
+
+
+def _check_sensitive(contract: Contract, free: list[Finding]) -> Iterator[Finding]:
+    """A contract that passes free text to the agent says what a secret or personal data in it
+    becomes (``sensitive``, gate/_sensitive.py)."""
+    spec = contract.spec
+    if spec.sensitive is not None:
+        return
+    texts = [entry.pointer for entry in spec.free_text] + [entry.pointer for entry in spec.display_text]
+    if spec.mcp is not None and spec.mcp.text_max_length > 0:
+        texts.append(MCP_TEXT_POINTER)
+    texts += [spec.projection[int(f.pointer[len("$.projection[") : -1])] for f in free]
+    if not texts:
+        return
+    more = f" (and {len(texts) - 1} more)" if len(texts) > 1 else ""
+    yield Finding(
+        file=str(contract.path),
+        pointer="$.sensitive",
+        rule="sensitive-undecided",
+        message=f"{texts[0]}{more} reaches the agent as free text and the contract has no sensitive "
+        "section: say what a secret (reject | redact; reject when unsaid) and personal data "
+        "(reject | redact | allow; allow when unsaid) in it become",
+    )
 
 
 def _kinds(level: list[tuple[str, Any]]) -> set[str]:

@@ -28,6 +28,7 @@ import msgspec.yaml
 import re2
 
 from toolgate._errors import ContractError
+from toolgate.gate._sensitive import Screen, Sensitive, check_policy, screen_for
 
 # draft: loaded, linted and tested, never decides nor shadows (import-mcp writes drafts).
 # disabled: reviewed and deliberately not served: loaded, linted and tested, never decides
@@ -223,6 +224,7 @@ class ContractSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     retry: Retry = msgspec.field(default_factory=Retry)
     description: str = ""
     mcp: McpResultSpec | None = None
+    sensitive: Sensitive | None = None  # secrets and personal data (gate/_sensitive.py)
 
 
 Pointer = tuple[str, ...]
@@ -244,6 +246,8 @@ def contract_digest(
     compares it with the local contracts'.
     """
     document: dict[str, Any] = {"contract": msgspec.to_builtins(spec), "schema": schema}
+    if spec.sensitive is None:  # a version without it enforces what it did before it existed
+        del document["contract"]["sensitive"]
     if input_schema is not None:
         document["input_schema"] = input_schema
     canonical = json.dumps(
@@ -364,6 +368,7 @@ class Contract:
         "rules",
         "schema",
         "schema_path",
+        "screen",
         "spec",
         "text_regex",
         "validator",
@@ -451,6 +456,15 @@ class Contract:
         for i, rule in enumerate(spec.rules):
             _data_pointer(where, f"$.rules[{i}].pointer", rule.pointer)
         self.rules = spec.rules
+        mcp_text = spec.mcp.text_max_length if spec.mcp is not None and spec.mcp.text_max_length > 0 else None
+        allowed = check_policy(
+            spec.sensitive,
+            where,
+            spec.projection,
+            tuple(d.pointer for d in spec.display_text),
+            mcp_text is not None,
+        )
+        self.screen: Screen = screen_for(spec.sensitive, allowed, self.display, mcp_text)
 
     def __repr__(self) -> str:
         return f"<Contract {self.key} {self.spec.status}>"

@@ -422,6 +422,7 @@ class Gate:
         code: str | None
         if envelope["outcome"] == "success":
             out = projector.success(envelope, request_id, evaluation.text)
+            projector.contract.screen.apply(out)  # secrets and personal data (gate/_sensitive.py)
             code = None
         else:
             code = envelope["error"]["code"]

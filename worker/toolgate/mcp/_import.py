@@ -818,6 +818,8 @@ def plan_tool(
             "definition": definition,
         },
         "projection": pointers,
+        # Secrets rejected, personal data redacted, until a reviewer decides otherwise.
+        "sensitive": {"secrets": "reject", "personal": "redact"},
         "retry": {"retryable_codes": []},
     }
     if current is not None:
