@@ -220,3 +220,71 @@ class TestSchemaBound:
         """A $ref cycle is followed a bounded number of times, then no bound is claimed."""
         schema = {"$defs": {"loop": {"$ref": "#/$defs/loop"}}, "properties": {"a": {"$ref": "#/$defs/loop"}}}
         assert schema_bound(schema, ("a",), "maxLength") is None
+
+
+class TestTheDefaultBoundsCrossed:
+    """Each default bound a projection crosses is named: a leaf array, its items, an array of objects."""
+
+    def _refused(self, tmp_path: Path, data: dict[str, Any], schema: dict[str, Any]) -> str:
+        _write(tmp_path, schema)
+        folder = tmp_path / TOOL / "v1"
+        text = (
+            (folder / "contract.yaml").read_text().replace("[/data/content,", "[/data/content, /data/tags,")
+        )
+        (folder / "contract.yaml").write_text(text)
+        verdict = _evaluate(tmp_path, data)
+        assert (verdict.stage, verdict.code) == ("project", "INTERNAL_ERROR")
+        assert verdict.diagnostics is not None
+        return str(verdict.diagnostics.message)
+
+    def _schema(self, tags: dict[str, Any], entries: dict[str, Any] | None = None) -> dict[str, Any]:
+        schema = _schema({"type": "string", "maxLength": 10}, entries)
+        schema["properties"]["data"]["properties"]["tags"] = tags
+        return schema
+
+    def test_a_leaf_array(self, tmp_path: Path) -> None:
+        """1,001 tags where the schema sets no maxItems: named as more than 1000 items."""
+        schema = self._schema({"type": "array", "items": {"type": "integer"}})
+        said = self._refused(tmp_path, {"tags": list(range(1001))}, schema)
+        assert "/data/tags is more than 1000 items" in said
+        assert "sets no maxItems" in said
+
+    def test_its_string_items(self, tmp_path: Path) -> None:
+        """A tag of 5,000 characters where the items set no maxLength: named as such."""
+        schema = self._schema({"type": "array", "maxItems": 5, "items": {"type": "string"}})
+        said = self._refused(tmp_path, {"tags": ["t" * 5000]}, schema)
+        assert "/data/tags is holding a string longer than 4096 characters" in said
+        assert "maxLength on its items" in said
+
+    def test_an_array_of_objects(self, tmp_path: Path) -> None:
+        """1,001 entries projected item by item where the schema sets no maxItems: named with the pointer."""
+        schema = self._schema({"type": "integer"}, {"type": "array"})
+        said = self._refused(tmp_path, {"entries": [{"name": "n"}] * 1001}, schema)
+        assert "/data/entries/*/name is in an array of more than 1000 items" in said
+
+
+class TestSchemaBoundShapes:
+    """The places a bound can come from, and the ones that leave none."""
+
+    def test_members_through_additional_properties(self) -> None:
+        """A member no ``properties`` names: additionalProperties' schema applies, false admits none."""
+        open_ = {"additionalProperties": {"maxLength": 12}}
+        assert schema_bound(open_, ("any",), "maxLength") == 12
+        closed = {"anyOf": [{"maxLength": 3}, {"additionalProperties": False, "properties": {}}]}
+        assert schema_bound({"properties": {"a": {"maxLength": 3}}, **closed}, ("a",), "maxLength") == 3
+        assert schema_bound({"patternProperties": {"^a": {"maxLength": 1}}}, ("a",), "maxLength") is None
+
+    def test_arrays(self) -> None:
+        """No items (or prefixItems alone) leave every item free; a false schema admits nothing."""
+        assert schema_bound({"type": "array"}, ("*",), "maxLength") is None
+        assert schema_bound({"prefixItems": [{"maxLength": 2}]}, ("*",), "maxLength") is None
+        assert schema_bound({"prefixItems": [{"maxLength": 2}], "items": False}, ("*",), "maxLength") == 2
+        assert schema_bound({"type": "string"}, ("*",), "maxLength") is None
+        assert schema_bound({"type": "array", "enum": [[1, 2], [3]]}, (), "maxItems") == 2
+
+    def test_references_it_cannot_follow(self) -> None:
+        """A reference outside the document or to no place claims no bound from it."""
+        assert schema_bound({"$ref": "https://example.com/s.json"}, (), "maxLength") is None
+        assert schema_bound({"$ref": "#/$defs/none"}, (), "maxLength") is None
+        assert schema_bound({"$ref": "#/bad~escape"}, (), "maxLength") is None
+        assert schema_bound({"properties": {"a": True}}, ("a",), "maxLength") is None
