@@ -282,6 +282,12 @@ class TestSchemaBoundShapes:
         assert schema_bound({"type": "string"}, ("*",), "maxLength") is None
         assert schema_bound({"type": "array", "enum": [[1, 2], [3]]}, (), "maxItems") == 2
 
+    def test_a_member_of_a_value_that_is_no_object(self) -> None:
+        """A branch where the parent is a string holds no member: the other branch's bound stands."""
+        inner = {"properties": {"b": {"maxLength": 3}}}
+        schema = {"anyOf": [{"properties": {"a": inner}}, {"properties": {"a": {"type": "string"}}}]}
+        assert schema_bound(schema, ("a", "b"), "maxLength") == 3
+
     def test_references_it_cannot_follow(self) -> None:
         """A reference outside the document or to no place claims no bound from it."""
         assert schema_bound({"$ref": "https://example.com/s.json"}, (), "maxLength") is None
