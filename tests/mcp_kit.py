@@ -300,3 +300,41 @@ async def _serve_stdio() -> None:
 
 if __name__ == "__main__":
     anyio.run(_serve_stdio)
+
+
+def toolgate_check(
+    contracts: Path, tmp: Path, value: dict[str, Any], *, tool: str, request_id: str, now: str
+) -> dict[str, Any]:
+    """``toolgate check`` of one result of ``tool`` (a request issued a minute before ``now``
+    and expiring five minutes after it, adapter 1.0.0): its JSON line."""
+    import subprocess
+    import sys
+    from datetime import datetime, timedelta
+
+    at = datetime.fromisoformat(now.replace("Z", "+00:00"))
+
+    def stamp(delta: timedelta) -> str:
+        return (at + delta).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    request = {
+        "request_id": request_id,
+        "tool": tool,
+        "issued_at": stamp(timedelta(minutes=-1)),
+        "expires_at": stamp(timedelta(minutes=5)),
+    }
+    (tmp / "request.json").write_text(json.dumps(request))
+    (tmp / "result.json").write_text(json.dumps(value))
+    toolgate = str(Path(sys.executable).parent / "toolgate")
+    done = subprocess.run(
+        [
+            *(toolgate, "check", "--contracts", str(contracts), "--request", str(tmp / "request.json")),
+            *("--now", now, "--header", "tg-adapter-version=1.0.0", str(tmp / "result.json")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    line: dict[str, Any] = json.loads(done.stdout)
+    return line

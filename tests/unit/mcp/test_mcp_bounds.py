@@ -123,3 +123,119 @@ class TestTheReviewerSetsTheBound:
         assert "max_string 1024 -> 3000" in capsys.readouterr().out
         assert main(["contracts", "rebound", str(folder)]) == 2
         assert "give --max-string, --max-items or both" in capsys.readouterr().err
+
+
+FIVE_THOUSAND = {"content": [], "structuredContent": {"content": "x" * 5000}}
+
+
+def _accept(root: Path, tool: str, name: str, value: dict[str, Any]) -> None:
+    path = root / f"{SERVER}.{tool}" / "v1" / "fixtures" / "accept" / f"{name}.json"
+    path.write_text(json.dumps({"description": f"{name}, a result of ordinary size", "value": value}))
+
+
+def _check(root: Path, tmp: Path, value: dict[str, Any]) -> dict[str, Any]:
+    """``toolgate check`` of one result of ``srv.read_file``: its JSON line."""
+    return mcp_kit.toolgate_check(
+        root, tmp, value, tool=f"{SERVER}.read_file", request_id="req.bounds0001", now="2026-05-01T09:15:00Z"
+    )
+
+
+class TestAFileOfFiveThousandCharacters:
+    """A bound raised past 4,096 (up to limits.max_bytes) lets a result that long reach the agent:
+    the agent envelope's leaf follows the bound the contract's schema sets there."""
+
+    def test_rebound_past_4096_serves_the_file(self, root: Path) -> None:
+        """After ``rebound --max-string 6000`` a file of 5,000 characters is accepted, all of it projected."""
+        rebound(root / f"{SERVER}.read_file" / "v1", max_string=6000, max_items=None)
+        _accept(root, "read_file", "file", FIVE_THOUSAND)
+        outcome = _outcomes(root)["file.json"]
+        assert outcome.problem == "", outcome.verdict.diagnostics
+        assert json.loads(outcome.verdict.agent)["data"] == {"content": "x" * 5000}
+
+    def test_import_with_a_larger_bound_serves_the_file(self, tmp_path: Path) -> None:
+        """``--max-string 5000`` at import: the 5,000-character file passes, lint finds no envelope misfit."""
+        import_listing(tmp_path, SERVER, LISTING, out=lambda _line: None, max_string=5000)
+        mcp_kit.review(tmp_path)
+        _accept(tmp_path, "read_file", "file", FIVE_THOUSAND)
+        outcome = _outcomes(tmp_path)["file.json"]
+        assert outcome.problem == "", outcome.verdict.diagnostics
+        rules = {f.rule for f in lint_contracts(ContractSet.load(tmp_path))}
+        assert "projection-exceeds-envelope" not in rules
+
+    def test_toolgate_check_serves_the_file(self, root: Path, tmp_path: Path) -> None:
+        """``toolgate check`` of the 5,000-character file against the rebound contract: success, whole."""
+        rebound(root / f"{SERVER}.read_file" / "v1", max_string=6000, max_items=None)
+        line = _check(root, tmp_path, FIVE_THOUSAND)
+        assert line["outcome"] != "rejected", line
+        assert line["agent"]["data"] == {"content": "x" * 5000}
+
+    def test_a_folder_of_1500_entries(self, root: Path) -> None:
+        """Past the old 1,000 items: ``rebound --max-items 2000`` serves a folder of 1,500 entries."""
+        rebound(root / f"{SERVER}.list_dir" / "v1", max_string=None, max_items=2000)
+        entries = [f"f{i}.txt" for i in range(1500)]
+        _accept(root, "list_dir", "folder", {"content": [], "structuredContent": {"entries": entries}})
+        outcome = _outcomes(root)["folder.json"]
+        assert outcome.problem == "", outcome.verdict.diagnostics
+        assert json.loads(outcome.verdict.agent)["data"] == {"entries": entries}
+
+    def test_the_advertised_schema_says_the_bound(self, root: Path) -> None:
+        """The proxy advertises maxLength 6000 for the content after the rebound, not 4096."""
+        from toolgate.authoring._advertised import advertised_output_schema
+
+        rebound(root / f"{SERVER}.read_file" / "v1", max_string=6000, max_items=None)
+        (contract,) = [c for c in ContractSet.load(root) if c.spec.tool == f"{SERVER}.read_file"]
+        schema = advertised_output_schema(contract)
+        assert schema is not None
+        assert schema["properties"]["content"]["maxLength"] == 6000
+
+
+class TestOverTheContractsOwnBound:
+    """A string past the bound the contract sets is still refused, naming that bound."""
+
+    def test_one_character_over_names_the_bound(self, root: Path, tmp_path: Path) -> None:
+        """6,001 characters over max_string 6000: refused by the schema, naming the bound and the command."""
+        rebound(root / f"{SERVER}.read_file" / "v1", max_string=6000, max_items=None)
+        over = {"content": [], "structuredContent": {"content": "x" * 6001}}
+        line = _check(root, tmp_path, over)
+        assert (line["outcome"], line["stage"], line["code"]) == ("rejected", "schema", "SCHEMA_VIOLATION")
+        _accept(root, "read_file", "file", over)
+        diagnostics = _outcomes(root)["file.json"].verdict.diagnostics
+        assert diagnostics is not None
+        assert "longer than 6000 characters" in diagnostics.message
+        assert "the closure's max_string bound" in diagnostics.message
+
+
+class TestImportTakesBoundsUpToMaxBytes:
+    """``import-mcp --max-string`` goes up to --max-bytes, ``--max-items`` up to half of it."""
+
+    def _import(self, tmp_path: Path, *flags: str) -> int:
+        from toolgate.cli import main
+
+        listing = tmp_path / "listing.json"
+        listing.write_text(json.dumps({"tools": LISTING}))
+        root = tmp_path / "contracts"
+        root.mkdir(exist_ok=True)
+        return main(
+            [
+                *("contracts", "import-mcp", "--contracts", str(root)),
+                *("--tools-list", str(listing), "--server", SERVER, *flags),
+            ]
+        )
+
+    def test_a_bound_past_4096(self, tmp_path: Path) -> None:
+        """``--max-string 5000`` is taken: the closure names it."""
+        assert self._import(tmp_path, "--max-string", "5000") == 1  # drafts left to review
+        schema = json.loads(
+            (tmp_path / "contracts" / f"{SERVER}.read_file" / "v1" / "schema.json").read_text()
+        )
+        assert '"max_string": 5000' in json.dumps(schema)
+
+    def test_a_bound_past_max_bytes_is_refused(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``--max-string 5000 --max-bytes 4000`` is refused naming both; nothing is written."""
+        assert self._import(tmp_path, "--max-string", "5000", "--max-bytes", "4000") == 2
+        err = capsys.readouterr().err
+        assert "--max-string must be in 1..4000" in err
+        assert "--max-bytes 4000" in err
+        assert not list((tmp_path / "contracts").iterdir())

@@ -57,36 +57,7 @@ def contracts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _check(contracts: Path, tmp: Path, value: dict[str, Any]) -> dict[str, Any]:
-    request = {
-        "request_id": REQUEST_ID,
-        "tool": TOOL,
-        "issued_at": "2026-05-01T09:14:00Z",
-        "expires_at": "2026-05-01T09:20:00Z",
-    }
-    (tmp / "request.json").write_text(json.dumps(request))
-    (tmp / "result.json").write_text(json.dumps(value))
-    done = subprocess.run(
-        [
-            TOOLGATE,
-            "check",
-            "--contracts",
-            str(contracts),
-            "--request",
-            str(tmp / "request.json"),
-            "--now",
-            NOW,
-            "--header",
-            "tg-adapter-version=1.0.0",
-            str(tmp / "result.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    line: dict[str, Any] = json.loads(done.stdout)
-    return line
+    return mcp_kit.toolgate_check(contracts, tmp, value, tool=TOOL, request_id=REQUEST_ID, now=NOW)
 
 
 @pytest.mark.parametrize("case", mcp_kit.CASES)

@@ -4,11 +4,13 @@
 ``structuredContent``, with the types, ``required`` members and bounds the gate guarantees:
 each projected leaf carries the structural keywords of the subschemas the contract's schema
 applies at that place in every case (the node, its local ``$ref`` and ``allOf``),
-intersected with the projection's own closed leaf (scalars or arrays of scalars, strings of
-at most 4,096 characters, at most 1,000 items). No ``description``, ``title`` or other prose
-of the schema is carried over: only keywords a validator reads, of which the upstream's own
-strings (``enum``/``const`` strings, ``pattern`` and ``format`` values) are listed for review
-by :func:`advertised_texts` (lint's ``unreviewed-text`` while the version is a draft).
+intersected with the projection's own closed leaf (scalars or arrays of scalars, within the
+``maxLength``/``maxItems`` the schema guarantees at the leaf, or where it guarantees none
+strings of at most 4,096 characters and at most 1,000 items: ``Contract.leaf_bounds``).
+No ``description``, ``title`` or other prose of the schema is carried over: only keywords
+a validator reads, of which the upstream's own strings (``enum``/``const`` strings, ``pattern``
+and ``format`` values) are listed for review by :func:`advertised_texts` (lint's
+``unreviewed-text`` while the version is a draft).
 """
 
 from __future__ import annotations
@@ -16,10 +18,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from toolgate.gate._contracts import EVERY_ITEM, Contract, item_schemas, parse_pointer, resolve
+from toolgate.gate._contracts import (
+    ENVELOPE_MAX_ITEMS,
+    ENVELOPE_MAX_LENGTH,
+    EVERY_ITEM,
+    Contract,
+    LeafBounds,
+    item_schemas,
+    parse_pointer,
+    resolve,
+)
 
-LEAF_MAX_LENGTH = 4096  # the projection's closed leaf (gate/_project.py _LEAF)
-LEAF_MAX_ITEMS = 1000
+LEAF_MAX_LENGTH = ENVELOPE_MAX_LENGTH  # a projected leaf's bounds where the schema sets none
+LEAF_MAX_ITEMS = ENVELOPE_MAX_ITEMS
+_DEFAULT_BOUNDS = LeafBounds(LEAF_MAX_LENGTH, LEAF_MAX_ITEMS, LEAF_MAX_LENGTH)  # a pointer loaded with none
 _SCALARS = ("string", "number", "integer", "boolean", "null")
 _LEAF_TYPES = frozenset({*_SCALARS, "array"})
 _NUMERIC_BOUNDS_MAX = ("maximum", "exclusiveMaximum")
@@ -66,8 +78,16 @@ def _types(nodes: list[dict[str, Any]]) -> set[str]:
     return allowed
 
 
-def _bounded(nodes: list[dict[str, Any]], types: set[str], *, items: bool) -> dict[str, Any]:
-    """The merged keywords of ``nodes`` for the given types: the tightest bound of each."""
+def _bounded(
+    nodes: list[dict[str, Any]],
+    types: set[str],
+    *,
+    items: bool,
+    max_length: int = LEAF_MAX_LENGTH,
+    max_items: int = LEAF_MAX_ITEMS,
+) -> dict[str, Any]:
+    """The merged keywords of ``nodes`` for the given types: the tightest bound of each,
+    strings and arrays at most the envelope's ``max_length`` and ``max_items`` there."""
     out: dict[str, Any] = {}
     ordered = [t for t in (*_SCALARS, "array") if t in types]
     if ordered:
@@ -102,9 +122,9 @@ def _bounded(nodes: list[dict[str, Any]], types: set[str], *, items: bool) -> di
     elif patterns:
         out["allOf"] = patterns
     if "string" in types:
-        out["maxLength"] = min(out.get("maxLength", LEAF_MAX_LENGTH), LEAF_MAX_LENGTH)
+        out["maxLength"] = min(out.get("maxLength", max_length), max_length)
     if "array" in types and not items:
-        out["maxItems"] = min(out.get("maxItems", LEAF_MAX_ITEMS), LEAF_MAX_ITEMS)
+        out["maxItems"] = min(out.get("maxItems", max_items), max_items)
     return out
 
 
@@ -112,17 +132,15 @@ def finite_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _leaf(root: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
+def _leaf(root: dict[str, Any], nodes: list[dict[str, Any]], bounds: LeafBounds) -> dict[str, Any]:
     types = _types(nodes)
-    leaf = _bounded(nodes, types, items=False)
+    leaf = _bounded(nodes, types, items=False, max_length=bounds.max_length, max_items=bounds.max_items)
     if "array" in types:
         item_nodes = [
             n for node in nodes if isinstance(node.get("items"), dict) for n in _applied(root, node["items"])
         ]
         item_types = _types(item_nodes) - {"array"}
-        items = _bounded(item_nodes, item_types, items=True)
-        if "string" in item_types:
-            items["maxLength"] = min(items.get("maxLength", LEAF_MAX_LENGTH), LEAF_MAX_LENGTH)
+        items = _bounded(item_nodes, item_types, items=True, max_length=bounds.items_max_length)
         leaf["items"] = items
     return leaf
 
@@ -178,9 +196,12 @@ def advertised_output_schema(contract: Contract) -> dict[str, Any] | None:
                 if token not in node["required"]:
                     node["required"].append(token)
             if at == len(tokens) - 1:
-                node["properties"][token] = _leaf(root, below)
+                node["properties"][token] = _leaf(
+                    root, below, contract.leaf_bounds.get(tokens, _DEFAULT_BOUNDS)
+                )
             elif tokens[at + 1] == EVERY_ITEM:  # an array of objects, projected item by item
-                node = node["properties"].setdefault(token, _array_of_objects(below))["items"]
+                array = _array_of_objects(below, contract.array_bounds.get(tokens[: at + 1], LEAF_MAX_ITEMS))
+                node = node["properties"].setdefault(token, array)["items"]
                 nodes = [n for parent in below for item in item_schemas(parent) for n in _applied(root, item)]
                 at += 2
                 continue
@@ -232,11 +253,11 @@ def _closed_object() -> dict[str, Any]:
     return {"type": "object", "properties": {}, "additionalProperties": False}
 
 
-def _array_of_objects(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+def _array_of_objects(nodes: list[dict[str, Any]], max_items: int) -> dict[str, Any]:
     """The advertised array whose items the projection copies member by member: its bounds
     on the count, never ``uniqueItems``, ``const`` or ``enum`` (items that differed only in a
     member left out are equal once projected)."""
-    out = _bounded(nodes, _types(nodes) & {"array", "null"}, items=False)
+    out = _bounded(nodes, _types(nodes) & {"array", "null"}, items=False, max_items=max_items)
     for keyword in ("uniqueItems", "const", "enum"):
         out.pop(keyword, None)
     out["items"] = _closed_object()

@@ -32,9 +32,10 @@ Rules (``Finding.rule``)::
                           has no sensitive section saying what a secret or personal data in
                           it becomes (gate/_sensitive.py)
     projection-exceeds-envelope
-                          (contracts only) a projected field the schema lets be an object, a
-                          string longer than 4096 characters or an array of more than 1000
-                          items: the agent envelope cannot carry it
+                          (contracts only) a projected field the schema lets be an object, or
+                          where the schema sets no bound, a string longer than 4096 characters
+                          or an array of more than 1000 items: the agent envelope (bounded by
+                          the schema's own maxLength/maxItems there) cannot carry it
     draft-version         (contracts only) status: draft (import-mcp writes drafts): it never
                           decides until a person has reviewed it and set status: active
                           (status: disabled, reviewed and deliberately not served, is no finding)
@@ -103,7 +104,18 @@ from urllib.parse import unquote
 
 import msgspec
 
-from toolgate.gate._contracts import EVERY_ITEM, MISSING, Contract, ContractSet, parse_pointer, resolve
+from toolgate.gate._contracts import (
+    ENVELOPE_MAX_ITEMS,
+    ENVELOPE_MAX_LENGTH,
+    EVERY_ITEM,
+    MISSING,
+    Contract,
+    ContractSet,
+    bound_ceilings,
+    parse_pointer,
+    resolve,
+    schema_bound,
+)
 from toolgate.gate._sensitive import MCP_TEXT_POINTER
 
 __all__ = [
@@ -758,7 +770,7 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
             upstream, skeleton = imported
             findings.extend(_lint_imported(contract.schema, upstream, skeleton, file))
             doc, strip = SchemaDocument(upstream), 1
-            sized = _closure_fits(skeleton)
+            sized = _closure_fits(skeleton, contract.spec.limits.max_bytes)
         findings.extend(_check_pointers(contract, doc, strip))
         free = list(_check_free_text(contract, doc, strip, imported=imported is not None))
         findings.extend(free)
@@ -863,8 +875,8 @@ def _lint_imported(
 
 
 _CLOSED_STAND_IN: Final = {"type": "object", "additionalProperties": False}
-_ENVELOPE_STRING: Final = 4096  # gate/_project.py's projected leaf bounds
-_ENVELOPE_ITEMS: Final = 1000
+_ENVELOPE_STRING: Final = ENVELOPE_MAX_LENGTH  # a projected leaf's bounds where the schema sets none
+_ENVELOPE_ITEMS: Final = ENVELOPE_MAX_ITEMS
 
 
 _CONSTRAINING = ("pattern", "enum", "const", "format")
@@ -973,18 +985,20 @@ def _contract_pointers(contract: Contract) -> Iterator[tuple[str, str]]:
         yield f"$.rules[{i}].pointer", rule.pointer
 
 
-def _closure_fits(skeleton: dict[str, Any]) -> bool:
-    """Whether an imported closure bounds every string and array within the envelope's leaf
-    (only a closure lint re-derived counts: :func:`_lint_imported` reports any other)."""
+def _closure_fits(skeleton: dict[str, Any], max_bytes: int) -> bool:
+    """Whether an imported closure bounds every string and array within what a result of
+    ``max_bytes`` can hold (the envelope's leaf follows the closure's bounds; only a closure
+    lint re-derived counts: :func:`_lint_imported` reports any other)."""
     from toolgate.authoring._close import BOUNDS_KEY
 
     bounds = skeleton.get(BOUNDS_KEY)
+    strings, items = bound_ceilings(max_bytes)
     return (
         isinstance(bounds, dict)
         and _is_count(bounds.get("max_string"))
         and _is_count(bounds.get("max_items"))
-        and bounds["max_string"] <= _ENVELOPE_STRING
-        and bounds["max_items"] <= _ENVELOPE_ITEMS
+        and bounds["max_string"] <= strings
+        and bounds["max_items"] <= items
     )
 
 
@@ -996,17 +1010,23 @@ def _check_envelope_fit(
     sized: bool,
     skeleton: dict[str, Any] | None = None,
 ) -> Iterator[Finding]:
-    """Projected fields must fit the agent envelope's leaf: a scalar, a string of at most
-    4096 characters, an array of at most 1000 items (gate/_project.py); otherwise the
-    projection refuses a result the schema accepted (an INTERNAL_ERROR). Judged
-    conservatively: a field is flagged when any subschema declaring it admits the shape,
-    and for an imported schema when its closure admits anything else there (the closure
-    sees every branch: prefixItems, anyOf, then, ...)."""
+    """Projected fields must fit the agent envelope's leaf: a scalar or an array of scalars,
+    within the maxLength/maxItems the schema guarantees at the field, or where it guarantees
+    none a string of at most 4096 characters and an array of at most 1000 items
+    (:attr:`~toolgate.gate._contracts.Contract.leaf_bounds`); otherwise the projection
+    refuses a result the schema accepted (an INTERNAL_ERROR). Judged conservatively: a
+    field is flagged when any subschema declaring it admits the shape, and for an imported
+    schema when its closure admits anything else there (the closure sees every branch:
+    prefixItems, anyOf, then, ...)."""
     from toolgate.authoring._close import at_path, holds_leaves
 
     for i, pointer in enumerate(contract.spec.projection):
-        tokens = parse_pointer(pointer)[strip:]
+        full = parse_pointer(pointer)
+        tokens = full[strip:]
         entries = _entries_at(doc, tokens)
+        # A bound the schema guarantees is the envelope's own there: nothing longer arrives.
+        own_length, own_items, _ = contract.leaf_bounds[full].from_schema
+        sized_here = {"string": own_length is not None, "array": own_items is not None}
         problems = [
             shown
             for kind, shown in (
@@ -1016,22 +1036,23 @@ def _check_envelope_fit(
                 ("items", "an array holding objects or arrays"),
             )
             if not (sized and kind in ("string", "array"))
+            and not sized_here.get(kind, False)
             and skeleton is None
             and any(_admits(doc, p, n, kind, frozenset()) for p, n in entries)
         ]
         for at, token in enumerate(tokens):  # each array projected item by item
             if token == EVERY_ITEM and not sized and skeleton is None:
                 arrays = _entries_at(doc, tokens[:at])
-                if any(_admits(doc, p, n, "array", frozenset()) for p, n in arrays):
-                    full = parse_pointer(pointer)
-                    array = _join("", *full[: at + len(full) - len(tokens)])
+                bounded = schema_bound(contract.schema, full[: at + strip], "maxItems") is not None
+                if not bounded and any(_admits(doc, p, n, "array", frozenset()) for p, n in arrays):
+                    array = _join("", *full[: at + strip])
                     problems.append(f"in an array ({array}) of more than {_ENVELOPE_ITEMS} items")
         if skeleton is not None:  # what data may hold there is exactly what the closure admits
             position = at_path(skeleton, tuple(tokens))
             if position is not None and not holds_leaves(skeleton, position):
                 problems.append("an object or an array holding objects or arrays (on some branch)")
             elif not sized:
-                problems.append(f"a string or array longer than {_ENVELOPE_STRING} or {_ENVELOPE_ITEMS}")
+                problems.append("a string or array longer than limits.max_bytes lets arrive")
         if problems:
             yield Finding(
                 file=str(contract.path),

@@ -8,7 +8,10 @@ derives the closure again from the same upstream part with the bounds the review
 each at most the contract's ``limits.max_bytes`` (a string cannot be longer, nor an array
 hold more items than half as many), and writes ``schema.json`` back. Nothing else changes:
 lint's ``closure-mismatch`` holds (the closure is the one derived from the upstream part
-with the bounds it names), and so do the projection and the review.
+with the bounds it names), and so do the projection and the review. The agent envelope
+follows: each projected leaf is bounded by what the schema guarantees there
+(:attr:`toolgate.gate._contracts.Contract.leaf_bounds`), so a raised bound passes results
+that long through to the agent.
 """
 
 from __future__ import annotations
@@ -21,15 +24,9 @@ from typing import Any
 
 from toolgate._errors import ConfigError
 from toolgate.authoring._close import BOUNDS_KEY, CLOSURE_ID, Unclosable, closure, split
-from toolgate.gate._contracts import load_contract
+from toolgate.gate._contracts import bound_ceilings, load_contract
 
 DATA_DEF = "structuredContent"  # where import puts the closed data schema in the envelope's $defs
-
-
-def bound_ceilings(max_bytes: int) -> tuple[int, int]:
-    """The highest (max_string, max_items) a contract of ``max_bytes`` can use: a string of
-    more characters, or an array of more items (each at least a digit and a comma), cannot fit."""
-    return max_bytes, max(1, max_bytes // 2)
 
 
 def rebound(folder: Path, *, max_string: int | None, max_items: int | None) -> str:

@@ -625,9 +625,10 @@ COMMANDS: tuple[Command, ...] = (
         "Derive an imported contract version's closure again with the bounds a tool needs\n"
         "(every string at most --max-string characters, every array at most --max-items\n"
         "items, each up to what limits.max_bytes holds) and write its schema.json back; the\n"
-        "projection and the review stay. A quarantined result over a bound names it.",
+        "projection and the review stay. The agent envelope follows the bounds. A quarantined\n"
+        "result over a bound names it.",
         (
-            "toolgate contracts rebound contracts/filesystem.read_text_file/v1 --max-string 4096",
+            "toolgate contracts rebound contracts/filesystem.read_text_file/v1 --max-string 8000",
             "toolgate contracts rebound contracts/memory.read_graph/v1 --max-items 500",
         ),
         _contracts_rebound,

@@ -349,6 +349,7 @@ class Contract:
     """A loaded, compiled contract version, ready for the gate."""
 
     __slots__ = (
+        "array_bounds",
         "data_projection",
         "declared_names",
         "digest",
@@ -361,6 +362,7 @@ class Contract:
         "integer_fields",
         "integer_items",
         "key",
+        "leaf_bounds",
         "path",
         "retryable_codes",
         "rules",
@@ -435,6 +437,9 @@ class Contract:
             tokens for _, tokens in self.data_projection if _integer_typed(schema, tokens, items=True)
         )
         _no_overlaps(where, self.data_projection)
+        self.leaf_bounds, self.array_bounds = _envelope_bounds(
+            where, spec.schema, spec, schema, self.data_projection
+        )
         self.display = tuple(
             (d.max_length, _data_pointer(where, f"$.display_text[{i}].pointer", d.pointer))
             for i, d in enumerate(spec.display_text)
@@ -661,6 +666,183 @@ def _integer_typed(schema: Any, tokens: Pointer, *, items: bool) -> bool:
     there allows other numbers."""
     types = _types_at(schema, tokens, items=items)
     return "integer" in types and "number" not in types
+
+
+# --- the agent envelope's bounds -------------------------------------------------------
+# Each projected leaf of the agent envelope (toolgate.gate._project) is bounded by what the
+# contract's schema guarantees at its pointer: the longest string (maxLength), the most items
+# (maxItems), the longest string item of an array (its items' maxLength). Where the schema
+# guarantees none, the envelope's defaults hold. A bound past limits.max_bytes is refused at
+# load: no value that long can arrive, so the schema says something it does not mean.
+ENVELOPE_MAX_LENGTH: Final = 4096  # a projected string where the schema sets no maxLength
+ENVELOPE_MAX_ITEMS: Final = 1000  # a projected array where the schema sets no maxItems
+_BOUND_STEPS: Final = 20_000  # subschemas visited for one bound: a larger shape gets the default
+_BOUND_DEPTH: Final = 64  # $ref hops and nesting followed for one bound
+_IMPOSSIBLE: Any = object()  # no value can be at the place (a closed object, another type)
+
+
+class LeafBounds(msgspec.Struct, frozen=True):
+    """The agent envelope's bounds at one projected leaf, and where each came from (the
+    schema's own keyword, or None: the envelope's default)."""
+
+    max_length: int
+    max_items: int
+    items_max_length: int
+    from_schema: tuple[int | None, int | None, int | None] = (None, None, None)
+
+
+def bound_ceilings(max_bytes: int) -> tuple[int, int]:
+    """The highest (string length, item count) a result of ``max_bytes`` can hold: a string
+    of more characters, or an array of more items (each at least a digit and a comma), cannot fit."""
+    return max_bytes, max(1, max_bytes // 2)
+
+
+class _BoundWalk:
+    """The bound ``keyword`` (``maxLength`` or ``maxItems``) every value the schema accepts
+    at an instance path satisfies: ``allOf``, ``$ref`` and the node itself all apply (the
+    tightest holds); ``anyOf``/``oneOf`` branches each may (the loosest holds, and a branch
+    with none leaves none). A branch where no value can be at the path (a closed object
+    without the member, another type) does not count. ``$ref`` resolves in the resource of
+    the nearest ``$id`` (an imported closure's ``#/$defs/...``)."""
+
+    def __init__(self, root: Any, keyword: str) -> None:
+        self.root = root
+        self.keyword = keyword
+        self.kind = "string" if keyword == "maxLength" else "array"
+        self.steps = 0
+
+    def bound(self, tokens: Pointer) -> int | None:
+        try:
+            found = self.at(self.root, self.root, tokens, 0)
+        except RecursionError:
+            return None
+        return found if isinstance(found, int) else None
+
+    def at(self, node: Any, base: Any, tokens: Pointer, depth: int) -> Any:
+        """An int, None (unbounded) or :data:`_IMPOSSIBLE`."""
+        self.steps += 1
+        if self.steps > _BOUND_STEPS or depth > _BOUND_DEPTH:
+            raise RecursionError  # too large a shape: no bound is claimed
+        if node is False:
+            return _IMPOSSIBLE
+        if not isinstance(node, dict):
+            return None
+        if isinstance(node.get("$id"), str):
+            base = node
+        every: list[Any] = [self.own(node, tokens, base, depth)]
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target = _MISSING
+            if ref.startswith("#"):
+                try:
+                    target = resolve(base, parse_pointer(ref[1:]))
+                except ValueError:
+                    target = _MISSING
+            every.append(None if target is _MISSING else self.at(target, base, tokens, depth + 1))
+        members = node.get("allOf")
+        if isinstance(members, list):
+            every += [self.at(m, base, tokens, depth + 1) for m in members]
+        for keyword in ("anyOf", "oneOf"):
+            branches = node.get(keyword)
+            if isinstance(branches, list) and branches:
+                every.append(_loosest([self.at(b, base, tokens, depth + 1) for b in branches]))
+        if any(b is _IMPOSSIBLE for b in every):
+            return _IMPOSSIBLE
+        counts = [b for b in every if isinstance(b, int)]
+        return min(counts) if counts else None
+
+    def own(self, node: dict[str, Any], tokens: Pointer, base: Any, depth: int) -> Any:
+        """What ``node``'s own keywords say at ``tokens`` (not its applicators)."""
+        kind = node.get("type")
+        types = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else None
+        if not tokens:
+            if "const" in node or isinstance(node.get("enum"), list):
+                values = [node["const"]] if "const" in node else node["enum"]
+                sizes = [len(v) for v in values if isinstance(v, str if self.kind == "string" else list)]
+                return max(sizes) if sizes else _IMPOSSIBLE
+            if types is not None and self.kind not in types:
+                return _IMPOSSIBLE
+            value = node.get(self.keyword)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        token, rest = tokens[0], tokens[1:]
+        if token == EVERY_ITEM:
+            if types is not None and "array" not in types:
+                return _IMPOSSIBLE
+            prefix = node.get("prefixItems")
+            items = node.get("items", True if isinstance(prefix, list) else None)
+            if items is None:
+                return None
+            places = (list(prefix) if isinstance(prefix, list) else []) + [items]
+            return _loosest([self.at(p, base, rest, depth + 1) for p in places])
+        if types is not None and "object" not in types:
+            return _IMPOSSIBLE
+        members = node.get("properties")
+        if isinstance(members, dict) and token in members:
+            return self.at(members[token], base, rest, depth + 1)
+        if "patternProperties" in node:
+            return None
+        extra = node.get("additionalProperties")
+        if extra is False or isinstance(extra, dict):
+            return self.at(extra, base, rest, depth + 1)
+        return None
+
+
+def _loosest(branches: list[Any]) -> Any:
+    """The bound that holds whichever branch applied (branches that admit nothing aside)."""
+    open_ = [b for b in branches if b is not _IMPOSSIBLE]
+    if not open_:
+        return _IMPOSSIBLE
+    if any(b is None for b in open_):
+        return None
+    return max(open_)
+
+
+def schema_bound(schema: Any, tokens: Pointer, keyword: str) -> int | None:
+    """The ``maxLength`` or ``maxItems`` every value ``schema`` accepts at ``tokens`` (member
+    names, :data:`EVERY_ITEM` for every item) satisfies, or None where it guarantees none."""
+    return _BoundWalk(schema, keyword).bound(tokens)
+
+
+def _envelope_bounds(
+    where: str, schema_file: str, spec: ContractSpec, schema: Any, projection: tuple[tuple[str, Pointer], ...]
+) -> tuple[dict[Pointer, LeafBounds], dict[Pointer, int]]:
+    """Each projected leaf's bounds, and each array projected item by item's ``maxItems``
+    (keyed by its tokens).
+
+    Raises:
+        ContractError: a bound the schema sets past what limits.max_bytes lets arrive.
+    """
+    strings, items = bound_ceilings(spec.limits.max_bytes)
+    leaves: dict[Pointer, LeafBounds] = {}
+    arrays: dict[Pointer, int] = {}
+
+    def bound(i: int, tokens: Pointer, keyword: str, default: int, ceiling: int) -> tuple[int, int | None]:
+        found = schema_bound(schema, tokens, keyword)
+        if found is not None and found > ceiling:
+            raise ContractError(
+                where,
+                f"$.projection[{i}]",
+                f"{schema_file} bounds {_pointer_text(tokens)} at {keyword} {found}, past limits.max_bytes "
+                f"{spec.limits.max_bytes} (at most {ceiling}): lower the {keyword} (an imported schema: "
+                "toolgate contracts rebound) or raise limits.max_bytes",
+            )
+        return (found if found is not None else min(default, ceiling)), found
+
+    for i, (_, tokens) in enumerate(projection):
+        for at in range(1, len(tokens) - 1):
+            if tokens[at + 1] == EVERY_ITEM and tokens[: at + 1] not in arrays:
+                arrays[tokens[: at + 1]] = bound(i, tokens[: at + 1], "maxItems", ENVELOPE_MAX_ITEMS, items)[
+                    0
+                ]
+        length, own_length = bound(i, tokens, "maxLength", ENVELOPE_MAX_LENGTH, strings)
+        count, own_count = bound(i, tokens, "maxItems", ENVELOPE_MAX_ITEMS, items)
+        item, own_item = bound(i, (*tokens, EVERY_ITEM), "maxLength", ENVELOPE_MAX_LENGTH, strings)
+        leaves[tokens] = LeafBounds(length, count, item, (own_length, own_count, own_item))
+    return leaves, arrays
+
+
+def _pointer_text(tokens: Pointer) -> str:
+    return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
 
 
 class TextPattern(Protocol):

@@ -12,6 +12,12 @@ can never ride along. An array of objects is projected the same way, through
 the ``*`` token: ``/data/entities/*/name`` and ``/data/entities/*/type`` give
 ``data.entities``, an array of fresh objects, one per item in the same order,
 each holding only that item's ``name`` and ``type``.
+
+Each leaf is bounded by what the contract's schema guarantees at its pointer
+(:attr:`~toolgate.gate._contracts.Contract.leaf_bounds`: a file tool whose schema
+says ``maxLength: 8000`` passes 5,000 characters), 4,096 characters and 1,000
+items where it guarantees none; a value past those is refused naming the pointer
+and the bound. The record as a whole stays within ``limits.max_bytes``.
 """
 
 from __future__ import annotations
@@ -19,16 +25,23 @@ from __future__ import annotations
 from typing import Any
 
 from toolgate._errors import RejectedInput
-from toolgate.gate._contracts import EVERY_ITEM, Contract, Pointer, compile_schema, resolve
+from toolgate.gate._contracts import EVERY_ITEM, Contract, LeafBounds, Pointer, compile_schema, resolve
 
 SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 _SCALAR_TYPES = ["string", "number", "boolean", "null"]
-_LEAF = {
-    "type": [*_SCALAR_TYPES, "array"],
-    "maxLength": 4096,
-    "maxItems": 1000,
-    "items": {"type": _SCALAR_TYPES, "maxLength": 4096},
-}
+
+
+def _leaf(bounds: LeafBounds) -> dict[str, Any]:
+    """The closed leaf of one projected pointer: a scalar or an array of scalars, within the
+    bounds the contract's schema guarantees there (:attr:`Contract.leaf_bounds`)."""
+    return {
+        "type": [*_SCALAR_TYPES, "array"],
+        "maxLength": bounds.max_length,
+        "maxItems": bounds.max_items,
+        "items": {"type": _SCALAR_TYPES, "maxLength": bounds.items_max_length},
+    }
+
+
 _FAILURE = {
     "type": "object",
     "required": ["tool", "request_id", "outcome", "error"],
@@ -65,12 +78,16 @@ def output_schema(contract: Contract) -> dict[str, Any]:
             if tokens[at + 1] == EVERY_ITEM:
                 array = node["properties"].setdefault(
                     tokens[at],
-                    {"type": ["array", "null"], "maxItems": _LEAF["maxItems"], "items": _closed_object()},
+                    {
+                        "type": ["array", "null"],
+                        "maxItems": contract.array_bounds[tokens[: at + 1]],
+                        "items": _closed_object(),
+                    },
                 )
                 node = array["items"]
             else:
                 node = node["properties"].setdefault(tokens[at], _closed_object())
-        node["properties"][tokens[-1]] = _LEAF
+        node["properties"][tokens[-1]] = _leaf(contract.leaf_bounds[tokens])
     success: dict[str, Any] = {
         "type": "object",
         "required": ["tool", "request_id", "outcome", "data"],
@@ -170,7 +187,7 @@ class Projector:
             if shown:
                 out["untrusted_text"] = shown
         if not self.is_valid(out):  # check(), inlined
-            raise _unsafe()
+            raise _unsafe(self.contract, data)
         return out
 
     def _integers(self, data: dict[str, Any]) -> None:
@@ -189,7 +206,7 @@ class Projector:
     def check(self, out: dict[str, Any]) -> None:
         """Refuse to emit anything the closed output schema does not allow."""
         if not self.is_valid(out):
-            raise _unsafe()
+            raise _unsafe(self.contract, out.get("data"))
 
 
 # What to copy of one object: member name -> a leaf (0: as it is, 1: an integer, 2: an
@@ -261,8 +278,57 @@ def _integer(value: Any) -> Any:
     return value
 
 
-def _unsafe() -> RejectedInput:
-    return RejectedInput("project", "INTERNAL_ERROR", "the projected envelope fails the closed output schema")
+def _unsafe(contract: Contract, data: Any) -> RejectedInput:
+    crossed = _crossed(contract, data)
+    detail = "the projected envelope fails the closed output schema"
+    if crossed:
+        detail += f": {crossed}"
+    return RejectedInput("project", "INTERNAL_ERROR", detail)
+
+
+def _crossed(contract: Contract, data: Any) -> str:
+    """Which bound of the agent envelope a projected ``data`` crossed, and the file that sets
+    it (else ``""``): the operator reading the quarantine sees what to change. (A bound the
+    schema sets is checked before: only the envelope's defaults are crossed here.)"""
+    for pointer, tokens in contract.data_projection:
+        bounds = contract.leaf_bounds[tokens]
+        for array, value in _values(data, tokens, 1, contract.array_bounds):
+            if array is not None:
+                said, keyword = f"in an array of more than {array} items", "maxItems"
+            elif isinstance(value, str) and len(value) > bounds.max_length:
+                said, keyword = f"longer than {bounds.max_length} characters", "maxLength"
+            elif isinstance(value, list) and len(value) > bounds.max_items:
+                said, keyword = f"more than {bounds.max_items} items", "maxItems"
+            elif isinstance(value, list) and any(
+                isinstance(v, str) and len(v) > bounds.items_max_length for v in value
+            ):
+                said = f"holding a string longer than {bounds.items_max_length} characters"
+                keyword = "maxLength on its items"
+            else:
+                continue
+            return (
+                f"{pointer} is {said}, the agent envelope's bound where {contract.spec.schema} sets no "
+                f"{keyword}: set one there as the tool needs (up to limits.max_bytes)"
+            )
+    return ""
+
+
+def _values(node: Any, tokens: Pointer, at: int, arrays: dict[Pointer, int]) -> list[tuple[int | None, Any]]:
+    """The values at ``tokens[at:]`` under ``node`` (the projected data), each with None; an
+    array of objects on the way longer than its bound instead gives (its bound, the array)."""
+    if at == len(tokens):
+        return [(None, node)]
+    if not isinstance(node, dict) or tokens[at] not in node:
+        return []
+    value = node[tokens[at]]
+    if at + 1 < len(tokens) and tokens[at + 1] == EVERY_ITEM:
+        if not isinstance(value, list):
+            return []
+        limit = arrays[tokens[: at + 1]]
+        if len(value) > limit:
+            return [(limit, value)]
+        return [found for item in value for found in _values(item, tokens, at + 2, arrays)]
+    return _values(value, tokens, at + 1, arrays)
 
 
 def failure(tool: str | None, request_id: str | None, code: str, retryable: bool) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from toolgate._urls import redact_url, split_url
 from toolgate.authoring._close import Unclosable, closed, leaves, split
 from toolgate.gate._contracts import (
     MASK,
+    MAX_BYTES_CEILING,
     MAX_DEPTH_CEILING,
     MAX_QUALIFIED_NAME,
     MCP_SERVER_NAME,
@@ -61,6 +62,7 @@ from toolgate.gate._contracts import (
     ContractSet,
     ContractSpec,
     McpResultSpec,
+    bound_ceilings,
     compile_schema,
     load_contract,
     qualified_name,
@@ -71,8 +73,6 @@ from toolgate.mcp._patterns import pattern_example
 DEFAULT_MAX_STRING = 1024
 DEFAULT_MAX_ITEMS = 100
 DEFAULT_MAX_BYTES = 64 * 1024
-MAX_STRING_CEILING = 4096  # the agent envelope's longest projected string
-MAX_ITEMS_CEILING = 1000  # the agent envelope's longest projected array
 ERROR_CODE = "TOOL_ERROR"
 _REQUEST_ID = "req.mcpimport01"
 LISTING_MAX_BYTES = 64 * 1024 * 1024  # a saved tools/list answer: bounds the memory read
@@ -1284,10 +1284,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tool", action="append", metavar="TOOL", help="import only TOOL (repeatable)")
     parser.add_argument(
-        "--max-string", type=int, default=DEFAULT_MAX_STRING, metavar="N", help="string bound, 1..4096"
+        "--max-string",
+        type=int,
+        default=DEFAULT_MAX_STRING,
+        metavar="N",
+        help=f"string bound, 1..--max-bytes (default {DEFAULT_MAX_STRING})",
     )
     parser.add_argument(
-        "--max-items", type=int, default=DEFAULT_MAX_ITEMS, metavar="N", help="array bound, 1..1000"
+        "--max-items",
+        type=int,
+        default=DEFAULT_MAX_ITEMS,
+        metavar="N",
+        help=f"array bound, 1..half of --max-bytes (default {DEFAULT_MAX_ITEMS})",
     )
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N")
     parser.add_argument("--timeout", type=float, default=30.0, metavar="S", help="for a running server")
@@ -1300,13 +1308,16 @@ def run(args: argparse.Namespace, contracts_dir: str) -> int:
     Raises:
         ConfigError: bad options, an unreachable server, a listing that is not one.
     """
-    # The agent envelope's own ceilings (gate/_project.py): a bound past them could let
-    # through a value projection then refuses.
-    for name, ceiling in (("max_string", MAX_STRING_CEILING), ("max_items", MAX_ITEMS_CEILING)):
+    if not 1 <= args.max_bytes <= MAX_BYTES_CEILING:
+        raise ConfigError(f"--max-bytes must be in 1..{MAX_BYTES_CEILING}")
+    # What a result of --max-bytes can hold: the agent envelope follows the closure's bounds
+    # (gate/_contracts.py leaf_bounds), and the contract refuses any past these at load.
+    for name, ceiling in zip(("max_string", "max_items"), bound_ceilings(args.max_bytes), strict=True):
         if not 1 <= getattr(args, name) <= ceiling:
-            raise ConfigError(f"--{name.replace('_', '-')} must be in 1..{ceiling}")
-    if not 1 <= args.max_bytes <= 8 * 1024 * 1024:
-        raise ConfigError("--max-bytes must be in 1..8388608")
+            raise ConfigError(
+                f"--{name.replace('_', '-')} must be in 1..{ceiling} (--max-bytes {args.max_bytes}; "
+                f"got {getattr(args, name)})"
+            )
     if MCP_SERVER_NAME.fullmatch(args.server) is None:
         raise ConfigError(f"--server {ascii(args.server)[:80]}: must match {MCP_SERVER_NAME.pattern}")
     root = Path(contracts_dir)
