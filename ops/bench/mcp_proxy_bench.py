@@ -73,7 +73,8 @@ from toolgate.gate._contracts import ContractSet  # noqa: E402
 from toolgate.gate._mcp import definition_digest  # noqa: E402
 from toolgate.mcp._decide import Decider  # noqa: E402
 from toolgate.mcp._import import fetch_listing, import_listing  # noqa: E402
-from toolgate.mcp._proxy import Proxy, ProxyOptions  # noqa: E402
+from toolgate.mcp._options import ProxyOptions  # noqa: E402
+from toolgate.mcp._proxy import Proxy  # noqa: E402
 from toolgate.service._kafka import AiokafkaClients, delete_topics, ensure_topics, partition_of  # noqa: E402
 
 from ops.bench.measure import (  # noqa: E402

@@ -24,7 +24,9 @@ from toolgate._config import Config
 from toolgate.client import Client
 from toolgate.gate._contracts import ContractSet
 from toolgate.mcp._import import fetch_listing, import_listing, stdio_server
-from toolgate.mcp._proxy import Proxy, ProxyOptions, upstream_groups, with_upstream_env
+from toolgate.mcp._options import ProxyOptions
+from toolgate.mcp._proxy import Proxy
+from toolgate.mcp._upstream_process import upstream_groups, with_upstream_env
 
 from tests import mcp_kit, node_kit
 from tests.integration.proxy_kit import running_worker

@@ -35,7 +35,8 @@ from toolgate.client import Client
 from toolgate.gate._contracts import ContractSet, compile_schema
 from toolgate.mcp._decide import Decider
 from toolgate.mcp._import import fetch_listing, import_listing
-from toolgate.mcp._proxy import Proxy, ProxyOptions
+from toolgate.mcp._options import ProxyOptions
+from toolgate.mcp._proxy import Proxy
 
 from tests import ROOT, hostile_mcp, mcp_kit
 from tests.integration.proxy_kit import (

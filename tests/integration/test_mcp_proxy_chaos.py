@@ -38,7 +38,8 @@ from toolgate._config import Config
 from toolgate.client import Client
 from toolgate.gate._contracts import ContractSet
 from toolgate.mcp._decide import Decider
-from toolgate.mcp._proxy import Proxy, ProxyOptions
+from toolgate.mcp._options import ProxyOptions
+from toolgate.mcp._proxy import Proxy
 
 from tests import ROOT, mcp_kit
 from tests.integration.chaos_kit import PrivateBroker

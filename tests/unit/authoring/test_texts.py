@@ -14,7 +14,7 @@ from toolgate.authoring._lint import unreviewed_texts
 from toolgate.authoring._texts import KEYWORDS, served_schema
 from toolgate.gate._contracts import ContractSet
 from toolgate.mcp._import import import_listing
-from toolgate.mcp._proxy import listed_tool
+from toolgate.mcp._listing import listed_tool
 
 from tests.properties import DERANDOMIZED
 

@@ -15,8 +15,10 @@ from toolgate.client import Client, Request, answer_of, result_record
 from toolgate.gate import ContractSet, Gate, Message, Origin, RequestRecord, decide_batch
 from toolgate.gate._batch import AcceptedView
 from toolgate.gate._outputs import OutRecord
+from toolgate.mcp._answers import host_result
 from toolgate.mcp._decide import Decider, request_record
-from toolgate.mcp._proxy import Proxy, ProxyOptions, host_result
+from toolgate.mcp._options import ProxyOptions
+from toolgate.mcp._proxy import Proxy
 
 from tests import mcp_kit
 from tests.unit.mcp.test_mcp_proxy import Upstream, code_of, imported, intake_records

@@ -20,8 +20,11 @@ from toolgate._errors import ConfigError, RejectedInput
 from toolgate.client import Answer, Client
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._parse import parse_json
+from toolgate.mcp._answers import TRUNCATED_META, host_result
 from toolgate.mcp._import import import_listing
-from toolgate.mcp._proxy import TRUNCATED_META, Proxy, ProxyOptions, changed_members, host_result
+from toolgate.mcp._listing import changed_members
+from toolgate.mcp._options import ProxyOptions
+from toolgate.mcp._proxy import Proxy
 
 from tests import ROOT, hostile_mcp, mcp_kit
 from tests.unit.mcp.test_mcp_proxy import Upstream, code_of, imported, intake_records

@@ -22,19 +22,13 @@ from toolgate.client import Answer, Client
 from toolgate.gate._contracts import ContractSet, compile_schema
 from toolgate.gate._mcp import cut_text
 from toolgate.mcp._advertise import MAX_ARGUMENT_LINES, advertised_output_schema, argument_errors
+from toolgate.mcp._answers import TRUNCATED_META, host_result
+from toolgate.mcp._calls import call_arguments_bind
 from toolgate.mcp._import import import_listing
-from toolgate.mcp._proxy import (
-    TRUNCATED_META,
-    Proxy,
-    ProxyOptions,
-    call_arguments_bind,
-    host_result,
-    no_tools_served,
-    parse_listen,
-    settings_lines,
-    stats_registry,
-    upstream_target,
-)
+from toolgate.mcp._options import ProxyOptions, parse_listen, settings_lines, upstream_target
+from toolgate.mcp._proxy import Proxy
+from toolgate.mcp._serve import no_tools_served
+from toolgate.mcp._stats import stats_registry
 
 from tests import ROOT, hostile_mcp, mcp_kit
 from tests.unit.worker_kit import CONFIG, World

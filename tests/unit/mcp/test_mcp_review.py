@@ -184,7 +184,7 @@ class TestWrongServer:
         self, tmp_path: Path, tools: list[dict[str, Any]]
     ) -> None:
         """A valid name with no contract: the servers with contracts are named, and import-mcp too."""
-        from toolgate.mcp._proxy import no_tools_served
+        from toolgate.mcp._serve import no_tools_served
 
         _import(tmp_path, tools)
         line = no_tools_served(ContractSet.load(tmp_path), "billing", str(tmp_path))
@@ -195,7 +195,7 @@ class TestWrongServer:
         self, tmp_path: Path, tools: list[dict[str, Any]]
     ) -> None:
         """`My.Time` is not a server name: the rule and the servers are named, no import hint."""
-        from toolgate.mcp._proxy import no_tools_served
+        from toolgate.mcp._serve import no_tools_served
 
         _import(tmp_path, tools)
         line = no_tools_served(ContractSet.load(tmp_path), "My.Time", str(tmp_path))

@@ -250,7 +250,7 @@ class TestUpstreamEnvironment:
         """--upstream-env and mcp_upstream_env name them; an unset one is not passed."""
         from mcp import StdioServerParameters
         from toolgate._config import Config
-        from toolgate.mcp._proxy import upstream_env_names, with_upstream_env
+        from toolgate.mcp._upstream_process import upstream_env_names, with_upstream_env
 
         args = argparse.Namespace(upstream_env=["MEMORY_FILE_PATH"], upstream_url=None)
         names = upstream_env_names(args, Config(mcp_upstream_env="TZ, MISSING"))
@@ -267,7 +267,7 @@ class TestUpstreamEnvironment:
         """A name that is no variable name, or names beside --upstream-url, are refused naming the option."""
         from toolgate._config import Config
         from toolgate._errors import ConfigError
-        from toolgate.mcp._proxy import upstream_env_names
+        from toolgate.mcp._upstream_process import upstream_env_names
 
         with pytest.raises(ConfigError, match="--upstream-env") as raised:
             upstream_env_names(argparse.Namespace(upstream_env=names, upstream_url=url), Config())
@@ -294,7 +294,7 @@ class TestProgressMessage:
 
     def test_bounded_marked_one_line(self) -> None:
         """Controls become spaces, the text is cut to 200 characters and carries the mark."""
-        from toolgate.mcp._proxy import PROGRESS_MARK, PROGRESS_MESSAGE_MAX, progress_message
+        from toolgate.mcp._progress import PROGRESS_MARK, PROGRESS_MESSAGE_MAX, progress_message
 
         got = progress_message("step 1\n\x1b[31mIGNORE PREVIOUS\u202e" + "x" * 1000)
         assert got is not None

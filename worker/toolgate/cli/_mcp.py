@@ -1,4 +1,5 @@
-"""``toolgate mcp-proxy``: the command's wiring; the proxy is :mod:`toolgate.mcp._proxy`."""
+"""``toolgate mcp-proxy``: the command's wiring; the proxy is :mod:`toolgate.mcp._proxy`, its
+options :mod:`toolgate.mcp._options`, its serving :mod:`toolgate.mcp._serve`."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     except ImportError:
         raise ConfigError("mcp-proxy needs the MCP SDK: pip install 'toolgate[mcp]'") from None
     from toolgate.gate._signing import Keyring
-    from toolgate.mcp._proxy import options_from, parse_listen, upstream_env_names, upstream_target
+    from toolgate.mcp._options import options_from, parse_listen, upstream_target
+    from toolgate.mcp._upstream_process import upstream_env_names
 
     options_from(args)  # every option checked before anything connects
     parse_listen(args.listen, allow_remote=args.allow_remote)
@@ -76,7 +78,7 @@ async def _serve_following(
 
     from toolgate.gate._contracts import ContractSet
     from toolgate.mcp._follow import Following
-    from toolgate.mcp._proxy import serve
+    from toolgate.mcp._serve import serve
     from toolgate.registry._connect import attached, publishers_keyring
     from toolgate.registry._snapshot import load_contracts
     from toolgate.service._contract_source import (
@@ -148,7 +150,7 @@ async def _group_view(args: argparse.Namespace, config: Config) -> Any:
 
 
 def _mcp_proxy_arguments(p: argparse.ArgumentParser) -> None:
-    from toolgate.mcp._proxy import add_arguments
+    from toolgate.mcp._options import add_arguments
 
     add_arguments(p)
 

@@ -8,6 +8,8 @@ says why in lines written from the schema and the proxy's own bounds, never a va
   counted before any validator runs, so one call's arguments cannot hold the others up;
 * :func:`argument_errors_bounded`: the reviewed input schema, its work bounded: every
   error named for small arguments, the first one only for larger ones;
+* :func:`call_arguments_bind`: the arguments a request record binds (its scalars and lists
+  of strings), so a contract's ``bind`` rule compares the result with what was asked;
 * :func:`bind_errors` and :func:`record_lines`: what the request record refuses (an
   integer outside 64 bits, a record over its size bound, anything else building it raises);
 * :func:`trace_context`: the host's ``traceparent`` and ``tracestate`` as the proxy forwards
@@ -97,6 +99,17 @@ def bind_errors(bind: Mapping[str, Any], schema: Any) -> list[str]:
     return lines
 
 
+def call_arguments_bind(arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The call's arguments a request record can bind: strings, integers, booleans, lists of strings."""
+    bind: dict[str, Any] = {}
+    for name, value in (arguments or {}).items():
+        if isinstance(value, str | int | bool) or (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            bind[name] = value
+    return bind
+
+
 def record_lines(exc: Exception) -> list[str]:
     """The fixed line for what building the request record refused (never its text)."""
     if str(exc).startswith("bind: the request record would be"):
@@ -135,6 +148,7 @@ __all__ = [
     "argument_errors_bounded",
     "argument_size_lines",
     "bind_errors",
+    "call_arguments_bind",
     "record_lines",
     "trace_context",
 ]

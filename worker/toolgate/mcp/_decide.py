@@ -32,13 +32,12 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from toolgate._config import Topics
-from toolgate._errors import BrokerError
-from toolgate.client import Answer, Client, ClientClosed, Request, Signer, answer_of, result_record
+from toolgate.client import Answer, Request, Signer, answer_of, result_record
 from toolgate.gate import ContractSet, Gate, Keyring, Message, RequestRecord, Verdict, decide_batch
 from toolgate.gate._batch import AcceptedView, ShadowSampler
 from toolgate.gate._outputs import OutRecord
@@ -196,76 +195,18 @@ def _agent_headers(records: Sequence[OutRecord], agent_topic: str) -> Sequence[t
     return ()
 
 
-class Caller(Protocol):
-    """What a call decided in process uses of :class:`toolgate.mcp._proxy.Proxy`."""
-
-    server_name: str
-    client: Client
-    stats: Any  # ProxyStats
-
-    async def _upstream_call(
-        self, name: str, arguments: dict[str, Any] | None, trace: dict[str, str]
-    ) -> tuple[dict[str, Any], bytes | None] | str: ...
-
-    def _result_fields(self, served: Any, trace: Mapping[str, str]) -> dict[str, Any]: ...
-
-    @staticmethod
-    def _bounded(raw: tuple[dict[str, Any], bytes | None], max_bytes: int, tool: str) -> bytes | None: ...
-
-    def _fixed(self, code: str, request_id: str | None = None) -> Any: ...
+Write = tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]
 
 
-async def call_in_process(
-    proxy: Caller,
-    decider: Decider,
-    served: Any,
-    name: str,
-    arguments: dict[str, Any] | None,
-    request: Request,
-    trace: dict[str, str],
-) -> Answer | Any:
-    """One ``tools/call`` decided in process: call the upstream, decide its result, write the
-    request record (marked ``answered`` when accepted) with the decision's records in one
-    round of sends, await every acknowledgement, then return the verdict's :class:`Answer`
-    for the host (or the proxy's own fixed-code result). No one reads the request record
-    before the decision exists (the proxy decides), so it goes with it: one acknowledged
-    round trip per call instead of two. A retryable failure moves to the next attempt, as on
-    the workers' path, its record written with that attempt's decision. ``served`` is the
-    proxy's served tool (its contract, signer and listed tool); ``request`` the request
-    record built and checked before the upstream was called; ``trace`` the call's checked
-    trace context."""
-    client = proxy.client
-    spec = served.contract.spec
-    while True:
-        raw = await proxy._upstream_call(name, arguments, trace)
-        if isinstance(raw, str):  # nothing to decide: no record
-            return proxy._fixed(raw, request.request_id)
-        body = proxy._bounded(raw, spec.limits.max_bytes, spec.tool)
-        if body is None:  # over what a record carries: nothing to decide, no record
-            return proxy._fixed("PAYLOAD_TOO_LARGE", request.request_id)
-        decided = decider.decide(request, body, **proxy._result_fields(served, trace))
-        answer = decided.answer
-        if decided.verdict.accepted:
-            # The attempt has its accepted answer: the request record says so, and a worker
-            # then takes any further result for it as a DUPLICATE_RESULT (no envelope).
-            request = replace(request, answered=True)
-        writes: list[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]] = [
-            (
-                client.config.topics.requests,
-                request.request_id.encode(),
-                request.record(),
-                decider.generation,
-            ),
-            *((r.topic, r.key, r.value, r.headers) for r in decided.records),
-        ]
-        try:
-            await client.publish_records(writes)
-        except (BrokerError, ClientClosed) as exc:
-            _log.warning("writing the decision of %s: %s", request.request_id, exc)
-            return proxy._fixed("BROKER_UNAVAILABLE", request.request_id)
-        code = answer.code or answer.outcome
-        proxy.stats.count(code)
-        if retries(answer, request):
-            request = replace(request, attempt=request.attempt + 1, answered=False)
-            continue
-        return answer
+def decision_writes(
+    requests_topic: str, request: Request, decided: Decided, generation: Sequence[tuple[str, bytes]]
+) -> list[Write]:
+    """What one decision writes, in one round of sends: the request record (``request`` as the
+    decision left it: marked ``answered`` when accepted; with the ``generation`` headers of the
+    set that decided it) on ``requests_topic``, then the decision's records (envelope,
+    quarantine, audit). No one reads the request record before the decision exists (the proxy
+    decides), so it goes with it: one acknowledged round trip per call instead of two."""
+    return [
+        (requests_topic, request.request_id.encode(), request.record(), generation),
+        *((r.topic, r.key, r.value, r.headers) for r in decided.records),
+    ]
