@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import re2
@@ -414,11 +414,17 @@ def result_variables(data: Any, request: Any, adapter_version: str | None, now: 
         "data": data if isinstance(data, dict) else {},
         "request": {
             "bind": request.bind,
-            "issued_at": request.issued_at,
-            "expires_at": request.expires_at,
+            # RFC 3339 text: the runtime takes a timestamp as a variable, not inside a map
+            # (rules read timestamp(request.issued_at)).
+            "issued_at": _rfc3339(request.issued_at),
+            "expires_at": _rfc3339(request.expires_at),
             "attempt": request.attempt,
             "tool": request.tool,
         },
         "adapter_version": adapter_version or "",
         "now": now,
     }
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

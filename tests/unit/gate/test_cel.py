@@ -1,0 +1,190 @@
+"""cel rules: checked when the contract loads, decided in the semantic stage, never echoing a value."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from toolgate._errors import ContractError
+from toolgate.gate import ContractSet, Gate
+from toolgate.gate._cel import MAX_COST, error_class, rejected_rule
+
+from tests import cel_kit
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Gate:
+    return Gate(ContractSet.load(cel_kit.write_contract(tmp_path)))
+
+
+def decide(gate: Gate, value: Any, **bind: Any) -> Any:
+    return gate.evaluate(cel_kit.message(value), cel_kit.request(**bind), cel_kit.NOW)
+
+
+class TestRulesDecide:
+    """Each rule rejects exactly the results it is false for, as RULE_FAILED naming it."""
+
+    def test_a_result_every_rule_holds_for_is_accepted(self, gate: Gate) -> None:
+        """A refund within the request, of the tenant's accounts, ordered and recent is accepted."""
+        verdict = decide(gate, cel_kit.envelope())
+        assert verdict.accepted, verdict.diagnostics
+
+    @pytest.mark.parametrize(
+        ("changes", "rule"),
+        [
+            ({"amount": 1501}, "within_request"),
+            ({"accounts": [{"id": "acc_a1b2", "tenant": "acme"}, {"id": "acc_zz99", "tenant": "evil"}]},
+             "accounts_of_tenant"),
+            ({"ended_at": "2026-05-01T11:39:59Z"}, "ended_after_started"),
+            ({"started_at": "2026-05-01T10:59:59Z", "ended_at": "2026-05-01T11:00:00Z"}, "started_recently"),
+        ],
+    )  # fmt: skip
+    def test_a_false_rule_is_rule_failed_naming_it(
+        self, gate: Gate, changes: dict[str, Any], rule: str
+    ) -> None:
+        """A result one rule is false for is rejected in the semantic stage with that rule's name."""
+        verdict = decide(gate, cel_kit.envelope(**changes))
+        assert (verdict.accepted, verdict.stage, verdict.code) == (False, "semantic", "RULE_FAILED")
+        assert rejected_rule(verdict) == rule
+        assert verdict.diagnostics.message == f"rule {rule!r} is false"
+        assert json.loads(verdict.agent)["error"]["code"] == "INVALID_RESPONSE"
+
+    def test_the_request_decides_too(self, gate: Gate) -> None:
+        """The same result is accepted or refused by what its request asked for."""
+        value = cel_kit.envelope(amount=1400)
+        assert decide(gate, value, max_amount=1400).accepted
+        assert rejected_rule(decide(gate, value, max_amount=1399)) == "within_request"
+
+    def test_now_is_the_decision_clock(self, gate: Gate) -> None:
+        """A rule over ``now`` reads the injected clock: the same result turns stale with it."""
+        value = cel_kit.envelope()
+        request = cel_kit.request(issued=cel_kit.NOW + timedelta(minutes=40))
+        assert gate.evaluate(cel_kit.message(value), request, cel_kit.NOW + timedelta(minutes=40)).accepted
+        later = gate.evaluate(cel_kit.message(value), request, cel_kit.NOW + timedelta(minutes=40, seconds=1))
+        assert rejected_rule(later) == "started_recently"
+
+    def test_no_value_reaches_a_detail(self, gate: Gate) -> None:
+        """Neither the verdict's detail nor the agent's envelope holds a value of the result."""
+        verdict = decide(gate, cel_kit.envelope(accounts=[{"id": "acc_secret1", "tenant": "leakme"}]))
+        assert not verdict.accepted
+        for text in (verdict.agent.decode(), repr(verdict.diagnostics)):
+            assert "leakme" not in text
+            assert "secret1" not in text
+
+    def test_a_failure_envelope_is_not_ruled(self, gate: Gate) -> None:
+        """Rules read data: the upstream's validated failure is passed on as it is."""
+        value = {"tool": "refund", "request_id": cel_kit.REQUEST_ID, "outcome": "failure",
+                 "error": {"code": "NOT_FOUND", "retryable": False}}  # fmt: skip
+        assert decide(gate, value).accepted
+
+
+class TestRuntimeErrors:
+    """An evaluation error is a rejection with its own detail, never a crash nor an accept."""
+
+    @pytest.mark.parametrize(
+        ("expr", "bind", "detail"),
+        [
+            ("data.amount / request.bind.divisor > 0", {"divisor": 0}, "division by zero"),
+            ("data.amount <= request.bind.missing", {}, "a member it reads is missing"),
+            ("data.amount + request.bind.big > 0", {"big": 2**63 - 1}, "overflow"),
+            ("data.refund_id < request.bind.max_amount", {}, "no operation for these types"),
+            (
+                "data.refund_id.matches(request.bind.pattern)",
+                {"pattern": "(a"},
+                "a pattern the runtime refuses",
+            ),
+        ],
+    )
+    def test_each_error_has_its_fixed_detail(
+        self, tmp_path: Path, expr: str, bind: dict[str, Any], detail: str
+    ) -> None:
+        """Division by zero, a missing key, overflow, a type mismatch and a bad pattern at run time."""
+        contract = cel_kit.CONTRACT.replace("data.amount <= request.bind.max_amount", expr)
+        gate = Gate(ContractSet.load(cel_kit.write_contract(tmp_path, contract)))
+        verdict = decide(gate, cel_kit.envelope(), **bind)
+        assert (verdict.stage, verdict.code) == ("semantic", "RULE_FAILED")
+        assert verdict.diagnostics.message == f"rule 'within_request' could not be evaluated: {detail}"
+
+    def test_an_error_text_is_classed_never_copied(self) -> None:
+        """An unknown error text becomes a fixed phrase: CEL's own text may quote values."""
+        assert error_class("something 'secret' happened") == "an evaluation error"
+
+
+def load_error(tmp_path: Path, expr: str, schema: dict[str, Any] | None = None) -> str:
+    contract = cel_kit.CONTRACT.replace("data.amount <= request.bind.max_amount", expr.replace("'", "''"))
+    contract = contract.replace("expr: " + expr.replace("'", "''"), "expr: '" + expr.replace("'", "''") + "'")
+    with pytest.raises(ContractError) as caught:
+        ContractSet.load(cel_kit.write_contract(tmp_path, contract, schema))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert str(tmp_path / "refund" / "v1" / "contract.yaml") in message
+    assert "$.rules[0] (within_request)" in message
+    return message
+
+
+class TestLoadRefusals:
+    """A rule that cannot be right does not load: one line naming the file, the rule and the position."""
+
+    @pytest.mark.parametrize(
+        ("expr", "said"),
+        [
+            ("data.amount <=", "1:15: Syntax error"),
+            ("amount <= 3", "1:1: undeclared reference to 'amount'"),
+            (
+                "data.amount <= request.bind.max_amount && frobnicate(data)",
+                "undeclared reference to 'frobnicate'",
+            ),
+            ("data.amont <= 3", "1:5: the schema declares no 'amont' in data"),
+            (
+                "data.accounts.exists(a, a.tenantt == 'x')",
+                "1:26: the schema declares no 'tenantt' in data.accounts.*",
+            ),
+            ("request.tenant == 'acme'", "1:8: a request has no 'tenant'"),
+            ("'a' == 1", "1:5: found no matching overload for '_==_' applied to '(string, int)'"),
+            ("data.amount", "1:1: the expression is dyn, not bool"),
+            ("1 + 2", "the expression is int, not bool"),
+            ("data.refund_id.matches('(a')", "1:24: RE2 refuses the pattern of matches()"),
+        ],
+    )
+    def test_each_mistake_is_one_line(self, tmp_path: Path, expr: str, said: str) -> None:
+        """Syntax, unknown names, unknown fields, type errors, non-booleans and bad patterns."""
+        assert said in load_error(tmp_path, expr)
+
+    def test_an_unbounded_nested_loop_is_over_the_cost_bound(self, tmp_path: Path) -> None:
+        """Loops within loops over an array the schema does not bound cost too much to load."""
+        schema = json.loads(json.dumps(cel_kit.SCHEMA))
+        del schema["$defs"]["refund"]["properties"]["accounts"]["maxItems"]
+        expr = "data.accounts.all(a, data.accounts.all(b, a.id == b.id || a.tenant == b.tenant))"
+        assert f"over the bound of {MAX_COST:,}" in load_error(tmp_path, expr, schema)
+
+    def test_a_bounded_nested_loop_loads(self, tmp_path: Path) -> None:
+        """The same loops over an array of at most 20 items are cheap enough."""
+        expr = "data.accounts.all(a, data.accounts.all(b, a.id == b.id || a.tenant == b.tenant))"
+        contract = cel_kit.CONTRACT.replace("data.amount <= request.bind.max_amount", f"'{expr}'")
+        assert ContractSet.load(cel_kit.write_contract(tmp_path, contract))
+
+    @pytest.mark.parametrize(
+        ("change", "said"),
+        [
+            (("name: within_request", "name: Within-Request"), "rule name 'Within-Request' must match"),
+            (("name: accounts_of_tenant", "name: within_request"), "rule name 'within_request' repeats"),
+            (
+                ("expr: data.amount <= request.bind.max_amount", "expr: ' '"),
+                "expr must be 1..4096 characters",
+            ),
+        ],
+    )
+    def test_names_and_sizes(self, tmp_path: Path, change: tuple[str, str], said: str) -> None:
+        """A rule's name is a plain identifier, once per contract; its expression is bounded."""
+        contract = cel_kit.CONTRACT.replace(*change)
+        with pytest.raises(ContractError, match=said):
+            ContractSet.load(cel_kit.write_contract(tmp_path, contract))
+
+    def test_argument_rules_need_a_pinned_definition(self, tmp_path: Path) -> None:
+        """Argument rules read a call's arguments: a contract that serves no tool has none."""
+        contract = cel_kit.CONTRACT + "mcp:\n  argument_rules: []\n"
+        with pytest.raises(ContractError):
+            ContractSet.load(cel_kit.write_contract(tmp_path, contract))
