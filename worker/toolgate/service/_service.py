@@ -350,7 +350,12 @@ class Worker:
         self.metrics.contract_info.clear()  # a reload may have retired or removed versions
         self.metrics.contracts_from_snapshot.set(1 if from_snapshot_on_disk() else 0)
         self.metrics.initialise(
-            [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts]
+            [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts],
+            [
+                (c.spec.tool, version_label(c.spec), c.spec.status, rule.name)
+                for c in gate.contracts
+                for rule in c.cel_rules
+            ],
         )
         contracts = gate.contracts
         self.metrics.contract_set(contracts.generation, contracts.label, contracts.digest)
@@ -882,6 +887,10 @@ class Worker:
         self.ledger.commit(updates)
         for disagreement in batch.disagreements:
             self.metrics.shadow_disagreements.labels(disagreement.tool, disagreement.version).inc()
+            if disagreement.rule is not None:
+                self.metrics.shadow_rule_failures.labels(
+                    disagreement.tool, disagreement.version, disagreement.rule
+                ).inc()
         self.metrics.decided_batch(batch.decisions)
         for decision in batch.decisions:
             verdict = decision.verdict
