@@ -188,3 +188,60 @@ class TestLoadRefusals:
         contract = cel_kit.CONTRACT + "mcp:\n  argument_rules: []\n"
         with pytest.raises(ContractError):
             ContractSet.load(cel_kit.write_contract(tmp_path, contract))
+
+
+class TestCheckCommand:
+    """``toolgate check`` decides by the rules as the worker does, naming the rule that failed."""
+
+    def test_three_rules_through_check(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """An accepted result and one result per rule each false, decided offline."""
+        from toolgate import cli
+
+        cel_kit.write_contract(tmp_path / "contracts")
+        request = tmp_path / "request.json"
+        record = cel_kit.request()
+        request.write_text(
+            json.dumps(
+                {
+                    "request_id": record.request_id,
+                    "tool": "refund",
+                    "issued_at": record.issued_at.isoformat(),
+                    "expires_at": record.expires_at.isoformat(),
+                    "bind": record.bind,
+                }  # fmt: skip
+            )
+        )
+        cases = {
+            "ok": ({}, None),
+            "over": ({"amount": 1501}, "within_request"),
+            "tenant": ({"accounts": [{"id": "acc_zz99", "tenant": "evil"}]}, "accounts_of_tenant"),
+            "order": ({"ended_at": "2026-05-01T11:00:00Z"}, "ended_after_started"),
+        }
+        files = []
+        for name, (changes, _) in cases.items():
+            path = tmp_path / f"{name}.json"
+            path.write_text(json.dumps(cel_kit.envelope(**changes)))
+            files.append(str(path))
+        code = cli.main(
+            [
+                "check",
+                "--contracts",
+                str(tmp_path / "contracts"),
+                "--request",
+                str(request),
+                "--now",
+                cel_kit.NOW.isoformat(),
+                "--header",
+                "tg-adapter-version=1.0",
+                *files,
+            ]  # fmt: skip
+        )
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert code == 1
+        for line, (_, rule) in zip(lines, cases.values(), strict=True):
+            if rule is None:
+                assert line["outcome"] == "accepted", line
+            else:
+                assert (line["stage"], line["code"]) == ("semantic", "RULE_FAILED")
+                assert line["diagnostics"]["schema_path"] == rule
+                assert line["diagnostics"]["message"] == f"rule {rule!r} is false"
