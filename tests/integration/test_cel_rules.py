@@ -6,6 +6,7 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaProducer
@@ -30,7 +31,7 @@ class TestLiveRules:
         contracts = ContractSet.load(cel_kit.write_contract(tmp_path))
         now = datetime.now(UTC)
         started, ended = _at(now - timedelta(minutes=5)), _at(now - timedelta(minutes=4))
-        cases = {
+        cases: dict[str, tuple[dict[str, Any], str | None]] = {
             "ok": ({}, None),
             "over": ({"amount": 1501}, "within_request"),
             "tenant": ({"accounts": [{"id": "acc_zz99", "tenant": "evil"}]}, "accounts_of_tenant"),

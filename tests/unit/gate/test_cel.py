@@ -208,10 +208,10 @@ class TestCheckCommand:
                     "issued_at": record.issued_at.isoformat(),
                     "expires_at": record.expires_at.isoformat(),
                     "bind": record.bind,
-                }  # fmt: skip
+                }
             )
         )
-        cases = {
+        cases: dict[str, tuple[dict[str, Any], str | None]] = {
             "ok": ({}, None),
             "over": ({"amount": 1501}, "within_request"),
             "tenant": ({"accounts": [{"id": "acc_zz99", "tenant": "evil"}]}, "accounts_of_tenant"),
@@ -234,7 +234,7 @@ class TestCheckCommand:
                 "--header",
                 "tg-adapter-version=1.0",
                 *files,
-            ]  # fmt: skip
+            ]
         )
         lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert code == 1
