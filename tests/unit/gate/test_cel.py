@@ -245,3 +245,50 @@ class TestCheckCommand:
                 assert (line["stage"], line["code"]) == ("semantic", "RULE_FAILED")
                 assert line["diagnostics"]["schema_path"] == rule
                 assert line["diagnostics"]["message"] == f"rule {rule!r} is false"
+
+
+class TestRuleSet:
+    """The gate's fast path (one combined program, data cut to what the rules read) decides as
+    the rules one by one over the whole data do."""
+
+    EXPRS = (
+        "data.items.all(i, i.state != 'blocked' || i.score <= 50)",
+        "data.count == size(data.items)",
+        "has(data.note) || data.count < 3",
+        "timestamp(request.issued_at) < now && request.attempt == 1",
+    )
+
+    @pytest.mark.parametrize(
+        "data",
+        [
+            {"count": 2, "items": [{"state": "open", "score": 99}, {"state": "blocked", "score": 10}]},
+            {"count": 2, "items": [{"state": "open", "score": 99}, {"state": "blocked", "score": 60}]},
+            {"count": 3, "items": [{"state": "open"}, {"state": "open"}, {"state": "x"}]},
+            {"count": 1, "items": [{"state": "blocked"}]},
+            {"count": 1, "items": ["not an object"]},
+            {"count": 5, "items": [], "note": "n"},
+            {"items": []},
+            {"count": 1, "items": {"state": "blocked"}},
+        ],
+    )
+    def test_the_fast_path_agrees_with_each_rule_alone(self, data: dict[str, Any]) -> None:
+        """Same first failing rule and same detail, for true, false and erring rules."""
+        from toolgate._errors import RejectedInput
+        from toolgate.gate._cel import RuleSet, compile_rule, evaluate, result_variables
+
+        rules = [
+            compile_rule(f"r{i}", e, "", kind="result", where="w", path="p", schema=None)
+            for i, e in enumerate(self.EXPRS)
+        ]
+        request = cel_kit.request()
+
+        def outcome(run: Any) -> tuple[str, str] | None:
+            try:
+                run()
+            except RejectedInput as rejected:
+                return rejected.schema_path, rejected.detail
+            return None
+
+        fast = outcome(lambda: RuleSet(rules).check(data, request, "1.0", cel_kit.NOW))
+        slow = outcome(lambda: evaluate(rules, result_variables(data, request, "1.0", cel_kit.NOW)))
+        assert fast == slow

@@ -26,7 +26,7 @@ from the result never reaches a detail.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -44,6 +44,7 @@ OTHER_RANGE: Final = 1024  # iterations assumed for a list macro over a request 
 RULE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 REQUEST_FIELDS: Final = frozenset({"bind", "issued_at", "expires_at", "attempt", "tool"})
+_TIMES: Final = frozenset({"issued_at", "expires_at"})
 _DYN_MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
 RESULT_VARIABLES: Final[Mapping[str, Any]] = {
     "data": _DYN_MAP,
@@ -201,15 +202,109 @@ class SchemaView:
 
 
 class CelRule:
-    """One compiled rule: its name, source and program."""
+    """One compiled rule: its name, source, program, and the parts of ``data`` (or ``args``)
+    it reads (see :func:`read_tree`)."""
 
-    __slots__ = ("description", "expr", "name", "program")
+    __slots__ = ("description", "expr", "name", "names", "program", "reads")
 
-    def __init__(self, name: str, expr: str, description: str, program: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        expr: str,
+        description: str,
+        program: Any,
+        reads: Sequence[Read] = (),
+        names: frozenset[str] = frozenset(),
+    ) -> None:
         self.name = name
         self.expr = expr
         self.description = description
         self.program = program
+        self.reads = tuple(reads)
+        self.names = names  # the variables it reads (data, request, adapter_version, now, args)
+
+
+Read = tuple[tuple[str, ...], bool]  # (path below data, True: read whole / False: only its size)
+WHOLE: Final = "whole"  # a read tree's leaf: the value is read whole
+SIZE_KEY: Final = "\x00size"  # a read tree's mark: the value's size (or keys) is read
+Tree = dict[str, Any]
+
+
+def read_tree(rules: Sequence[CelRule]) -> Tree | None:
+    """What ``rules`` read of ``data``, as a tree of member names (``*``: every item); None
+    when one reads it whole (nothing to leave out)."""
+    tree: Tree = {}
+    for rule in rules:
+        for path, whole in rule.reads:
+            if not path and whole:
+                return None
+            node = tree
+            for token in path[:-1] if whole else path:
+                child = node.get(token)
+                if child == WHOLE:
+                    break
+                if child is None:
+                    child = node[token] = {}
+                node = child
+            else:
+                if whole:
+                    node[path[-1]] = WHOLE
+                else:
+                    node[SIZE_KEY] = True
+    return tree
+
+
+def pruner(tree: Tree) -> Callable[[Any], Any]:
+    """:func:`pruned` for one tree, as closures built once (the per-result work is then the
+    members the rules read, no walk of the tree)."""
+    if SIZE_KEY in tree:
+        below = tree.get("*", {})
+        item = None if below == WHOLE else pruner(below)
+
+        def sized(value: Any) -> Any:
+            if type(value) is list and item is not None:
+                return [item(v) for v in value]
+            return value
+
+        return sized
+    members = [
+        (name, None if below == WHOLE else pruner(below)) for name, below in tree.items() if name != "*"
+    ]
+    every = tree.get("*")
+    each = None if every is None or every == WHOLE else pruner(every)
+
+    def prune(value: Any) -> Any:
+        if type(value) is dict:
+            out = {}
+            for name, inner in members:
+                if name in value:
+                    out[name] = value[name] if inner is None else inner(value[name])
+            return out
+        if type(value) is list and every is not None:
+            return value if each is None else [each(v) for v in value]
+        return value
+
+    return prune
+
+
+def pruned(value: Any, tree: Tree) -> Any:
+    """``value`` with only what ``tree`` reads: the rules see the same values and the same
+    errors (a member they read that is missing is missing here too), and the runtime
+    converts less. A map whose size or keys are read is kept whole; a list keeps every item."""
+    if type(value) is dict:
+        if SIZE_KEY in tree:
+            return value
+        out = {}
+        for name, below in tree.items():
+            if name in value:
+                out[name] = value[name] if below == WHOLE else pruned(value[name], below)
+        return out
+    if type(value) is list:
+        below = tree.get("*", {})
+        if below == WHOLE:
+            return value
+        return [pruned(item, below) for item in value]
+    return value
 
 
 def _position(expr: str, offset: int) -> str:
@@ -255,7 +350,67 @@ def compile_rule(
     problem = _walk(root, kind, schema, positions, expr)
     if problem:
         raise ContractError(where, at, problem)
-    return CelRule(name, expr, description, program)
+    reads: list[Read] = []
+    _reads(root, "data" if kind == "result" else "args", {}, reads)
+    variables = RESULT_VARIABLES if kind == "result" else ARGUMENT_VARIABLES
+    names = set(n for n in _idents(root) if n in variables)
+    if kind == "result" and "request" in names:
+        request_reads: list[Read] = []
+        _reads(root, "request", {}, request_reads)
+        if all(path for path, _ in request_reads):  # request.<field> only: name the fields
+            names.discard("request")
+            names.update(f"request.{path[0]}" for path, _ in request_reads)
+    return CelRule(name, expr, description, program, reads, frozenset(names))
+
+
+def _idents(node: Node) -> Iterator[str]:
+    """Every identifier ``node`` names (a comprehension's own variables included)."""
+    if node.kind == "ident":
+        yield node.name
+    for child in (*node.children, *node.loop):
+        yield from _idents(child)
+
+
+def _chain(node: Node, root_var: str, scope: Mapping[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The path below ``root_var`` a select chain names (comprehension variables stand for
+    ``*``), or None when the node is not such a chain."""
+    if node.kind == "ident":
+        if node.name in scope:
+            return scope[node.name]
+        return () if node.name == root_var else None
+    if node.kind == "select" and node.children:
+        parent = _chain(node.children[0], root_var, scope)
+        return None if parent is None else (*parent, node.name)
+    return None
+
+
+def _reads(node: Node, root_var: str, scope: Mapping[str, tuple[str, ...]], out: list[Read]) -> None:
+    """Collect what ``node`` reads below ``root_var`` into ``out`` (see :func:`read_tree`)."""
+    path = _chain(node, root_var, scope)
+    if path is not None:
+        out.append((path, True))
+        return
+    if node.kind == "call" and node.name == "size" and len(node.children) == 1:
+        sized = _chain(node.children[0], root_var, scope)
+        if sized is not None:
+            out.append((sized, False))
+            return
+    if node.kind == "comprehension":
+        iter_range, accu_init, condition, step, result = node.loop
+        ranged = _chain(iter_range, root_var, scope)
+        inner = dict(scope)
+        inner.pop(node.name, None)
+        if ranged is not None:
+            out.append((ranged, False))
+            inner[node.name] = (*ranged, "*")
+        else:
+            _reads(iter_range, root_var, scope, out)
+        _reads(accu_init, root_var, scope, out)
+        for part in (condition, step, result):
+            _reads(part, root_var, inner, out)
+        return
+    for child in node.children:
+        _reads(child, root_var, scope, out)
 
 
 def _compile_error(text: str) -> str:
@@ -382,7 +537,7 @@ def evaluate(rules: Sequence[CelRule], variables: Mapping[str, Any], kind: str =
             ``keyword`` :data:`RULE_KEYWORD`.
     """
     try:
-        activation = _env(kind).Activation(dict(variables))
+        activation = _env(kind).Activation(variables)
     except Exception:  # a value CEL cannot hold (an integer over 64 bits, ...)
         raise _reject(rules[0].name, f"rule {rules[0].name!r} could not read its input") from None
     for rule in rules:
@@ -391,13 +546,68 @@ def evaluate(rules: Sequence[CelRule], variables: Mapping[str, Any], kind: str =
         except Exception as exc:  # the runtime raising is an error like any other
             detail = f"rule {rule.name!r} could not be evaluated: {error_class(str(exc))}"
             raise _reject(rule.name, detail) from None
-        if value.type() == cel.Type.BOOL:
-            if value.value() is True:
-                continue
+        result = value.value()
+        if result is True:
+            continue
+        if result is False and value.type() == cel.Type.BOOL:
             raise _reject(rule.name, f"rule {rule.name!r} is false")
-        raise _reject(
-            rule.name, f"rule {rule.name!r} could not be evaluated: {error_class(str(value.value()))}"
+        raise _reject(rule.name, f"rule {rule.name!r} could not be evaluated: {error_class(str(result))}")
+
+
+class RuleSet:
+    """A contract's result rules prepared for the gate: one combined program that says which
+    rule is first false (``!(r0) ? 0 : !(r1) ? 1 : ... : -1``, one evaluation for all), the
+    rules one by one only when it errs (to name the rule), ``data`` cut to what they read and
+    only the variables they name converted."""
+
+    __slots__ = ("combined", "prune", "request_fields", "rules", "uses")
+
+    def __init__(self, rules: Sequence[CelRule]) -> None:
+        self.rules = tuple(rules)
+        tree = read_tree(self.rules)
+        self.prune = None if tree is None else pruner(tree)
+        self.uses = frozenset().union(*(r.names for r in self.rules))
+        # request.<field> read alone: only those fields are built (the times as text cost most)
+        self.request_fields = (
+            frozenset(n.removeprefix("request.") for n in self.uses if n.startswith("request."))
+            & REQUEST_FIELDS
         )
+        text = "".join(f"!({r.expr}) ? {i} : " for i, r in enumerate(self.rules)) + "-1"
+        try:
+            self.combined: Any = _env("result").compile(text) if self.rules else None
+        except RuntimeError:  # each rule compiles alone; the combination only speeds them up
+            self.combined = None
+
+    def check(self, data: Any, request: Any, adapter_version: str | None, now: datetime) -> None:
+        """Raise RULE_FAILED for the first rule not true of this result (see :func:`evaluate`)."""
+        if self.prune is not None:
+            data = self.prune(data)
+        variables: dict[str, Any] = {"data": data if isinstance(data, dict) else {}}
+        uses = self.uses
+        if "request" in uses:
+            variables["request"] = request_variable(request)
+        elif self.request_fields:
+            whole = request_variable(request) if self.request_fields & _TIMES else None
+            variables["request"] = {
+                field: (whole[field] if whole is not None else getattr(request, field))
+                for field in self.request_fields
+            }
+        if "adapter_version" in uses:
+            variables["adapter_version"] = adapter_version or ""
+        if "now" in uses:
+            variables["now"] = now
+        combined = self.combined
+        if combined is not None:
+            try:
+                first = combined.eval(data=variables).value()
+            except Exception:
+                first = None
+            if first == -1 and type(first) is int:
+                return
+            if type(first) is int and 0 <= first < len(self.rules):
+                name = self.rules[first].name
+                raise _reject(name, f"rule {name!r} is false")
+        evaluate(self.rules, variables)
 
 
 def rejected_rule(verdict: Any) -> str | None:
@@ -408,19 +618,24 @@ def rejected_rule(verdict: Any) -> str | None:
     return str(diagnostics.schema_path)
 
 
+def request_variable(request: Any) -> dict[str, Any]:
+    """``request`` as the rules read it."""
+    return {
+        "bind": request.bind,
+        # RFC 3339 text: the runtime takes a timestamp as a variable, not inside a map
+        # (rules read timestamp(request.issued_at)).
+        "issued_at": _rfc3339(request.issued_at),
+        "expires_at": _rfc3339(request.expires_at),
+        "attempt": request.attempt,
+        "tool": request.tool,
+    }
+
+
 def result_variables(data: Any, request: Any, adapter_version: str | None, now: datetime) -> dict[str, Any]:
-    """The activation of a result's rules: converted once per decision."""
+    """Every variable of a result's rules (the reference path; the gate uses :class:`RuleSet`)."""
     return {
         "data": data if isinstance(data, dict) else {},
-        "request": {
-            "bind": request.bind,
-            # RFC 3339 text: the runtime takes a timestamp as a variable, not inside a map
-            # (rules read timestamp(request.issued_at)).
-            "issued_at": _rfc3339(request.issued_at),
-            "expires_at": _rfc3339(request.expires_at),
-            "attempt": request.attempt,
-            "tool": request.tool,
-        },
+        "request": request_variable(request),
         "adapter_version": adapter_version or "",
         "now": now,
     }

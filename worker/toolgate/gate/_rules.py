@@ -22,7 +22,7 @@ import msgspec
 
 from toolgate._codes import Code
 from toolgate._errors import RejectedInput
-from toolgate.gate._cel import CelRule, evaluate, result_variables
+from toolgate.gate._cel import CelRule, RuleSet
 from toolgate.gate._contracts import (
     MISSING,
     Bind,
@@ -248,21 +248,20 @@ class SignatureRule:
 
 
 class CelRules:
-    """The contract's ``cel`` rules, in their order, over one activation per result."""
+    """The contract's ``cel`` rules, in their order (:class:`~toolgate.gate._cel.RuleSet`)."""
 
     __slots__ = ("rules",)
 
     def __init__(self, rules: tuple[CelRule, ...]) -> None:
-        self.rules = rules
+        self.rules = RuleSet(rules)
 
     def __call__(self, evidence: Evidence) -> None:
         envelope = evidence.envelope
         if envelope.get("outcome") != "success":
             return
-        variables = result_variables(
+        self.rules.check(
             envelope.get("data"), evidence.request, evidence.headers.get("tg-adapter-version"), evidence.now
         )
-        evaluate(self.rules, variables)
 
 
 def duplicate_rule(evidence: Evidence) -> None:
