@@ -292,3 +292,61 @@ class TestRuleSet:
         fast = outcome(lambda: RuleSet(rules).check(data, request, "1.0", cel_kit.NOW))
         slow = outcome(lambda: evaluate(rules, result_variables(data, request, "1.0", cel_kit.NOW)))
         assert fast == slow
+
+
+class TestFixtures:
+    """contracts test: a reject fixture names the rule that must fail, and only a RULE_FAILED one does."""
+
+    def _write(self, tmp_path: Path, expect: dict[str, Any], **changes: Any) -> Path:
+        root = cel_kit.write_contract(tmp_path)
+        fixtures = root / "refund" / "v1" / "fixtures"
+        (fixtures / "reject").mkdir(parents=True)
+        record = cel_kit.request()
+        defaults = {
+            "now": cel_kit.NOW.isoformat(),
+            "headers": {
+                "tg-tool": "refund",
+                "tg-request-id": cel_kit.REQUEST_ID,
+                "tg-adapter-version": "1.0",
+            },
+            "request": {
+                "request_id": record.request_id,
+                "tool": "refund",
+                "issued_at": record.issued_at.isoformat(),
+                "expires_at": record.expires_at.isoformat(),
+                "bind": record.bind,
+            },  # fmt: skip
+        }
+        (fixtures / "defaults.json").write_text(json.dumps(defaults))
+        case = {"value": cel_kit.envelope(**changes), "expect": expect}
+        (fixtures / "reject" / "case.json").write_text(json.dumps(case))
+        return root
+
+    def _outcomes(self, root: Path) -> list[str]:
+        from toolgate.authoring._fixtures import iter_outcomes
+        from toolgate.gate import Keyring
+
+        return [o.problem for o in iter_outcomes(ContractSet.load(root), Keyring())]
+
+    def test_the_named_rule_must_be_the_one_that_failed(self, tmp_path: Path) -> None:
+        """A fixture naming the rule that fails passes; naming another rule fails, saying both."""
+        expect = {"stage": "semantic", "code": "RULE_FAILED", "rule": "within_request"}
+        assert self._outcomes(self._write(tmp_path / "a", expect, amount=9999)) == [""]
+        expect["rule"] = "accounts_of_tenant"
+        [problem] = self._outcomes(self._write(tmp_path / "b", expect, amount=9999))
+        assert problem == "expected rule 'accounts_of_tenant', got rule 'within_request'"
+
+    @pytest.mark.parametrize(
+        "expect",
+        [
+            {"stage": "semantic", "code": "RULE_FAILED"},
+            {"stage": "semantic", "code": "RULE_FAILED", "rule": "no_such_rule"},
+            {"stage": "semantic", "code": "BINDING_MISMATCH", "rule": "within_request"},
+        ],
+    )
+    def test_a_fixture_names_a_rule_exactly_when_it_expects_one(
+        self, tmp_path: Path, expect: dict[str, Any]
+    ) -> None:
+        """RULE_FAILED without a rule, an unknown rule, or a rule for another code is refused."""
+        with pytest.raises(ContractError, match=r"\$\.expect\.rule"):
+            self._outcomes(self._write(tmp_path, expect, amount=9999))
