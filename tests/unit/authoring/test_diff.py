@@ -405,7 +405,10 @@ class TestCelRules:
         """Adding a rule breaks, narrowing one breaks (shown before and after), removing one widens."""
         from tests import cel_kit
 
-        rule = "  - kind: cel\n    name: started_recently\n    expr: now - timestamp(data.started_at) <= duration('1h')\n"
+        rule = (
+            "  - kind: cel\n    name: started_recently\n"
+            "    expr: now - timestamp(data.started_at) <= duration('1h')\n"
+        )
         without = cel_kit.CONTRACT.replace(rule, "")
         [added] = self._diff(tmp_path / "1", without, cel_kit.CONTRACT)
         assert (added.kind, added.breaking, added.widens) == ("cel-rule-added", True, False)

@@ -315,7 +315,7 @@ class TestFixtures:
                 "issued_at": record.issued_at.isoformat(),
                 "expires_at": record.expires_at.isoformat(),
                 "bind": record.bind,
-            },  # fmt: skip
+            },
         }
         (fixtures / "defaults.json").write_text(json.dumps(defaults))
         case = {"value": cel_kit.envelope(**changes), "expect": expect}
