@@ -527,6 +527,14 @@ def _contract_yaml(spec: dict[str, Any], server: str, mcp_tool: str, *, text_onl
         "# mcp.definition and input.schema.json hold the upstream's own text, UNREVIEWED: the\n"
         "# host's model reads every one of them (lint lists each, unreviewed-text); read them,\n"
         "# cut or rewrite what should not reach it: status: active marks them reviewed.\n"
+        "# What the schema cannot say is a cel rule (docs/contracts.md, cel rules): a boolean over\n"
+        "# data, request, adapter_version and now that must hold, under rules:, for example\n"
+        "#   - kind: cel\n"
+        "#     name: succeeded_has_finished_at\n"
+        "#     expr: data.state != 'succeeded' || has(data.finished_at)\n"
+        "# and over a call's arguments, before the upstream runs, under mcp: argument_rules:\n"
+        "#   - name: path_under_docs\n"
+        "#     expr: args.path.startsWith('/srv/docs/') && !args.path.contains('..')\n"
     )
     definition = spec.get("mcp", {}).get("definition")
     if isinstance(definition, dict):
