@@ -350,3 +350,30 @@ class TestFixtures:
         """RULE_FAILED without a rule, an unknown rule, or a rule for another code is refused."""
         with pytest.raises(ContractError, match=r"\$\.expect\.rule"):
             self._outcomes(self._write(tmp_path, expect, amount=9999))
+
+
+class TestReadmeRules:
+    """The rules contracts/README.md shows compile as written, and its fixture names one of them."""
+
+    def test_the_five_rules_and_the_fixture(self) -> None:
+        """Five cel rules in its rules example; its RULE_FAILED fixture names one of them."""
+        import re
+
+        import yaml
+        from toolgate.gate._cel import compile_rule
+
+        from tests import ROOT
+
+        text = (ROOT / "contracts" / "README.md").read_text()
+        section = text.split("## cel rules", 1)[1].split("\n## ", 1)[0]
+        block = re.search(r"```yaml\n(rules:\n.*?)```", section, re.DOTALL)
+        assert block is not None
+        rules = yaml.safe_load(block.group(1))["rules"]
+        assert len(rules) == 5
+        for rule in rules:
+            assert compile_rule(
+                rule["name"], rule["expr"], "", kind="result", where="w", path="p", schema=None
+            )
+        fixture = re.search(r"```json\n(.*?)```", section, re.DOTALL)
+        assert fixture is not None
+        assert json.loads(fixture.group(1))["expect"]["rule"] in {r["name"] for r in rules}

@@ -17,7 +17,7 @@ import bisect
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -30,7 +30,8 @@ from prometheus_client import (
 )
 
 from toolgate._codes import Stage
-from toolgate.gate import rejected_rule
+from toolgate.gate import Contract, rejected_rule
+from toolgate.gate._contracts import version_label
 
 if TYPE_CHECKING:
     from toolgate.gate._batch import Decision
@@ -384,6 +385,16 @@ class Metrics:
             inc()
         self.evaluation.labels(stage or "project").observe(seconds)
         self.result_bytes.labels(name).observe(size)
+
+
+def rule_series(contracts: Iterable[Contract]) -> list[tuple[str, str, str, str]]:
+    """(tool, version, status, rule name) of every cel rule of ``contracts``, for
+    :meth:`Metrics.initialise`."""
+    return [
+        (c.spec.tool, version_label(c.spec), c.spec.status, rule.name)
+        for c in contracts
+        for rule in c.cel_rules
+    ]
 
 
 class HealthServer:

@@ -60,7 +60,7 @@ from toolgate.service._kafka import (
     partitions_of,
 )
 from toolgate.service._members import GroupView, member_id
-from toolgate.service._metrics import HealthServer, Metrics
+from toolgate.service._metrics import HealthServer, Metrics, rule_series
 from toolgate.service._otel_spans import DecisionTracer, tracer_from_env
 from toolgate.service._partition import Collaborators, OwnedPartition, PartitionSettings
 from toolgate.service._phases import LOOP, NO_PHASES, POLL, Phases
@@ -351,11 +351,7 @@ class Worker:
         self.metrics.contracts_from_snapshot.set(1 if from_snapshot_on_disk() else 0)
         self.metrics.initialise(
             [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts],
-            [
-                (c.spec.tool, version_label(c.spec), c.spec.status, rule.name)
-                for c in gate.contracts
-                for rule in c.cel_rules
-            ],
+            rule_series(gate.contracts),
         )
         contracts = gate.contracts
         self.metrics.contract_set(contracts.generation, contracts.label, contracts.digest)
