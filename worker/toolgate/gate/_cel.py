@@ -501,6 +501,7 @@ def _walk(root: Node, kind: str, schema: SchemaView | None, positions: Mapping[i
 # ---------------------------------------------------------------- evaluation
 
 _ERROR_CLASSES: Final = (
+    ("iteration budget", "over the runtime's iteration budget (10,000 per evaluation)"),
     ("key not found", "a member it reads is missing"),
     ("no such key", "a member it reads is missing"),
     ("no such field", "a member it reads is missing"),
