@@ -147,6 +147,7 @@ class TestLoadRefusals:
             ("data.amount", "1:1: the expression is dyn, not bool"),
             ("1 + 2", "the expression is int, not bool"),
             ("data.refund_id.matches('(a')", "1:24: RE2 refuses the pattern of matches()"),
+            ("'a' * 100000 == ''", "found no matching overload for '_*_' applied to '(string, int)'"),
         ],
     )
     def test_each_mistake_is_one_line(self, tmp_path: Path, expr: str, said: str) -> None:
