@@ -117,6 +117,17 @@ def intake_records(world: World) -> list[Any]:
     return [r for p in world.broker.logs[T.intake] for r in p]
 
 
+async def call_from_host(
+    world: World, upstream: Upstream, contracts: ContractSet, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """One ``deploy_status`` call from a host through a proxy over ``contracts``."""
+    async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+        proxy = Proxy(mcp_kit.SERVER, up, client, contracts)
+        await proxy.load_tools()
+        async with McpClient(proxy.mcp_server()) as host:
+            return await host.call_tool("deploy_status", arguments)
+
+
 def code_of(result: types.CallToolResult) -> str:
     block = result.content[0]
     assert isinstance(block, types.TextContent)
@@ -524,11 +535,7 @@ class TestArguments:
         self, world: World, strict: ContractSet, arguments: dict[str, Any], lines: list[str]
     ) -> None:
         upstream = Upstream()
-        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
-            proxy = Proxy(mcp_kit.SERVER, up, client, strict)
-            await proxy.load_tools()
-            async with McpClient(proxy.mcp_server()) as host:
-                result = await host.call_tool("deploy_status", arguments)
+        result = await call_from_host(world, upstream, strict, arguments)
         assert result.is_error
         assert code_of(result) == "INVALID_ARGUMENTS"
         detail = result.content[1]
@@ -829,11 +836,7 @@ class TestArgumentRules:
     ) -> None:
         """The host gets INVALID_ARGUMENTS with the rule's name; the upstream is never called."""
         upstream = Upstream()
-        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
-            proxy = Proxy(mcp_kit.SERVER, up, client, ruled)
-            await proxy.load_tools()
-            async with McpClient(proxy.mcp_server()) as host:
-                result = await host.call_tool("deploy_status", arguments)
+        result = await call_from_host(world, upstream, ruled, arguments)
         assert code_of(result) == "INVALID_ARGUMENTS"
         detail = result.content[1]
         assert isinstance(detail, types.TextContent)
