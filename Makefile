@@ -212,7 +212,7 @@ run: install broker-up topics
 	bash ops/worker.sh start
 	$(BIN)/toolgate demo
 	@echo
-	@echo "The worker keeps running: curl -s 127.0.0.1:9464/metrics | grep ^toolgate_"
+	@echo "The worker keeps running: curl -s 127.0.0.1:$${TOOLGATE_METRICS_PORT:-9464}/metrics | grep ^toolgate_"
 	@echo "  more traffic: $(BIN)/toolgate demo     logs: bash ops/worker.sh logs     stop all: make stop"
 
 stop:

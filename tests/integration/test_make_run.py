@@ -53,12 +53,13 @@ def test_make_run_reuses_the_running_broker(bootstrap: str) -> None:
         pytest.skip("make run's broker is the local one")
     ours = _ours()
     tag = uuid.uuid4().hex[:10]
+    port = free_port()
     topics = Topics.under(f"tg-mr-{tag}")
     env = {
         **os.environ,
         "TOOLGATE_BOOTSTRAP": LOCAL_BOOTSTRAP,
         "TOOLGATE_GROUP_ID": f"tg-mr-{tag}",
-        "TOOLGATE_METRICS_PORT": str(free_port()),
+        "TOOLGATE_METRICS_PORT": str(port),
         **topics.env(),
     }
     env.pop("TOOLGATE_CONFIG", None)
@@ -80,6 +81,8 @@ def test_make_run_reuses_the_running_broker(bootstrap: str) -> None:
             assert not _ours()  # nothing started here
         assert "worker.sh: worker ready" in output
         assert "200 results sent, 200 decided" in output
+        # The closing line names the worker's metrics port, the one TOOLGATE_METRICS_PORT gave.
+        assert f"The worker keeps running: curl -s 127.0.0.1:{port}/metrics" in output
     finally:
         subprocess.run(
             ["bash", str(ROOT / "ops" / "worker.sh"), "stop"], env=env, capture_output=True, timeout=60

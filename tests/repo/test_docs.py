@@ -276,3 +276,45 @@ class TestReferenceTables:
         """Only body rows of tables count: not their header, not a line of prose naming a setting."""
         text = "`TOOLGATE_X` in prose\n\n| variable | default |\n|---|---|\n| `TOOLGATE_Y` | 1 |\n\nafter\n"
         assert list(table_rows(text)) == [" `TOOLGATE_Y` "]
+
+
+_COUNTS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+
+
+def topic_counts(text: str) -> list[str]:
+    """Every count of topics a text states in words: "the eight topics", "the six Kafka topics"."""
+    pattern = rf"\bthe ({'|'.join(_COUNTS)}) (?:Kafka |toolgate )?topics\b"
+    return [match.lower() for match in re.findall(pattern, text, re.IGNORECASE)]
+
+
+class TestTopicCounts:
+    """Where the docs and the help count toolgate's topics, the count is the code's, and the MCP quick
+    start's advice for a shared broker names every topic's variable."""
+
+    def test_every_stated_count_is_the_codes(self) -> None:
+        """Each "the <n> topics" of the Markdown files and the package's texts says how many there are."""
+        expected = _COUNTS[len(_config.Topics.__struct_fields__) - 1]
+        files = [*_documents(), *PACKAGE.rglob("*.py")]
+        wrong = [
+            f"{path.relative_to(ROOT)}: the {count} topics"
+            for path in files
+            for count in topic_counts(path.read_text(encoding="utf-8"))
+            if count != expected
+        ]
+        assert not wrong, f"there are {expected} topics: {wrong}"
+
+    def test_a_wrong_count_is_found(self) -> None:
+        """The check reads counts as they are written in prose."""
+        assert topic_counts("ensure the six Kafka topics; The Eight topics") == ["six", "eight"]
+
+    def test_the_shared_broker_advice_names_every_topic(self) -> None:
+        """docs/mcp.md's shared-broker sentence names the topic prefix first, then lists each
+        TOOLGATE_TOPIC_* variable, as many as there are."""
+        text = (ROOT / "docs" / "mcp.md").read_text(encoding="utf-8")
+        start = text.index("On a broker others use")
+        advice = " ".join(text[start : text.index("every command above reads them", start)].split())
+        assert advice.index("TOOLGATE_TOPIC_PREFIX") < advice.index("TOOLGATE_TOPIC_REQUESTS")
+        missing = [name for name in _config.Topics().env() if name not in advice]
+        assert not missing, f"docs/mcp.md's shared-broker advice does not name {missing}"
+        count = _COUNTS[len(_config.Topics.__struct_fields__) - 1]
+        assert f"for each of the {count}" in advice

@@ -59,3 +59,55 @@ class TestConfig:
         config = load_config(environ={"TOOLGATE_SECURITY_SASL_PASSWORD": "hunter2"})
         assert config.security.sasl_password == "hunter2"
         assert "hunter2" not in str(config.masked())
+
+
+class TestTopicPrefix:
+    """One setting isolates a deployment on a shared broker: TOOLGATE_TOPIC_PREFIX names every
+    topic and the group, and a topic or group named on its own wins over it."""
+
+    def test_prefix_names_every_topic_and_the_group(self) -> None:
+        """Every topic is <prefix>.<role> and the group is <prefix>."""
+        config = load_config(environ={"TOOLGATE_TOPIC_PREFIX": "alice"})
+        assert config.topics.names() == [f"alice.{role}" for role in config.topics.__struct_fields__]
+        assert config.group_id == "alice"
+        assert config.topic_prefix == "alice"
+
+    def test_a_topic_or_group_named_on_its_own_wins(self, tmp_path: Path) -> None:
+        """TOOLGATE_TOPIC_INTAKE, a file's [topics] entry and TOOLGATE_GROUP_ID beat the prefix."""
+        path = tmp_path / "tg.toml"
+        path.write_text('[topics]\naudit = "shared.audit"\n')
+        config = load_config(
+            path,
+            environ={
+                "TOOLGATE_TOPIC_PREFIX": "bob",
+                "TOOLGATE_TOPIC_INTAKE": "bob-in",
+                "TOOLGATE_GROUP_ID": "workers",
+            },
+        )
+        assert (config.topics.intake, config.topics.audit, config.topics.agent) == (
+            "bob-in",
+            "shared.audit",
+            "bob.agent",
+        )
+        assert config.group_id == "workers"
+
+    def test_prefix_in_the_file(self, tmp_path: Path) -> None:
+        """topic_prefix in the TOML file works as the variable does."""
+        path = tmp_path / "tg.toml"
+        path.write_text('topic_prefix = "carol"\n')
+        config = load_config(path, environ={})
+        assert (config.topics.requests, config.group_id) == ("carol.requests", "carol")
+
+    def test_bad_prefix_names_the_variable(self) -> None:
+        """A prefix with characters Kafka refuses in topic names fails naming TOOLGATE_TOPIC_PREFIX."""
+        with pytest.raises(ConfigError, match=r"^TOOLGATE_TOPIC_PREFIX='a b': a topic prefix is 1-200"):
+            load_config(environ={"TOOLGATE_TOPIC_PREFIX": "a b"})
+
+    def test_without_prefix_nothing_changes(self) -> None:
+        """No prefix: the default names and group."""
+        config = load_config(environ={"TOOLGATE_TOPIC_INTAKE": "x.in"})
+        assert (config.topics.intake, config.topics.agent, config.group_id) == (
+            "x.in",
+            "toolgate.agent",
+            "toolgate",
+        )

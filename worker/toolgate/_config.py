@@ -1,7 +1,10 @@
 """Worker configuration: defaults, ``TOOLGATE_*`` environment variables, optional TOML file.
 
 Precedence, lowest first: built-in defaults, the TOML file (``--config`` or
-``TOOLGATE_CONFIG``), then ``TOOLGATE_*`` environment variables. Every value is
+``TOOLGATE_CONFIG``), then ``TOOLGATE_*`` environment variables. A topic prefix
+(``topic_prefix``, ``TOOLGATE_TOPIC_PREFIX``) names every topic ``<prefix>.<role>`` and
+the group ``<prefix>``, below any topic or group named on its own (in the file or a
+variable), which wins over it. Every value is
 decoded strictly: an unknown key or a wrong type fails at start-up naming the
 file (or variable) and the path of the mistake.
 """
@@ -9,6 +12,7 @@ file (or variable) and the path of the mistake.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,6 +23,8 @@ from toolgate._errors import ConfigError
 from toolgate._secrets import check_private, read_secret
 
 LOCAL_BOOTSTRAP = "127.0.0.1:19092"
+# A topic prefix: Kafka's topic characters, short enough for <prefix>.quarantine (249 at most).
+TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 class Topics(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -147,6 +153,9 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     # upstream, comma-separated (beside any --upstream-env NAME): never the whole environment.
     # TOOLGATE_MCP_UPSTREAM_ENV.
     mcp_upstream_env: str = ""
+    # Isolation on a shared broker in one setting: every topic <prefix>.<role> and the group
+    # <prefix>, unless a topic or the group is named on its own. TOOLGATE_TOPIC_PREFIX.
+    topic_prefix: str | None = None
     topics: Topics = msgspec.field(default_factory=Topics)
     partitions: Partitions = msgspec.field(default_factory=Partitions)
     security: Security = msgspec.field(default_factory=Security)
@@ -169,6 +178,7 @@ _NOT_CONFIG = {"TOOLGATE_CONFIG", "TOOLGATE_REQUIRE_KAFKA", "TOOLGATE_REQUIRE_RE
 # share the prefix; `kafka.sh with CMD` runs toolgate in the same environment.
 # So do the local registry script's (ops/registry/registry.sh: TOOLGATE_APICURIO_PORT, ...).
 _NOT_CONFIG_PREFIX = ("TOOLGATE_KAFKA_", "TOOLGATE_APICURIO_")
+_PREFIX_VARIABLE = "TOOLGATE_TOPIC_PREFIX"
 
 
 def _environment_error(exc: msgspec.ValidationError, environ: dict[str, str]) -> str:
@@ -191,6 +201,9 @@ def _from_env(environ: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in environ.items():
         if not name.startswith(_ENV_PREFIX) or name in _NOT_CONFIG or name.startswith(_NOT_CONFIG_PREFIX):
+            continue
+        if name == _PREFIX_VARIABLE:  # not a topic of its own: the prefix of them all
+            out["topic_prefix"] = value
             continue
         rest = name[len(_ENV_PREFIX) :]
         for prefix, section in _NESTED.items():
@@ -233,12 +246,36 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: dict[str, s
         except msgspec.ValidationError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
     env_data = _from_env(env)
+    merged = _merge(data, env_data)
     try:
         # Environment values are strings; strict=False lets "3" become 3 for int fields.
-        config = msgspec.convert(_merge(data, env_data), Config, strict=False)
+        config = msgspec.convert(_prefixed(merged, path, env_data), Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(_environment_error(exc, env)) from exc
     return _with_secrets(config)
+
+
+def _prefixed(merged: dict[str, Any], path: Any, env_data: dict[str, Any]) -> dict[str, Any]:
+    """``merged`` with the topic prefix applied: every topic and the group it does not name on
+    its own take ``<prefix>.<role>`` and ``<prefix>``.
+
+    Raises:
+        ConfigError: a prefix that is not a Kafka topic name's characters, naming its setting.
+    """
+    prefix = merged.get("topic_prefix")
+    if prefix is None:
+        return merged
+    where = _PREFIX_VARIABLE if "topic_prefix" in env_data else f"{path}: topic_prefix"
+    if not isinstance(prefix, str) or not TOPIC_PREFIX.fullmatch(prefix):
+        raise ConfigError(
+            f"{where}={str(prefix)[:80]!r}: a topic prefix is 1-200 of [A-Za-z0-9._-] "
+            "(topics are named <prefix>.<role>)"
+        )
+    named = merged.get("topics")
+    topics = dict(named) if isinstance(named, dict) else {}
+    for role in Topics.__struct_fields__:
+        topics.setdefault(role, f"{prefix}.{role}")
+    return {**merged, "topics": topics, "group_id": merged.get("group_id", prefix)}
 
 
 def _with_secrets(config: Config) -> Config:

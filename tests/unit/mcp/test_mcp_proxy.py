@@ -742,6 +742,19 @@ class TestStartUp:
         monkeypatch.setenv("TOOLGATE_BOOTSTRAP", "10.0.0.1:9092")
         assert "(from TOOLGATE_BOOTSTRAP)" in settings_lines(args, CONFIG)[0]
 
+    def test_topic_prefix_said(self) -> None:
+        """A topic prefix in force is named beside the topics and group it gave."""
+        import argparse
+
+        from toolgate._config import load_config
+
+        config = load_config(environ={"TOOLGATE_TOPIC_PREFIX": "alice"})
+        line = settings_lines(argparse.Namespace(bootstrap=None, contracts="contracts"), config)[2]
+        assert line == (
+            "topics requests=alice.requests intake=alice.intake agent=alice.agent; "
+            "worker group alice (topic prefix alice)"
+        )
+
 
 class TestNestedAdvertisedSchema:
     """A nested projection is required only where projection always creates it."""

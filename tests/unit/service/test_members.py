@@ -6,18 +6,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import yaml
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.service._contract_source import ContractSource
-from toolgate.service._members import MemberRecord, disagreeing, hint, live_members
+from toolgate.service._members import (
+    ROLLOUT_SECONDS,
+    GroupView,
+    MemberRecord,
+    disagreeing,
+    hint,
+    live_members,
+)
 from toolgate.service._service import Worker, WorkerOptions
 
+from tests import ROOT
 from tests.unit.builders import CONTRACTS, NOW
 from tests.unit.worker_kit import CONFIG, World, until
 
@@ -95,7 +104,8 @@ class TestTwoFoldersInOneGroup:
     async def test_both_see_the_split_and_say_it_once(
         self, tmp_path: Path, gate: Gate, caplog: pytest.LogCaptureFixture
     ) -> None:
-        """Each worker sets toolgate_contracts_group_disagreement to 1 and logs one warning."""
+        """Each worker sets toolgate_contracts_group_disagreement to 1 at once and logs one line
+        (info: a rollout may be moving them; the warning waits for the split to outlast one)."""
         caplog.set_level(logging.INFO, logger="toolgate.members")
         full, lacking = tmp_path / "full", tmp_path / "lacking"
         shutil.copytree(CONTRACTS, full, ignore=shutil.ignore_patterns("wire", "*.md"))
@@ -109,8 +119,9 @@ class TestTwoFoldersInOneGroup:
             assert second.gate.group is not None
             assert "review_status" in second.gate.group.tools
             assert first.metrics.group_members._value.get() == 2
-            lines = [r for r in caplog.records if "different contract sets" in r.getMessage()]
+            lines = [r for r in caplog.records if "disagree on the contract set" in r.getMessage()]
             assert len(lines) == 2  # one per worker
+            assert {r.levelname for r in lines} == {"INFO"}
             assert {r.this_member for r in lines} == {"worker-a", "worker-b"}  # type: ignore[attr-defined]
         finally:
             for w in (first, second):
@@ -132,3 +143,93 @@ class TestTwoFoldersInOneGroup:
             for w in workers:
                 w.request_stop()
             await asyncio.gather(*tasks)
+
+
+class Clock:
+    """The injected UTC clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def _view(clock: Clock) -> GroupView:
+    config = msgspec.structs.replace(CONFIG, group_id="g")
+    return GroupView(config, World().clients, "me", clock)
+
+
+def _hear(view: GroupView, clock: Clock, **digests: str) -> None:
+    """Records of each member, heard now, deciding with the set of the given digest."""
+    for member, digest in digests.items():
+        view.records[member] = msgspec.structs.replace(record(member, digest), at=clock.now)
+
+
+def _said(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "toolgate.members"]
+
+
+def _heard_later(
+    view: GroupView, clock: Clock, contracts: ContractSet, seconds: float, **digests: str
+) -> bool:
+    """``seconds`` later, every member heard from with the set of its digest; whether they disagree."""
+    clock.advance(seconds)
+    _hear(view, clock, **digests)
+    return view.check(contracts)[1]
+
+
+class TestRolloutIsNoWarning:
+    """Members disagree while a rollout moves them: an info line at the start and the end of the
+    split; the warning only for a split that outlasts ROLLOUT_SECONDS, once (by the injected clock)."""
+
+    @pytest.fixture
+    def clock(self, caplog: pytest.LogCaptureFixture) -> Clock:
+        caplog.set_level(logging.INFO, logger="toolgate.members")
+        return Clock()
+
+    def test_a_rollout_within_the_bound_warns_nothing(
+        self, contracts: ContractSet, caplog: pytest.LogCaptureFixture, clock: Clock
+    ) -> None:
+        """Members move from one set to the next within the bound: info lines only, no warning."""
+        view = _view(clock)
+        sets = {"me": "1", "b": "1", "c": "1"}
+        assert _heard_later(view, clock, contracts, 0, **sets) is False
+        for member in sets:  # one member at a time, a minute apart
+            sets[member] = "2"
+            _heard_later(view, clock, contracts, 60, **sets)
+        assert view.check(contracts)[1] is False
+        said = _said(caplog)
+        assert [level for level, _ in said] == ["INFO", "INFO"]
+        assert "a warning follows if they still do after 300 s" in said[0][1]
+        assert said[1][1] == "the workers of this group decide with one contract set again"
+
+    def test_a_split_past_the_bound_warns_once(
+        self, contracts: ContractSet, caplog: pytest.LogCaptureFixture, clock: Clock
+    ) -> None:
+        """A split still there ROLLOUT_SECONDS after it began: one warning naming every member's set."""
+        view = _view(clock)
+        assert _heard_later(view, clock, contracts, 0, me="1", b="2") is True
+        _heard_later(view, clock, contracts, ROLLOUT_SECONDS - 1, me="1", b="2")
+        assert [level for level, _ in _said(caplog)] == ["INFO"]
+        for seconds in (1, ROLLOUT_SECONDS):
+            _heard_later(view, clock, contracts, seconds, me="1", b="2")
+        warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1
+        assert warnings[0].getMessage() == "the workers of this group decide with different contract sets"
+        assert warnings[0].members == {"b": "g0-2", "me": "g0-1"}  # type: ignore[attr-defined]
+        assert warnings[0].for_seconds == ROLLOUT_SECONDS  # type: ignore[attr-defined]
+
+    def test_the_bound_is_the_alerts(self) -> None:
+        """ROLLOUT_SECONDS is the `for` of ToolgateContractSetsDisagree: the log and the alert agree."""
+        rules = yaml.safe_load((ROOT / "ops" / "prometheus" / "rules" / "toolgate.yml").read_text())
+        (alert,) = [
+            rule
+            for group in rules["groups"]
+            for rule in group["rules"]
+            if rule.get("alert") == "ToolgateContractSetsDisagree"
+        ]
+        assert alert["for"] == f"{ROLLOUT_SECONDS / 60:g}m"

@@ -25,6 +25,10 @@ Classification (contracts, :func:`diff_contracts`, on top of the schema's)::
     adapter-versions-changed     a glob removed: breaking; added: widens
     unversioned-adapters-changed opted in: widens; opted out: breaking
     tool-changed                 yes       -
+    sensitive-secrets-changed, sensitive-personal-changed
+                                 stricter (allow < redact < reject): breaking; looser: widens
+    sensitive-allow-added        -         yes   a field no longer screened
+    sensitive-allow-removed      yes       -
     content-type-changed, text-pattern-changed   yes  yes
     definition-added             -         yes   the MCP proxy may now list the tool
     definition-removed           yes       -
@@ -52,6 +56,7 @@ import msgspec
 
 from toolgate.authoring._schema_diff import Change, diff_schemas
 from toolgate.gate._contracts import Cel, Contract, ContractSet, ContractSpec
+from toolgate.gate._sensitive import DEFAULT_POLICY
 
 __all__ = ["Step", "contract_history", "diff_contracts"]
 
@@ -103,7 +108,7 @@ def _definition_changes(old: Contract, new: Contract) -> Iterator[Change]:
                 kind="definition-text-changed",
                 breaking=False,
                 widens=True,
-                message=f"the {name} the host's model reads changed: {_short(was)} -> {_short(now)}",
+                message=f"the {name} the host's model reads changed: {_changed_pair(was, now)}",
             )
     if before.digest != after.digest:
         yield Change(
@@ -138,12 +143,16 @@ def _input_text_changes(old: Any, new: Any, file: str) -> Iterator[Change]:
             continue
         kind = "input-text-added" if not was else "input-text-removed" if not now else "input-text-changed"
         note = "" if pointer in served or not now else " (not served: the proxy drops it)"
+        if len(was) == len(now) == 1:
+            shown = _changed_pair(was[0], now[0])
+        else:
+            shown = f"{', '.join(map(_quoted, was)) or '-'} -> {', '.join(map(_quoted, now)) or '-'}"
         yield Change(
             pointer=f"{file}:{pointer}",
             kind=kind,
             breaking=False,
             widens=bool(now),
-            message=f"{', '.join(map(_quoted, was)) or '-'} -> {', '.join(map(_quoted, now)) or '-'}{note}",
+            message=shown + note,
         )
 
 
@@ -152,9 +161,38 @@ def _quoted(text: str) -> str:
     return ascii(text[:160]) + (f"... ({len(text)} characters)" if len(text) > 160 else "")
 
 
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return ascii(text[:60]) + ("..." if len(text) > 60 else "")
+SHOWN_WHOLE = 160  # a changed text up to this long is shown whole
+CHANGE_CONTEXT = 40  # characters shown before and after what changed in a longer one
+CHANGE_SHOWN = 400  # of what changed, at most this many characters are shown
+
+
+def _changed_pair(was: Any, now: Any) -> str:
+    """``OLD -> NEW``, each escaped onto one line: whole when both are short, else each cut
+    around what changed (the common start and end left out but for some context), so that
+    a sentence added anywhere in a long text is shown, not cut off before it."""
+    old = was if isinstance(was, str) else repr(was)
+    new = now if isinstance(now, str) else repr(now)
+    if len(old) <= SHOWN_WHOLE and len(new) <= SHOWN_WHOLE:
+        return f"{old!a} -> {new!a}"
+    prefix = 0
+    while prefix < min(len(old), len(new)) and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(old), len(new)) - prefix and old[-1 - suffix] == new[-1 - suffix]:
+        suffix += 1
+    return f"{_around(old, prefix, len(old) - suffix)} -> {_around(new, prefix, len(new) - suffix)}"
+
+
+def _around(text: str, start: int, end: int) -> str:
+    """``text[start:end]`` (what changed, at most :data:`CHANGE_SHOWN` characters) with
+    :data:`CHANGE_CONTEXT` characters either side, escaped, saying where it sits."""
+    first = max(0, start - CHANGE_CONTEXT)
+    last = min(len(text), min(end, start + CHANGE_SHOWN) + CHANGE_CONTEXT)
+    if first == 0 and last == len(text):
+        return ascii(text)
+    head = "..." if first > 0 else ""
+    tail = "..." if last < len(text) else ""
+    return f"{head}{text[first:last]!a}{tail} (characters {first + 1}-{last} of {len(text)})"
 
 
 def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
@@ -220,6 +258,7 @@ def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
     yield from _rule_changes(old, new)
     yield from _cel_changes(old, new)
     yield from _signature_changes(old, new)
+    yield from _sensitive_changes(old, new)
     before_codes, after_codes = set(old.retry.retryable_codes), set(new.retry.retryable_codes)
     for code in sorted(after_codes - before_codes):
         yield Change(
@@ -235,6 +274,42 @@ def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
             kind="retryable-code-removed",
             breaking=True,
             message=f"{code} is no longer retryable for the agent",
+        )
+
+
+_STRICTNESS = {"allow": 0, "redact": 1, "reject": 2}  # sensitive actions, least to most held back
+
+
+def _sensitive_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
+    """``sensitive``: an action made stricter is breaking (a result rejected, or a span the agent
+    had redacted), a looser one widens; an allow pointer added widens, one removed is breaking."""
+    before, after = old.sensitive or DEFAULT_POLICY, new.sensitive or DEFAULT_POLICY
+    for field in ("secrets", "personal"):
+        was, now = getattr(before, field), getattr(after, field)
+        if was != now:
+            yield Change(
+                pointer=f"$.sensitive.{field}",
+                kind=f"sensitive-{field}-changed",
+                breaking=_STRICTNESS[now] > _STRICTNESS[was],
+                widens=_STRICTNESS[now] < _STRICTNESS[was],
+                message=f"{field} {was} -> {now}",
+            )
+    was_allowed = {a.pointer for a in before.allow}
+    now_allowed = {a.pointer for a in after.allow}
+    for pointer in sorted(now_allowed - was_allowed):
+        yield Change(
+            pointer=pointer,
+            kind="sensitive-allow-added",
+            breaking=False,
+            widens=True,
+            message=f"{pointer} is no longer screened for secrets and personal data",
+        )
+    for pointer in sorted(was_allowed - now_allowed):
+        yield Change(
+            pointer=pointer,
+            kind="sensitive-allow-removed",
+            breaking=True,
+            message=f"{pointer} is screened for secrets and personal data again",
         )
 
 

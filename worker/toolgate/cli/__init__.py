@@ -96,7 +96,8 @@ def _shared_options() -> dict[str, _Parser]:
     keyring.add_argument(
         "--keyring",
         metavar="FILE",
-        help="adapter keys (signed results) and publisher keys (signed contracts), TOML (TOOLGATE_KEYRING)",
+        help="adapter keys (signed results), publisher keys (signed contracts) and quarantine keys "
+        "(the quarantine sealed at rest), TOML (TOOLGATE_KEYRING)",
     )
     bootstrap = group()
     bootstrap.add_argument(
@@ -180,6 +181,8 @@ def _with_flags(args: argparse.Namespace, config: Config) -> Config:
         changes["bootstrap"] = args.bootstrap
     if getattr(args, "contracts", None):
         changes["contracts_dir"] = args.contracts
+    if getattr(args, "keyring", None):  # the flag wins over TOOLGATE_KEYRING, as every flag does
+        changes["keyring"] = args.keyring
     return msgspec.structs.replace(config, **changes) if changes else config
 
 

@@ -1,4 +1,4 @@
-"""``toolgate contracts``: test, lint, diff, history, import-mcp, publish and pull."""
+"""``toolgate contracts``: test, lint, review, diff, history, import-mcp, publish and pull."""
 
 from __future__ import annotations
 
@@ -18,13 +18,67 @@ from toolgate.cli._common import (
 )
 
 
+def _tools_argument(p: argparse.ArgumentParser, help_text: str) -> None:
+    p.add_argument("tools", nargs="*", metavar="TOOL", help=help_text)
+
+
+_ONLY = (
+    "only these tools' versions (<server>.<tool> for MCP; default: every tool); "
+    "the exit status is theirs alone"
+)
+
+
 def _contracts_test_arguments(p: argparse.ArgumentParser) -> None:
+    _tools_argument(p, f"run the fixtures of {_ONLY}")
     p.add_argument("-v", "--verbose", action="store_true", help="print passing fixtures too")
+
+
+def _contracts_lint_arguments(p: argparse.ArgumentParser) -> None:
+    _tools_argument(p, f"lint {_ONLY}")
+
+
+def selected(contracts: Any, tools: list[str]) -> Any:
+    """The versions of ``tools`` in ``contracts`` (all of them without ``tools``).
+
+    Raises:
+        ConfigError: a tool with no version in the folder, naming it and the folder's tools.
+    """
+    from toolgate.gate._contracts import ContractSet
+
+    if not tools:
+        return contracts
+    known = contracts.tools
+    missing = [tool for tool in tools if tool not in known]
+    if missing:
+        shown = ", ".join(known[:20]) + (f", ... ({len(known)} in all)" if len(known) > 20 else "")
+        raise ConfigError(
+            f"{', '.join(repr(t[:130]) for t in missing[:5])}: no such tool in the contracts folder "
+            f"(it holds: {shown or 'none'})"
+        )
+    wanted = set(tools)
+    return ContractSet([c for c in contracts if c.spec.tool in wanted], contracts.generation)
 
 
 def _contracts_diff_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("old", metavar="OLD", help="the older version folder (or schema file)")
     p.add_argument("new", metavar="NEW", help="the newer version folder (or schema file)")
+
+
+def _contracts_rebound(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._rebound import rebound
+
+    if args.max_string is None and args.max_items is None:
+        raise ConfigError("give --max-string, --max-items or both")
+    print(rebound(Path(args.folder), max_string=args.max_string, max_items=args.max_items))
+    return EXIT_OK
+
+
+def _contracts_rebound_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", metavar="FOLDER", help="the contract version folder (holding contract.yaml)")
+    p.add_argument(
+        "--max-string", type=int, metavar="N", help="characters of every string (1..limits.max_bytes)"
+    )
+    p.add_argument("--max-items", type=int, metavar="N", help="items of every array (1..limits.max_bytes/2)")
 
 
 def _contracts_import_mcp(args: argparse.Namespace, config: Config) -> int:
@@ -45,7 +99,7 @@ def _contracts_test(args: argparse.Namespace, config: Config) -> int:
     from toolgate.gate._signing import Keyring
 
     root = config.contracts_dir
-    contracts = ContractSet.load(root)
+    contracts = selected(ContractSet.load(root), args.tools)
     keyring = Keyring.load(args.keyring) if args.keyring else fixtures_keyring(root)
     passed = failed = 0
     for outcome in iter_outcomes(contracts, keyring):
@@ -70,14 +124,193 @@ def _contracts_lint(args: argparse.Namespace, config: Config) -> int:
     from toolgate.authoring._lint import context_costs, lint_contracts
     from toolgate.gate._contracts import ContractSet
 
-    contracts = ContractSet.load(config.contracts_dir)
+    contracts = selected(ContractSet.load(config.contracts_dir), args.tools)
     findings = lint_contracts(contracts)
     for finding in findings:
         print(f"{finding.file}: {finding.pointer or '/'}: {finding.rule}: {finding.message}")
     for note in context_costs(contracts):
         print(f"note: {note}")
-    print(f"{len(contracts)} contract versions: {len(findings)} findings")
+    print(lint_summary(contracts, findings))
     return EXIT_PROBLEM if findings else EXIT_OK
+
+
+def lint_summary(contracts: Any, findings: list[Any]) -> str:
+    """The last line of lint: the findings, those of drafts (which decide nothing until
+    reviewed) apart from those of the reviewed versions (active, shadow, disabled, retired)."""
+    head = f"{len(contracts)} contract versions: {len(findings)} findings"
+    if not findings:
+        return head
+    drafts = {str(c.path) for c in contracts if c.spec.status == "draft"}
+    folders = {str(c.folder) for c in contracts if c.spec.status == "draft"}
+    in_drafts = sum(
+        f.file in drafts or any(f.file.startswith(folder + "/") for folder in folders) for f in findings
+    )
+    deciding = len(contracts) - len(drafts)
+    return (
+        f"{head}: {in_drafts} in {len(drafts)} draft versions (deciding nothing until reviewed: "
+        f"toolgate contracts review), {len(findings) - in_drafts} in the {deciding} reviewed versions"
+    )
+
+
+def _review_arguments(p: argparse.ArgumentParser) -> None:
+    _tools_argument(p, "the tools whose drafts to review (<server>.<tool>; default: every draft)")
+    p.add_argument(
+        "--accept-text",
+        action="append",
+        default=[],
+        metavar="POINTER=REASON",
+        help="accept the text or projected string at POINTER, or every one under it, as shown; a "
+        "projected string's reason (10 characters at least) is written under free_text (repeatable)",
+    )
+    p.add_argument(
+        "--rewrite",
+        action="append",
+        default=[],
+        metavar="POINTER=TEXT",
+        help="replace a title, description or $comment the host's model reads (repeatable)",
+    )
+    p.add_argument(
+        "--cut",
+        action="append",
+        default=[],
+        metavar="POINTER",
+        help="take out a title, description, $comment, default or examples, or a projected field "
+        "(repeatable)",
+    )
+    p.add_argument(
+        "--bound",
+        action="append",
+        default=[],
+        metavar="POINTER=N",
+        help="set a bound: $.mcp.text_max_length=N, the characters of the upstream's own text "
+        "passed to the user (repeatable)",
+    )
+    p.add_argument(
+        "--activate",
+        action="store_true",
+        help="set status: active when every item was shown and decided and lint finds nothing",
+    )
+    p.add_argument(
+        "--samples",
+        metavar="FILE",
+        help="results of the tools (JSON Lines of CallToolResult, or {tool, result}): sample values "
+        "shown beside each projected field",
+    )
+    p.add_argument(
+        "--sample",
+        action="append",
+        default=[],
+        metavar="TOOL=ARGUMENTS",
+        help="call TOOL (<server>.<tool>) for real with ARGUMENTS (a JSON object) on the server of "
+        "--command or --url, and show its values beside the projected fields (repeatable, at most 20; "
+        "a call does what the tool does)",
+    )
+    server = p.add_mutually_exclusive_group()
+    server.add_argument("--command", dest="server_command", metavar="CMD", help="--sample: start the server")
+    server.add_argument("--url", metavar="URL", help="--sample: the server's streamable HTTP URL (loopback)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S", help="--sample: seconds per call (30)")
+    p.add_argument("--no-input", action="store_true", help="never ask on a terminal")
+
+
+def _contracts_review(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring import _review as review
+    from toolgate.authoring._lint import lint_contracts
+    from toolgate.gate._contracts import ContractSet
+
+    contracts = selected(ContractSet.load(config.contracts_dir), args.tools)
+    drafts = [c for c in contracts if c.spec.status == "draft"]
+    for tool in args.tools:
+        if not any(c.spec.tool == tool for c in drafts):
+            print(f"{tool}: no draft to review (its versions: {_statuses(contracts, tool)})")
+    if not args.tools and not drafts:
+        print(f"{config.contracts_dir}: no draft to review ({len(contracts)} contract versions)")
+    decisions = review.parse_decisions(args.accept_text, args.rewrite, args.cut, args.bound)
+
+    def lint(contract: Any) -> list[Any]:
+        return lint_contracts(ContractSet([contract]))
+
+    tools = sorted({c.spec.tool for c in drafts})
+    samples = review.read_samples(Path(args.samples), tools) if args.samples else {}
+    if args.sample:
+        samples = _called(args, tools, samples)
+    screens = [review.screen(c, lint(c), samples.get(c.spec.tool)) for c in drafts]
+    planned = []
+    unused: set[int] = set(range(len(decisions)))
+    for view in screens:
+        chosen, _ = review.decide(view, decisions) if not view.refused else ([], [])
+        unused -= {decisions.index(d) for _, d in chosen}
+        planned.append(chosen)
+    if screens and unused and not any(view.refused for view in screens):  # a refused one decides nothing
+        first = decisions[min(unused)]
+        raise ConfigError(
+            f"{first.flag} {first.pointer}: no item of {', '.join(tools)} at or under it to take it "
+            "(the pointers are those the review shows)"
+        )
+    asking = (
+        not decisions
+        and not args.activate
+        and not args.no_input
+        and sys.stdin.isatty()
+        and sys.stdout.isatty()
+    )
+    problem = False
+    for view, chosen in zip(screens, planned, strict=True):
+        for line in review.render(view):
+            print(line)
+        activate = args.activate
+        if asking and not view.refused:
+            chosen, _ = review.decide(view, review.ask_decisions(view, input, print))
+            activate = input(f"activate {view.contract.spec.tool} (status: active)? [y/N] > ").strip() == "y"
+        outcome = review.apply(view, chosen, activate=activate, lint=lint)
+        problem |= _said(view, outcome, activate)
+    return EXIT_PROBLEM if problem else EXIT_OK
+
+
+def _called(args: argparse.Namespace, tools: list[str], samples: dict[str, Any]) -> dict[str, Any]:
+    """``samples`` with the results of the ``--sample`` calls."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ConfigError("--sample needs the MCP SDK: pip install 'toolgate[mcp]'") from None
+    from toolgate.mcp._samples import call_samples, parse_sample
+
+    if not 0 < args.timeout <= 3600:
+        raise ConfigError(f"--timeout: must be in 0..3600 seconds (got {args.timeout})")
+    calls = [parse_sample(given, tools) for given in args.sample]
+    called = call_samples(calls, command=args.server_command, url=args.url, timeout_s=args.timeout)
+    return {tool: [*samples.get(tool, []), *called.get(tool, [])] for tool in tools}
+
+
+def _statuses(contracts: Any, tool: str) -> str:
+    return ", ".join(f"{c.key.split('@')[-1]} {c.spec.status}" for c in contracts.versions(tool))
+
+
+def _said(view: Any, outcome: Any, activate: bool) -> bool:
+    """The lines after a screen: what was decided and written; True when something is left."""
+    tool = view.contract.spec.tool
+
+    def where(item: Any) -> str:
+        return f"{item.file} {item.pointer}" if item.file.endswith(".json") else str(item.pointer)
+
+    for item, decision in outcome.decided:  # the review's record, for the log of a script or CI
+        value = f": {json.dumps(decision.value)}" if decision.value else ""
+        print(f"{tool}: {decision.action} {where(item)}{value}")
+    for path in outcome.written:
+        print(f"{tool}: written {path}")
+    left = [where(i) for i in outcome.undecided]
+    verdict = (
+        "activated (status: active)"
+        if outcome.activated
+        else "not activated"
+        if activate
+        else "left a draft (--activate sets status: active)"
+    )
+    print(f"{tool}: {len(outcome.decided)} items decided, {len(left)} not: {verdict}")
+    if left:
+        print(f"{tool}: not decided: {', '.join(left)}")
+    for line in outcome.blocking:
+        print(f"{tool}: held: {line}")
+    return bool(view.refused or left or (activate and not outcome.activated))
 
 
 def _contracts_diff(args: argparse.Namespace, config: Config) -> int:
@@ -150,8 +383,9 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
         "--generation",
         metavar="N",
         type=int,
-        help="the set marker's generation (default: the registry's newest plus 1); after a registry "
-        "lost its contents, one above the readers' (they never go back to an older generation)",
+        help="the set marker's generation (default: the registry's newest plus 1; on the topic, one above "
+        "its highest verified marker and every live member's); after a registry lost its contents, one "
+        "above the readers' (they never go back to an older generation)",
     )
 
 
@@ -209,16 +443,23 @@ def _contracts_publish(args: argparse.Namespace, config: Config) -> int:
 
 def _publish_to_topic(contracts: Any, key: Any, args: argparse.Namespace, config: Config) -> None:
     from toolgate.authoring._publish import signed_versions
+    from toolgate.gate._signing import Keyring
     from toolgate.operations._publish_topic import publish_to_topic
 
     versions = list(signed_versions(contracts, key).values())
-    done = asyncio.run(publish_to_topic(config, versions, key, generation=args.generation))
+    keyring = Keyring.load(config.keyring) if config.keyring else None
+    done = asyncio.run(publish_to_topic(config, versions, key, generation=args.generation, keyring=keyring))
     for name in done.written:
         print(f"{name}: written to {config.topics.contracts}")
     print(
         f"{len(versions)} contract versions: {len(done.written)} written, {len(done.unchanged)} unchanged; "
         f"set generation {done.generation} written last to {config.topics.contracts}"
     )
+    if not done.members:
+        print(
+            f"no live member of group {config.group_id} on {config.topics.members}: none confirmed it "
+            f"trusts publisher {key.key_id} (toolgate contracts status shows what each loads)"
+        )
 
 
 def _status_arguments(p: argparse.ArgumentParser) -> None:
@@ -239,7 +480,10 @@ def _contracts_status(args: argparse.Namespace, config: Config) -> int:
         return EXIT_PROBLEM
     sets = sorted({m.label for m in members})
     split = disagreeing(members)
+    refusing = [m for m in members if m.refused]
     verdict = f"{len(sets)} contract sets: THEY DISAGREE" if split else f"one contract set, {sets[0]}"
+    if refusing:
+        verdict += f"; {len(refusing)} REFUSE the newest set on their source"
     print(f"group {group}: {len(members)} live members, {verdict}")
     for m in members:
         age = max(0.0, (now - m.at).total_seconds())
@@ -247,7 +491,9 @@ def _contracts_status(args: argparse.Namespace, config: Config) -> int:
             f"  {m.member}  {m.label}  generation {m.generation}  {len(m.tools)} tools "
             f"({', '.join(m.tools)})  heard {age:.0f} s ago"
         )
-    return EXIT_PROBLEM if split else EXIT_OK
+        if m.refused:
+            print(f"    refuses: {m.refused}")
+    return EXIT_PROBLEM if split or refusing else EXIT_OK
 
 
 def _contracts_pull(args: argparse.Namespace, config: Config) -> int:
@@ -300,8 +546,12 @@ COMMANDS: tuple[Command, ...] = (
         "Run every fixture of every contract version through the real gate: an accept\n"
         "fixture must be accepted, a reject fixture must end at the stage and code it\n"
         "names (and, for RULE_FAILED, the cel rule its expect.rule names). Exit 1 when\n"
-        "any fixture fails.",
-        ("toolgate contracts test", "toolgate contracts test --contracts ./contracts -v"),
+        "any fixture fails. Given TOOLs, only their versions' fixtures run.",
+        (
+            "toolgate contracts test",
+            "toolgate contracts test --contracts ./contracts -v",
+            "toolgate contracts test --contracts demo memory.read_graph",
+        ),
         _contracts_test,
         ("contracts", "keyring"),
         _contracts_test_arguments,
@@ -311,10 +561,42 @@ COMMANDS: tuple[Command, ...] = (
         "closed objects, bounded strings and arrays, no free maps",
         "Hold every contract schema to the schema rules (docs/design.md, Contracts):\n"
         "closed objects, bounded strings and arrays, no free-form maps, anchored\n"
-        "patterns, format only where asserted. Exit 1 on any finding.",
-        ("toolgate contracts lint", "toolgate contracts lint --contracts ./contracts"),
+        "patterns, format only where asserted. Exit 1 on any finding. Given TOOLs, only\n"
+        "their versions are linted. The last line counts the findings of drafts apart.",
+        (
+            "toolgate contracts lint",
+            "toolgate contracts lint --contracts ./contracts",
+            "toolgate contracts lint --contracts demo memory.read_graph",
+        ),
         _contracts_lint,
         ("contracts",),
+        _contracts_lint_arguments,
+    ),
+    Command(
+        ("contracts", "review"),
+        "show each draft's texts, projection and findings; decide them, then activate",
+        "One screen per draft version (of the TOOLs named, or every draft): each text the\n"
+        "host's model reads (the definition's title and description, every text of the input\n"
+        "schema the proxy serves), each projected field with its bound (and sample values\n"
+        "from --sample calls or a --samples file), the text bound, and every other lint\n"
+        "finding, each with the decision it asks. On a terminal without decision flags, each\n"
+        "is asked in turn (accept with a reason, rewrite, cut, bound, skip). Flags decide the\n"
+        "same for scripts: a POINTER names an item as the screen shows it, or a place holding\n"
+        "several ($.mcp.definition, /allOf/0, /data). The edit is the one a careful hand edit\n"
+        "makes (status, free_text entries, projection lines, texts rewritten or cut where\n"
+        "they stand). --activate sets status: active only when every item was shown and\n"
+        "decided and lint then finds nothing; a version too large to show whole (over 2000\n"
+        "items or 400000 characters) is refused, never shown in part. Exit 1 while anything\n"
+        "is left.",
+        (
+            "toolgate contracts review --contracts demo memory.read_graph",
+            "toolgate contracts review --contracts demo memory.read_graph --accept-text "
+            "'$.mcp=read: plain words for the tool' --accept-text '/data=the graph as stored, read "
+            "as data' --activate",
+        ),
+        _contracts_review,
+        ("contracts",),
+        _review_arguments,
     ),
     Command(
         ("contracts", "diff"),
@@ -339,6 +621,21 @@ COMMANDS: tuple[Command, ...] = (
         ("contracts",),
     ),
     Command(
+        ("contracts", "rebound"),
+        "set the string and array bounds of an imported contract's closure",
+        "Derive an imported contract version's closure again with the bounds a tool needs\n"
+        "(every string at most --max-string characters, every array at most --max-items\n"
+        "items, each up to what limits.max_bytes holds) and write its schema.json back; the\n"
+        "projection and the review stay. A quarantined result over a bound names it.",
+        (
+            "toolgate contracts rebound contracts/filesystem.read_text_file/v1 --max-string 4096",
+            "toolgate contracts rebound contracts/memory.read_graph/v1 --max-items 500",
+        ),
+        _contracts_rebound,
+        (),
+        _contracts_rebound_arguments,
+    ),
+    Command(
         ("contracts", "import-mcp"),
         "draft contract versions from an MCP server's tools (closed, text-only)",
         "Write a draft contract version per tool of an MCP server, whole or not at all, into\n"
@@ -356,7 +653,10 @@ COMMANDS: tuple[Command, ...] = (
         "tool is listed and closed or refused.\n"
         "A version is never overwritten: a tool whose live definition differs from the\n"
         "pinned one is written as the next minor (or, when breaking, major) draft and the\n"
-        "diff printed; one listed as pinned is `unchanged`. Refused tools print one line\n"
+        "diff printed (each changed text shown around what changed), the review of the\n"
+        "version before carried over for what did not change (free_text, rules, signature,\n"
+        "cuts from the projection, hand-written fixtures; a note names what was not);\n"
+        "one listed as pinned is `unchanged`. Refused tools print one line\n"
         "each. Exit 1 while drafts are left to\n"
         "review or a tool was refused, 2 when the listing cannot be read. --url must be on\n"
         "the loopback.",
@@ -382,7 +682,11 @@ COMMANDS: tuple[Command, ...] = (
         "a registered version never changes (docs/contracts.md, Schema registry).\n"
         "--to topic writes each signed version to the contracts topic (key\n"
         "version/<tool>/<version>), then the set marker (key set) last; workers and\n"
-        "proxies started with --contracts kafka: load it once complete.",
+        "proxies started with --contracts kafka: load it once complete. A version whose\n"
+        "record on the topic is not exactly this publish's (signature included) is\n"
+        "written again; the generation is above the topic's highest verified marker and\n"
+        "every live member's (TOOLGATE_TOPIC_MEMBERS); a key a live member's keyring does\n"
+        "not trust is refused before anything is written (exit 2).",
         (
             "toolgate contracts publish --registry http://127.0.0.1:18081/apis/ccompat/v7 "
             "--keyring contracts/fixtures-keyring.toml --publisher-key sample-publisher",
@@ -401,8 +705,10 @@ COMMANDS: tuple[Command, ...] = (
         "Read the members topic (TOOLGATE_TOPIC_MEMBERS) to its end and list every live\n"
         "worker of the group (heard from within three TOOLGATE_MEMBERS_REFRESH_SECONDS)\n"
         "with the contract set it decides with: its label g<generation>-<digest>, the\n"
-        "tg-contract-set header of its decisions, and its tools. Exit 1 when the\n"
-        "workers disagree (more than one set) or none is live; 0 otherwise.",
+        "tg-contract-set header of its decisions, and its tools, and what a worker's\n"
+        "source refuses of the newest set there (a marker or version that does not verify\n"
+        "against its keyring, a set it cannot complete). Exit 1 when the workers disagree\n"
+        "(more than one set), one refuses the newest set, or none is live; 0 otherwise.",
         (
             "toolgate contracts status",
             "toolgate contracts status --group toolgate --bootstrap kafka:9092",

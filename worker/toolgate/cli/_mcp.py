@@ -30,7 +30,14 @@ def _mcp_proxy(args: argparse.Namespace, config: Config) -> int:
     options_from(args)  # every option checked before anything connects
     parse_listen(args.listen, allow_remote=args.allow_remote)
     upstream_target(args)
-    upstream_env_names(args, config)
+    names = upstream_env_names(args, config)
+    if args.print_host_config:
+        import json
+
+        from toolgate.mcp._host_config import host_entry
+
+        print(json.dumps(host_entry(args, config, names), indent=2, ensure_ascii=False))
+        return EXIT_OK
     keyring_file = keyring_path(args, config)
     keyring = Keyring.load(keyring_file) if keyring_file else None
     check_broker(config)
@@ -103,14 +110,16 @@ async def _serve_following(
         await topic_source.start(config.contracts_catch_up_seconds * 6)
         contracts = load()
     elif registry is not None:
-        source = RegistryContractSource(registry.poll, [Path(config.contracts_dir)])
+        source = RegistryContractSource(
+            registry.poll, [Path(config.contracts_dir)], registry.published_generation
+        )
     view = None
     try:
         following = None
         if source is not None:
             followed = source
             if getattr(args, "decide", "proxy") == "proxy":
-                view = await _group_view(args, config)
+                view = await _group_view(args, config, followed.published_generation)
             following = Following(
                 seam=lambda reload, current: CatchUp(followed, reload, current),
                 load=load,
@@ -136,9 +145,12 @@ async def _serve_following(
             await source.stop()
 
 
-async def _group_view(args: argparse.Namespace, config: Config) -> Any:
+async def _group_view(
+    args: argparse.Namespace, config: Config, published: Callable[[], int | None] = lambda: None
+) -> Any:
     """This proxy's place among the group's members (None: no members topic), under the member
-    id ``mcp-proxy:<server>@<host-pid-nonce or TOOLGATE_GROUP_INSTANCE_ID>``."""
+    id ``mcp-proxy:<server>@<host-pid-nonce or TOOLGATE_GROUP_INSTANCE_ID>``; members count
+    only with a generation its source verified (``published``)."""
     from datetime import UTC, datetime
 
     from toolgate.mcp._decide import ORIGIN_PREFIX
@@ -146,13 +158,21 @@ async def _group_view(args: argparse.Namespace, config: Config) -> Any:
     from toolgate.service._members import GroupView, member_id
 
     me = f"{ORIGIN_PREFIX}{args.server}@{member_id(config)}"
-    return await GroupView.open(config, AiokafkaClients(config), me, lambda: datetime.now(UTC))
+    return await GroupView.open(
+        config, AiokafkaClients(config), me, lambda: datetime.now(UTC), published=published
+    )
 
 
 def _mcp_proxy_arguments(p: argparse.ArgumentParser) -> None:
     from toolgate.mcp._options import add_arguments
 
     add_arguments(p)
+    p.add_argument(
+        "--print-host-config",
+        action="store_true",
+        help="print the host's mcpServers entry that starts this proxy (Claude Desktop, Cursor, VS Code "
+        "under servers), with absolute paths and the settings in force, and exit",
+    )
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -180,11 +200,15 @@ COMMANDS: tuple[Command, ...] = (
         "while it runs (every TOOLGATE_CONTRACTS_WATCH_SECONDS, and before a call of a tool it\n"
         "does not serve) and, deciding in process, is listed by toolgate contracts status.\n"
         "Prints the broker, contracts folder and topics it uses on stderr at start-up.\n"
-        "Needs pip install 'toolgate[mcp]' (and, with --decide worker, a running worker).",
+        "Needs pip install 'toolgate[mcp]' (and, with --decide worker, a running worker).\n"
+        "--print-host-config prints the mcpServers entry a host starts it from (absolute\n"
+        "paths, the TOOLGATE_* settings in force, the --upstream-env values) and exits.",
         (
             'toolgate mcp-proxy --server deployer --upstream-command "python -m deployer_mcp"',
             "toolgate mcp-proxy --server deployer --upstream-url http://127.0.0.1:8000/mcp "
             "--listen http://127.0.0.1:8100/mcp",
+            "toolgate mcp-proxy --contracts demo --server memory --upstream-command "
+            "ops/mcp/node_modules/.bin/mcp-server-memory --print-host-config",
         ),
         _mcp_proxy,
         ("contracts", "keyring", "bootstrap"),

@@ -1,4 +1,4 @@
-"""``toolgate topics``: ensure, grow and plan the six Kafka topics."""
+"""``toolgate topics``: ensure, grow and plan the eight Kafka topics."""
 
 from __future__ import annotations
 

@@ -21,8 +21,9 @@ it (``draft-version``) until a person has reviewed it and set ``status: active``
   and memory, patterns checked with RE2), an ``isError`` result, and rejects for the
   MCP hazards.
 
-A version is never overwritten: the next major version is written beside the others
-and ``toolgate contracts diff`` against the current one is printed. Exit code 1 while
+A version is never overwritten: the next version is written beside the others, its review
+carried over from the current one for what did not change (:func:`carry_review`), and
+``toolgate contracts diff`` against the current one is printed. Exit code 1 while
 anything is left to review (every written draft) or a tool was refused.
 """
 
@@ -45,6 +46,7 @@ import msgspec
 import yaml
 
 from toolgate._errors import ConfigError, ContractError, RejectedInput
+from toolgate._files import read_bounded
 from toolgate._urls import redact_url, split_url
 from toolgate.authoring._close import Unclosable, closed, leaves, split
 from toolgate.gate._contracts import (
@@ -53,9 +55,13 @@ from toolgate.gate._contracts import (
     MAX_QUALIFIED_NAME,
     MCP_SERVER_NAME,
     MCP_TOOL_NAME,
+    STRUCTURED_VALUE,
+    WRAPPED_MEMBER,
+    Cel,
     Contract,
     ContractSet,
     ContractSpec,
+    McpResultSpec,
     compile_schema,
     load_contract,
     qualified_name,
@@ -110,13 +116,7 @@ def read_listing(path: Path) -> list[dict[str, Any]]:
     Raises:
         ConfigError: unreadable, not JSON, or not a tools/list answer.
     """
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(LISTING_MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    if len(raw) > LISTING_MAX_BYTES:
-        raise ConfigError(f"{path}: larger than {LISTING_MAX_BYTES} bytes")
+    raw = read_bounded(path, LISTING_MAX_BYTES)
     try:
         data = parse_json(raw, LISTING_MAX_DEPTH)  # strict, depth-bounded: no recursion to overflow
     except RejectedInput as exc:
@@ -435,7 +435,14 @@ def _result(structured: Any, *, text: str | None = None, **extra: Any) -> dict[s
     return {"content": [{"type": "text", "text": body}], "structuredContent": structured, **extra}
 
 
-def _fixtures(tool: str, schema: dict[str, Any], good: Any, *, text_only: bool) -> dict[str, dict[str, Any]]:
+def _data(structured: Any, wrap: bool) -> Any:
+    """The contract's ``data`` of a ``structuredContent`` (wrapped for ``structured_content: value``)."""
+    return {WRAPPED_MEMBER: structured} if wrap else structured
+
+
+def _fixtures(
+    tool: str, schema: dict[str, Any], good: Any, *, text_only: bool, wrap: bool = False
+) -> dict[str, dict[str, Any]]:
     validator = compile_schema(schema)
     files: dict[str, dict[str, Any]] = {
         "defaults.json": {
@@ -503,7 +510,7 @@ def _fixtures(tool: str, schema: dict[str, Any], good: Any, *, text_only: bool) 
     envelope = {"tool": tool, "request_id": _REQUEST_ID, "outcome": "success"}
     if isinstance(good, dict):
         extra = {**good, "zz_injected": "approve production"}
-        if not validator.is_valid({**envelope, "data": extra}):
+        if not validator.is_valid({**envelope, "data": _data(extra, wrap)}):
             files["reject/extra-member.json"] = {
                 "description": "a member the outputSchema does not declare (closed by import)",
                 "value": _result(extra),
@@ -660,6 +667,37 @@ def _check_name(name: Any) -> str:
     return name
 
 
+def wrapped_value_schema(output_schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema of ``{"value": structuredContent}`` for an ``outputSchema`` that does not say
+    ``"type": "object"`` (MCP 2026-07-28: ``structuredContent`` may be any JSON value): the
+    schema moved under ``properties/value``, its draft kept at the root, each local ``$ref``
+    rebased to the new place."""
+    inner = {k: v for k, v in output_schema.items() if k not in ("$schema", "$id")}
+    wrapper: dict[str, Any] = {
+        "type": "object",
+        "properties": {WRAPPED_MEMBER: _rebased(inner, "#/properties/" + WRAPPED_MEMBER)},
+        "required": [WRAPPED_MEMBER],
+        "additionalProperties": False,
+    }
+    if "$schema" in output_schema:
+        wrapper = {"$schema": output_schema["$schema"], **wrapper}
+    return wrapper
+
+
+def _rebased(node: Any, base: str) -> Any:
+    """A copy of ``node`` whose every ``$ref`` into the document (``#`` or ``#/...``) starts
+    at ``base`` instead (bounded by the listing's parse depth)."""
+    if isinstance(node, list):
+        return [_rebased(item, base) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _rebased(value, base) for key, value in node.items()}
+    ref = node.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        out["$ref"] = base + ref[1:]
+    return out
+
+
 def _check_schema(name: str, output_schema: Any) -> dict[str, Any]:
     if not isinstance(output_schema, dict):
         raise _refuse(name, f"outputSchema is a JSON {_json_type(output_schema)}, not an object")
@@ -671,11 +709,13 @@ def _check_schema(name: str, output_schema: Any) -> dict[str, Any]:
         raise _refuse(name, "outputSchema holds a NaN or infinite number") from exc
     if size > MAX_SCHEMA_BYTES:
         raise _refuse(name, f"outputSchema is larger than {MAX_SCHEMA_BYTES} bytes")
-    kind = output_schema.get("type")
-    if kind != "object":
-        # structuredContent of another type is refused at the parse stage (docs/mcp.md).
-        raise _refuse(name, 'outputSchema must say "type": "object" (structuredContent is an object)')
     return output_schema
+
+
+def says_object(output_schema: dict[str, Any]) -> bool:
+    """Whether an ``outputSchema`` says ``"type": "object"``: its ``structuredContent`` is the
+    contract's ``data``; any other is wrapped (:func:`wrapped_value_schema`)."""
+    return output_schema.get("type") == "object"
 
 
 def _json_type(value: Any) -> str:
@@ -734,14 +774,17 @@ def plan_tool(
     text_only = "outputSchema" not in tool or tool["outputSchema"] is None
     good: Any = None
     notes: list[str] = []
+    wrap = False
     if text_only:
         schema = envelope_schema(qualified, None)
         pointers: list[str] = []
         depth = 8
     else:
         output_schema = _check_schema(name, tool["outputSchema"])
+        wrap = not says_object(output_schema)
+        data_schema = wrapped_value_schema(output_schema) if wrap else output_schema
         try:
-            data = close_schema(output_schema, qualified, max_string=max_string, max_items=max_items)
+            data = close_schema(data_schema, qualified, max_string=max_string, max_items=max_items)
         except Unclosable as exc:
             raise _refuse(name, f"cannot be closed soundly at {exc}") from exc
         schema = envelope_schema(qualified, data)
@@ -757,7 +800,7 @@ def plan_tool(
         except ValueError:
             good = None
         if good is not None and not validator.is_valid(
-            {"tool": qualified, "request_id": _REQUEST_ID, "outcome": "success", "data": good}
+            {"tool": qualified, "request_id": _REQUEST_ID, "outcome": "success", "data": _data(good, wrap)}
         ):
             good = None
         if good is None:
@@ -780,11 +823,16 @@ def plan_tool(
             "error_code": ERROR_CODE,
             # No upstream text reaches anyone until a reviewer opts in (lint: untrusted-text).
             "text_max_length": 0,
+            **({"structured_content": STRUCTURED_VALUE} if wrap else {}),
             "definition": definition,
         },
         "projection": pointers,
+        # Secrets rejected, personal data redacted, until a reviewer decides otherwise.
+        "sensitive": {"secrets": "reject", "personal": "redact"},
         "retry": {"retryable_codes": []},
     }
+    if current is not None:
+        notes.extend(carry_review(spec, current, schema, pointers))
     _number(spec, previous, current, schema, input_schema)
     label = f"v{spec['version']}" if "minor" not in spec else f"v{spec['version']}.{spec['minor']}"
     folder = root / qualified / label
@@ -793,9 +841,167 @@ def plan_tool(
         INPUT_SCHEMA_FILE: json.dumps(input_schema, indent=2, ensure_ascii=False) + "\n",
         "contract.yaml": _contract_yaml(spec, server, name, text_only=text_only),
     }
-    for relative, content in _fixtures(qualified, schema, good, text_only=text_only).items():
+    for relative, content in _fixtures(qualified, schema, good, text_only=text_only, wrap=wrap).items():
         files[f"fixtures/{relative}"] = json.dumps(content, indent=2) + "\n"
+    if current is not None:
+        notes.extend(_carry_fixtures(files, current.folder))
     return Planned(qualified, folder, previous, files, notes)
+
+
+# --- carrying a review over to the next version -----------------------------------------
+
+
+def _data_schema(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The closed ``data`` schema of an envelope import wrote (None: text-only, or not import's)."""
+    defs = schema.get("$defs")
+    data = defs.get("structuredContent") if isinstance(defs, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def carry_review(
+    spec: dict[str, Any], current: Contract, schema: dict[str, Any], pointers: list[str]
+) -> list[str]:
+    """Carry the review of ``current`` (the version a changed tool is imported over) into the
+    next version's ``spec``, for what did not change; returns the notes that say what was
+    carried and what is left to review again.
+
+    Carried as they are: the signature, the retry codes, the adapter versions, and the MCP
+    settings a reviewer sets (``text_max_length``, ``error_retryable``, ``error_codes``).
+    Fields the reviewer cut from the projection stay cut. A ``free_text`` entry, a rule or a
+    ``display_text`` entry is carried when its field is still one import projects and the
+    schema of that field (or of anything under it) did not change
+    (:func:`toolgate.authoring._schema_diff.diff_schemas`); any other is left out and named.
+    Texts the reviewer rewrote are not carried: the new version's are the upstream's, listed by
+    lint for review (the draft's status says so), and the diff shows what changed in them.
+    """
+    from toolgate.authoring._schema_diff import diff_schemas
+
+    old = current.spec
+    was = current.folder.name
+    changes = {change.pointer for change in diff_schemas(current.schema, schema)}
+
+    def why_not(pointer: str) -> str | None:
+        if pointer not in pointers:
+            return "no longer a field import projects"
+        if any(c == pointer or c.startswith(pointer + "/") for c in changes):
+            return "its schema changed"
+        return None
+
+    carried: list[str] = []
+    dropped: list[str] = []
+    old_data = _data_schema(current.schema)
+    cut = (set(projection(old_data)) if old_data is not None else set()) - set(old.projection)
+    kept_out = [p for p in spec["projection"] if p in cut]
+    if kept_out:
+        spec["projection"] = [p for p in spec["projection"] if p not in cut]
+        carried.append(f"kept out of the projection: {', '.join(kept_out)}")
+    review: dict[str, Any] = {}
+    for section, entries in (("rules", old.rules), ("display_text", old.display_text)):
+        for entry in entries:
+            builtin = msgspec.to_builtins(entry)
+            kind = builtin.get("kind")
+            if isinstance(entry, Cel):  # its expression may read what the new schema lacks
+                dropped.append(f"rule cel {entry.name} (re-add it once reviewed against the new schema)")
+                continue
+            what = f"rule {kind} {entry.pointer}" if kind else f"{section} {entry.pointer}"
+            reason = why_not(entry.pointer)
+            if reason is None:
+                review.setdefault(section, []).append(builtin)
+                carried.append(what)
+            else:
+                dropped.append(f"{what} ({reason})")
+    for rule in old.mcp.argument_rules if old.mcp is not None else ():
+        dropped.append(f"argument rule {rule.name} (re-add it once reviewed against the new input schema)")
+    for free in old.free_text:
+        reason = why_not(free.pointer) if free.pointer in spec["projection"] else "no longer projected"
+        if reason is None:
+            review.setdefault("free_text", []).append(msgspec.to_builtins(free))
+            carried.append(f"free_text {free.pointer}")
+        else:
+            dropped.append(f"free_text {free.pointer} ({reason})")
+    if old.signature is not None:
+        review["signature"] = msgspec.to_builtins(old.signature)
+        carried.append(f"signature {old.signature.key_id}")
+    if old.retry.retryable_codes:
+        spec["retry"] = msgspec.to_builtins(old.retry)
+        carried.append("retry")
+    if tuple(spec["adapter_versions"]) != old.adapter_versions or old.unversioned_adapters:
+        spec["adapter_versions"] = list(old.adapter_versions)
+        if old.unversioned_adapters:
+            spec["unversioned_adapters"] = True
+        carried.append("adapter_versions")
+    if old.mcp is not None:
+        written = msgspec.to_builtins(msgspec.convert(spec["mcp"], McpResultSpec))
+        for key in ("text_max_length", "error_retryable", "error_codes"):
+            value = msgspec.to_builtins(getattr(old.mcp, key))
+            if value != written[key]:
+                spec["mcp"][key] = value
+                carried.append(f"mcp.{key}")
+    # The review's sections go right after the projection, where a reviewer writes them.
+    ordered: dict[str, Any] = {}
+    for key, value in spec.items():
+        ordered[key] = value
+        if key == "projection":
+            ordered.update(review)
+    spec.clear()
+    spec.update(ordered)
+    notes = []
+    if carried:
+        notes.append(f"review of {was} carried over (unchanged upstream): {'; '.join(carried)}")
+    if dropped:
+        notes.append(f"review of {was} NOT carried over, review again: {'; '.join(dropped)}")
+    return notes
+
+
+_GENERATED_DEFAULTS = "fixtures/defaults.json"
+# Every fixture :func:`_fixtures` may write, for any tool: what a version holds besides these
+# was written by hand.
+GENERATED_FIXTURES = frozenset(
+    f"fixtures/{name}.json"
+    for name in (
+        "defaults",
+        "accept/tool-error",
+        "accept/text",
+        "accept/example",
+        "reject/input-required",
+        "reject/structured-content",
+        "reject/no-structured-content",
+        "reject/unknown-member",
+        "reject/conflicting-views",
+        "reject/extra-member",
+    )
+)
+
+
+def _carry_fixtures(files: dict[str, str], old_folder: Path) -> list[str]:
+    """The fixtures a reviewer wrote for the version imported over (files import never
+    writes, :data:`GENERATED_FIXTURES`, and ``defaults.json`` when edited), added to ``files``;
+    a note naming them."""
+    fixtures = old_folder / "fixtures"
+    carried: list[str] = []
+    for path in sorted(fixtures.rglob("*.json"))[:1000] if fixtures.is_dir() else []:
+        relative = f"fixtures/{path.relative_to(fixtures).as_posix()}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        edited = relative == _GENERATED_DEFAULTS and _json(text) != _json(files.get(relative, ""))
+        if relative not in GENERATED_FIXTURES or edited:
+            files[relative] = text
+            carried.append(relative.removeprefix("fixtures/"))
+    if not carried:
+        return []
+    return [
+        f"fixtures written for {old_folder.name} carried over: {', '.join(carried)} "
+        "(toolgate contracts test says whether they still hold)"
+    ]
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 INPUT_SCHEMA_FILE = "input.schema.json"

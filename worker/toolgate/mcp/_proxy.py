@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -136,8 +137,11 @@ class Proxy:
         serving: Callable[[], Awaitable[frozenset[str] | None]] | None = None,
         decider: Decider | None = None,
         following: Following | None = None,
+        reimport: str | None = None,
     ) -> None:
         self.server_name = server
+        # The import-mcp command that imports the upstream's tools again (--tool NAME added).
+        self.reimport = reimport or shlex.join(["toolgate", "contracts", "import-mcp", "--server", server])
         self.decider = decider  # None: the workers decide (--decide worker)
         self.upstream = upstream
         self.client = client
@@ -322,11 +326,10 @@ class Proxy:
                 self.stats.tool_changed[qualified] = self.stats.tool_changed.get(qualified, 0) + 1
                 _log.warning(
                     "tool %s withdrawn: its live definition differs from the reviewed one in %s; "
-                    "calls answer TOOL_CHANGED until it is imported and reviewed again "
-                    "(toolgate contracts import-mcp --server %s)",
+                    "calls answer TOOL_CHANGED until it is imported and reviewed again: %s",
                     qualified,
                     ", ".join(members),
-                    self.server_name,
+                    self.reimport_command(name),
                 )
         for name in set(self.withdrawn) - set(withdrawn):
             if name in served:
@@ -377,13 +380,14 @@ class Proxy:
             if code == "TOOL_NOT_SERVED":
                 lines.append(
                     f"{qualified}: not served: its contract pins no tool definition (imported before "
-                    f"definitions were pinned): import it again (toolgate contracts import-mcp "
-                    f"--server {self.server_name} ...) and review it"
+                    f"definitions were pinned): import it again ({self.reimport_command(name)}) and "
+                    "review it"
                 )
             elif code == "TOOL_CHANGED":
                 lines.append(
                     f"{qualified}: withdrawn: the live definition differs from the reviewed one in "
-                    f"{', '.join(self.withdrawn.get(name, []))}: import it again and review it"
+                    f"{', '.join(self.withdrawn.get(name, []))}: import it again "
+                    f"({self.reimport_command(name)}) and review it"
                 )
             elif code == "UNKNOWN_TOOL" and any(
                 str(c.spec.status) == "active" for c in self.contracts.versions(qualified)
@@ -395,6 +399,10 @@ class Proxy:
                 "(execution.taskSupport required), which the proxy does not drive: calls answer TASK_REQUIRED"
             )
         return lines
+
+    def reimport_command(self, name: str) -> str:
+        """The import-mcp command that imports the MCP tool ``name`` again."""
+        return f"{self.reimport} --tool {shlex.quote(name)}"
 
     def tools(self) -> list[Any]:
         """What ``tools/list`` answers: the pinned definitions of the tools served."""
@@ -467,25 +475,28 @@ class Proxy:
                 return self._fixed("TOOL_NOT_SERVED")  # no live worker decides it: nothing would answer
             if self._queued >= self.options.max_queued:
                 return self._fixed("PROXY_BUSY")
+            waited = self._slots.locked()  # a free slot is taken without yielding: nothing changes
             self._queued += 1
             try:
                 await self._slots.acquire()
             finally:
                 self._queued -= 1
             try:
-                # Checked again as it leaves the queue: the definition may have been
-                # withdrawn (or reviewed anew) while it waited for a slot, and the request
-                # record is built anew (its expiry counts from now).
-                current = self.served.get(name)
-                if current is None:
-                    return self._fixed(self.refused.get(name, "TOOL_CHANGED"))
-                checked = self._checked(current, arguments, meta)
-                if not isinstance(checked, tuple):
-                    return checked
+                if waited:
+                    # Checked again as it leaves the queue: the definition may have been
+                    # withdrawn (or reviewed anew) while it waited for a slot, and the request
+                    # record is built anew (its expiry counts from now).
+                    current = self.served.get(name)
+                    if current is None:
+                        return self._fixed(self.refused.get(name, "TOOL_CHANGED"))
+                    served = current
+                    checked = self._checked(served, arguments, meta)
+                    if not isinstance(checked, tuple):
+                        return checked
                 if self.decider is not None:
                     # The decider and the served tool come from one set: both are swapped together.
-                    return await self._decide_here(self.decider, current, name, arguments, checked)
-                return await self._call(current, name, arguments, *checked)
+                    return await self._decide_here(self.decider, served, name, arguments, checked)
+                return await self._call(served, name, arguments, *checked)
             finally:
                 self._slots.release()
         except Exception as exc:  # never a JSON-RPC error to the host: a code, its text here
@@ -631,7 +642,15 @@ class Proxy:
     ) -> tuple[dict[str, Any], bytes | None] | str:
         """The upstream's result as it came on the wire (parsed, and its bytes), or the
         fixed code of a failure (:func:`toolgate.mcp._upstream.call_tool`)."""
-        return await call_tool(self.upstream.session, name, arguments, trace, self.options.upstream_timeout_s)
+        options = self.options
+        return await call_tool(
+            self.upstream.session,
+            name,
+            arguments,
+            trace,
+            options.upstream_timeout_s,
+            options.progress_ceiling_s,
+        )
 
     def _result_fields(self, served: _Served, trace: Mapping[str, str]) -> dict[str, Any]:
         """The intake record's adapter, signature, source and trace fields of a call of

@@ -18,7 +18,7 @@ from toolgate._errors import ConfigError
 from toolgate.client import Client
 from toolgate.gate._contracts import MCP_SERVER_NAME, ContractSet, qualified_name
 from toolgate.gate._signing import Keyring
-from toolgate.mcp import _wire
+from toolgate.mcp import _sdk_logs, _wire
 from toolgate.mcp._decide import Decider
 from toolgate.mcp._follow import Following
 from toolgate.mcp._listing import ListingError
@@ -27,11 +27,13 @@ from toolgate.mcp._options import (
     ProxyOptions,
     options_from,
     parse_listen,
+    reimport_command,
     settings_lines,
     upstream_target,
 )
 from toolgate.mcp._proxy import Proxy
 from toolgate.mcp._stats import stats_registry
+from toolgate.mcp._stdio import host_stdio
 from toolgate.mcp._upstream_process import SigtermEndsUpstream, upstream_env_names, with_upstream_env
 from toolgate.registry._snapshot import load_contracts
 
@@ -59,6 +61,7 @@ async def serve(
     ``following``: the source followed while serving (:mod:`toolgate.mcp._follow`)."""
 
     _wire.install()
+    _sdk_logs.quiet()  # the SDK quotes an upstream's malformed values in its log records
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
     options = options_from(args)
     for line in settings_lines(args, config):
@@ -145,6 +148,7 @@ async def _serve_with_upstream(
                 serving=serving if not in_process else None,
                 decider=Decider(args.server, contracts, keyring, config.topics) if in_process else None,
                 following=following,
+                reimport=reimport_command(args, config.contracts_dir),
             )
             proxies.append(proxy)
             try:
@@ -234,9 +238,7 @@ def no_tools_served(contracts: ContractSet, server: str, contracts_dir: str) -> 
 async def _serve_host(proxy: Proxy, listen: Listen, names: list[str]) -> None:
     server = proxy.mcp_server()
     if listen.stdio:
-        from mcp.server.stdio import stdio_server
-
-        async with stdio_server() as (read, write):
+        async with host_stdio() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         return
     import uvicorn

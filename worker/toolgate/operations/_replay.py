@@ -27,7 +27,7 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TextIO
 
@@ -41,6 +41,8 @@ from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import DIAGNOSTIC_HEADERS
 from toolgate.gate._records import Message, Verdict
 from toolgate.gate._rules import Ledger
+from toolgate.gate._sealing import KEY_HEADER, Sealer, SealError, sealer_for
+from toolgate.operations._quarantine import locked
 from toolgate.operations._top import scrape
 from toolgate.service._kafka import AiokafkaClients, partitions_of
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
@@ -156,6 +158,30 @@ class Quarantined:
             headers=headers,
             origin=f"replay of quarantine/{self.partition}/{self.offset}",
         )
+
+
+def open_sealed(records: list[Quarantined], sealer: Sealer | None, out: TextIO) -> list[Quarantined]:
+    """The records in clear: a sealed one (gate/_sealing.py) opened with its quarantine key, a
+    clear one (written before sealing, or by a worker without a key) as it is. One that does
+    not open is left out with one line saying why, and stays in the quarantine."""
+    opened: list[Quarantined] = []
+    reasons: collections.Counter[str] = collections.Counter()
+    for record in records:
+        if not any(name == KEY_HEADER for name, _ in record.raw_headers):
+            opened.append(record)
+            continue
+        try:
+            if sealer is None:
+                raise SealError(locked(record.raw_headers))
+            value, headers = sealer.open(record.key, record.value, record.raw_headers)
+        except SealError as exc:
+            reasons[str(exc)] += 1
+            continue
+        texts = {n: v.decode("utf-8", "replace") for n, v in headers}
+        opened.append(replace(record, value=value, raw_headers=headers, headers=texts))
+    for reason, count in sorted(reasons.items()):
+        print(f"left out {count} quarantine records: {reason}", file=out)
+    return opened
 
 
 class Progress:
@@ -288,6 +314,11 @@ class DryRunReport:
     other_code: int = 0
     expired: int = 0
     guarded: int = 0
+    # BAD_SIGNATURE predicted because the key the contract names is not configured here: the
+    # workers, with their keyring, may well pass these. keyring_given: any adapter key here.
+    unverifiable: int = 0
+    missing_keys: set[str] = field(default_factory=set)
+    keyring_given: bool = True
 
     def print(self, out: TextIO) -> None:
         """The table: tool, code then, verdict now, code now, count."""
@@ -306,6 +337,23 @@ class DryRunReport:
                 "the agent needs a fresh tool call.",
                 file=out,
             )
+        if self.unverifiable:
+            print(self.unverifiable_line(), file=out)
+
+    def unverifiable_line(self) -> str:
+        """One line: which BAD_SIGNATURE predictions only say that a key is missing here."""
+        keys = ", ".join(sorted(self.missing_keys))
+        where = (
+            "this dry run has no keyring (--keyring FILE or TOOLGATE_KEYRING)"
+            if not self.keyring_given
+            else f"the keyring here lacks the key{'s' if len(self.missing_keys) > 1 else ''} {keys}"
+        )
+        return (
+            f"{self.unverifiable} result{'s' if self.unverifiable > 1 else ''} predicted BAD_SIGNATURE "
+            f"only because {where}: their contracts "
+            f"require a signature by {keys}, which cannot be checked here, so these predictions say "
+            "nothing about the results; give the workers' keyring to predict them"
+        )
 
 
 def dry_run(
@@ -325,7 +373,12 @@ def dry_run(
     detection within a batch and shadow evaluation); what a batch accepts counts as
     accepted for the batches after it, as a committed batch does in the worker.
     """
-    report = DryRunReport()
+    report = DryRunReport(keyring_given=bool(gate.keyring.keys))
+    unconfigured = {  # contract key -> the signature key it names, where this keyring lacks it
+        contract.key: contract.spec.signature.key_id
+        for contract in gate.contracts
+        if contract.spec.signature is not None and gate.keyring.get(contract.spec.signature.key_id) is None
+    }
     eligible: list[Quarantined] = []
     for record in records:
         if record.replays >= max_replays:
@@ -348,6 +401,10 @@ def dry_run(
         )
         for record, decision in zip(part, batch.decisions, strict=True):
             _count(report, record, decision.verdict)
+            missing = unconfigured.get(decision.verdict.contract or "")
+            if decision.verdict.code == "BAD_SIGNATURE" and missing is not None:
+                report.unverifiable += 1
+                report.missing_keys.add(missing)
     return report
 
 
@@ -696,6 +753,7 @@ async def run_replay(
     from datetime import timedelta
 
     records, read = await read_quarantine(config, selection)
+    records = open_sealed(records, sealer_for(gate.keyring), out)
     print_selection(records, read, out)
     if not records:
         print("no records matched: nothing to replay", file=out)
