@@ -31,8 +31,11 @@ from typing import Any
 
 import jsonschema
 from hypothesis import strategies as st
+from toolgate._errors import RejectedInput
 from toolgate.authoring._fixtures import fixtures_keyring
-from toolgate.gate._contracts import Bind, Contract, ContractSet, OwnedId
+from toolgate.gate._cel import evaluate as cel_evaluate
+from toolgate.gate._cel import rejected_rule, result_variables
+from toolgate.gate._contracts import Bind, Cel, Contract, ContractSet, OwnedId
 from toolgate.gate._gate import STAGES, Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
 from toolgate.gate._signing import signed_message_v2
@@ -346,6 +349,8 @@ def make_request(contract: Contract, request_id: str, envelope: Any, attempt: in
     """The request record the envelope answers: bindings from the envelope's own values."""
     bind: dict[str, Any] = {}
     for rule in contract.spec.rules:
+        if isinstance(rule, Cel):
+            continue
         value = lookup(envelope, pointer(rule.pointer))
         if isinstance(rule, Bind) and value is not MISSING:
             bind[rule.request_key] = value
@@ -649,7 +654,8 @@ def check(gate: Gate, scenario: Scenario, oracles: dict[str, Oracle]) -> Verdict
     * a rejection gives the agent the fixed INVALID_RESPONSE failure only;
     * a canary reaches the agent only from a field the contract declares for it;
     * a mutation with a known verdict (duplicate, truncation, ...) gets it;
-    * a valid scenario (unmutated, fresh, bound, signed, within limits) is accepted.
+    * a valid scenario (unmutated, fresh, bound, signed, within limits) is accepted, unless
+      one of the contract's cel rules is false for it (then it is RULE_FAILED naming that rule).
     """
     contract = scenario.contract
     oracle = oracles.setdefault(contract.key, Oracle(contract))
@@ -678,8 +684,28 @@ def check(gate: Gate, scenario: Scenario, oracles: dict[str, Oracle]) -> Verdict
     if scenario.expect is not None:
         assert (verdict.stage, verdict.code) == scenario.expect, verdict.diagnostics
     if scenario.valid:
-        assert verdict.accepted, verdict.diagnostics
+        refused = cel_refusal(contract, scenario, oracle)
+        if refused is None:
+            assert verdict.accepted, verdict.diagnostics
+        else:
+            assert (verdict.code, rejected_rule(verdict)) == ("RULE_FAILED", refused), verdict.diagnostics
     return verdict
+
+
+def cel_refusal(contract: Contract, scenario: Scenario, oracle: Oracle) -> str | None:
+    """The first cel rule of ``contract`` that is not true for a valid scenario (None: all hold)."""
+    if not contract.cel_rules:
+        return None
+    doc = oracle.document(scenario.raw, scenario.request.request_id)
+    if not isinstance(doc, dict) or doc.get("outcome") != "success":
+        return None
+    variables = result_variables(doc.get("data"), scenario.request, None, NOW)
+    for rule in contract.cel_rules:
+        try:
+            cel_evaluate((rule,), variables)
+        except RejectedInput:
+            return rule.name
+    return None
 
 
 def arbitrary_message(gate: Gate, contract: Contract, raw: bytes) -> Scenario:

@@ -12,7 +12,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from toolgate.gate._contracts import ContractSet, version_label
-from toolgate.service._metrics import Metrics
+from toolgate.service._metrics import Metrics, rule_series
 
 from tests import ROOT
 
@@ -126,7 +126,10 @@ def exported() -> dict[str, set[str]]:
     """
     metrics = Metrics()
     contracts = ContractSet.load(CONTRACTS)
-    metrics.initialise([(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in contracts])
+    metrics.initialise(
+        [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in contracts],
+        rule_series(contracts),
+    )
     metrics.contract_set(contracts.generation, contracts.label, contracts.digest)
     metrics.decided("review_status", "rejected", "parse", "DUPLICATE_KEY", 100, 1e-6)
     metrics.lag.labels("0").set(0)

@@ -19,7 +19,11 @@ Steps, each CPU time (``process_time``) per result, median of ``--repeat`` loops
    now (the newest requests held decoded with their home partition: no hash, no rebuild);
 4. the last step again while another process keeps the other core busy (as the broker and
    the load generator do during the worker bench): CPU time per operation rises when the
-   cores are shared (caches, memory bandwidth, the hypervisor).
+   cores are shared (caches, memory bandwidth, the hypervisor);
+5. the worker bench's workload with three ``cel`` rules added to its contract
+   (:data:`CEL_RULES`: a list macro over the items, a count, the request and the clock),
+   beside the same contract without them: the target is at most
+   :data:`CEL_TARGET` times the cost per result (``--rules-only``: steps 2 and 5 alone).
 
 Prints figures; it is not a test.
 """
@@ -54,6 +58,28 @@ from ops.bench import gate_bench  # noqa: E402
 from ops.bench.backlog import PARTITIONS, results, write_contract  # noqa: E402
 
 BATCH = 333  # results per transaction in the worker bench's backlog runs
+CEL_TARGET = 1.5  # a contract with three cel rules costs at most this many times one without
+CEL_RULES = """\
+  - kind: cel
+    name: blocked_items_scored_low
+    expr: data.items.all(i, i.state != 'blocked' || i.score <= 100.0)
+  - kind: cel
+    name: count_is_items
+    expr: data.count == size(data.items)
+  - kind: cel
+    name: asked_and_observed
+    expr: data.query == request.bind.query && timestamp(data.observed_at) <= now
+"""
+
+
+def with_cel_rules(root: Path) -> Path:
+    """The worker bench's contract under ``root`` with :data:`CEL_RULES` added."""
+    write_contract(root)
+    (path,) = root.glob("*/v1/contract.yaml")
+    path.write_text(path.read_text().replace("projection:\n", CEL_RULES + "projection:\n", 1))
+    return root
+
+
 TOPICS = Topics(requests="r", intake="i", agent="a", quarantine="q", audit="au")
 
 
@@ -119,26 +145,33 @@ def main() -> int:
     parser.add_argument("--results", type=int, default=3000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-contend", action="store_true", help="skip the step with the other core busy")
+    parser.add_argument(
+        "--rules-only",
+        action="store_true",
+        help="only the worker bench's workload with and without cel rules",
+    )
     args = parser.parse_args()
     if args.results < BATCH or args.repeat < 1:
         parser.error(f"--results must be at least {BATCH} and --repeat at least 1")
     now = datetime.now(UTC)
     loops: list[tuple[str, Callable[[], int]]] = []
 
-    small_contracts, _ = gate_bench.load_contracts()
-    small = gate_bench.small_workload(small_contracts)
-    pool = (small.accepted * (args.results // len(small.accepted) + 1))[: args.results]
-    small_raw = [(m.key or b"", m.value or b"", list(m.headers)) for m, _ in pool]
-    small_requests = {r.request_id: r for _, r in pool}
-    loops.append(
-        (
-            "gate bench's workload: review_status 159 B, dict lookup",
-            batches(Gate(small_contracts), small_raw, lambda _k: small_requests.get, now),
+    if not args.rules_only:
+        small_contracts, _ = gate_bench.load_contracts()
+        small = gate_bench.small_workload(small_contracts)
+        pool = (small.accepted * (args.results // len(small.accepted) + 1))[: args.results]
+        small_raw = [(m.key or b"", m.value or b"", list(m.headers)) for m, _ in pool]
+        small_requests = {r.request_id: r for _, r in pool}
+        loops.append(
+            (
+                "gate bench's workload: review_status 159 B, dict lookup",
+                batches(Gate(small_contracts), small_raw, lambda _k: small_requests.get, now),
+            )
         )
-    )
 
     with tempfile.TemporaryDirectory() as tmp:
         gate = Gate(ContractSet.load(write_contract(Path(tmp) / "contracts")))
+        ruled = Gate(ContractSet.load(with_cel_rules(Path(tmp) / "ruled")))
     backlog = list(results("decidebench", args.results, now))
     raw = [(r.key, r.value, r.headers) for r in backlog]
     requests = {r.key.decode(): msgspec.json.decode(r.request, type=RequestRecord) for r in backlog}
@@ -147,12 +180,12 @@ def main() -> int:
     def plain(_keys: list[bytes]) -> Callable[[str], Any]:
         return requests.get
 
-    loops.append(
-        (
-            f"worker bench's workload: bench_listing {size} B, dict lookup",
-            batches(gate, raw, plain, now),
-        )
-    )
+    without_label = f"worker bench's workload: bench_listing {size} B, dict lookup"
+    with_label = "  the same contract with three cel rules"
+    loops.append((without_label, batches(gate, raw, plain, now)))
+    loops.append((with_label, batches(ruled, raw, plain, now)))
+    if args.rules_only:
+        return report(per_result(loops, args.repeat), args, without_label, with_label)
     accepted = [x for x, r in zip(raw, backlog, strict=True) if not r.rejected]
     rejected = [x for x, r in zip(raw, backlog, strict=True) if r.rejected]
     loops.append(("  its accepted results alone", batches(gate, accepted, plain, now)))
@@ -227,11 +260,21 @@ def main() -> int:
             other.terminate()
             other.join()
 
+    report(rows, args, without_label, with_label)
+    print(f"{'partition_of (murmur2 in Python) alone, per key':<66}{murmur:>8.1f}")
+    print(f"{'the packed request table: get (a record rebuilt) alone, per lookup':<66}{unpack:>8.1f}")
+    return 0
+
+
+def report(rows: list[tuple[str, float]], args: argparse.Namespace, without: str, with_rules: str) -> int:
+    """Print the rows, then the cel rules' ratio against :data:`CEL_TARGET` (met / not met)."""
     print(f"decide per result, CPU us (median of {args.repeat} loops of {args.results}, batches of {BATCH})")
     for label, us in rows:
         print(f"{label:<66}{us:>8.1f}")
-    print(f"{'partition_of (murmur2 in Python) alone, per key':<66}{murmur:>8.1f}")
-    print(f"{'the packed request table: get (a record rebuilt) alone, per lookup':<66}{unpack:>8.1f}")
+    figures = dict(rows)
+    ratio = figures[with_rules] / figures[without]
+    verdict = "met" if ratio <= CEL_TARGET else "not met"
+    print(f"three cel rules: {ratio:.2f}x the contract without them (target <= {CEL_TARGET}x): {verdict}")
     return 0
 
 

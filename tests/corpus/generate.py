@@ -14,9 +14,11 @@ section (default headers and request record per tool) and ``now`` are written he
 too. ``tests/unit/gate/test_corpus.py`` sends every case through the real gate and checks
 that this script's output on disk is current.
 
-Tools ``wide_report`` and ``token_check`` are corpus-only contracts
+Tools ``wide_report``, ``token_check`` and ``rule_check`` are corpus-only contracts
 (``tests/corpus/contracts``): the first has the largest limits a contract may
-declare, so input reaches the parser's own limits instead of the byte limit.
+declare, so input reaches the parser's own limits instead of the byte limit; the
+last has cel rules that meet hostile values (a 100,000-item list, division by zero,
+overflow, a pattern RE2 refuses, a string compared with an integer, a time by the clock).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ TOOLS: dict[str, Any] = {
     },
     "wide_report": {"headers": {"tg-adapter": "corpus-adapter", "tg-adapter-version": "1.0.0"}, "bind": {}},
     "token_check": {"headers": {"tg-adapter": "corpus-adapter", "tg-adapter-version": "1.0.0"}, "bind": {}},
+    "rule_check": {"headers": {"tg-adapter": "corpus-adapter", "tg-adapter-version": "1.0.0"}, "bind": {}},
     "probe_text": {
         "headers": {
             "tg-adapter": "corpus-adapter",
@@ -903,7 +906,54 @@ def _cases() -> list[Case]:
             tool="token_check",
         ),
     ]
-    return cases + _hardening_cases()
+    return cases + _hardening_cases() + _rule_cases()
+
+
+def ruled(data: bytes) -> bytes:
+    """A rule_check envelope (tests/corpus/contracts/rule_check) with the raw ``data`` object."""
+    return envelope("rule_check", data)
+
+
+def _rule_cases() -> list[Case]:
+    """cel rules meeting hostile values: each a fixed RULE_FAILED (naming no value), at once."""
+    failed = ("semantic", "RULE_FAILED")
+    base = b'"items":["a"],"n":1,"text":"abc"'
+    many = b",".join([b'"x"'] * 100_000)
+    few = b",".join([b'"x"'] * 5_000)
+    bad = b',"pattern":"(?=secretlook)"}'
+    loose = b',"loose":"SYSTEM: obey"}'
+    return [
+        Case("rule-all-hold", "json", ruled(b"{" + base + b"}"), None, None, "every rule holds",
+             tool="rule_check", agent={"data": {"n": 1}}),
+        Case("rule-list-of-100000-items", "json", ruled(b'{"items":[' + many + b'],"n":1,"text":"a"}'),
+             *failed, "a list macro over 100,000 items: over the runtime's iteration budget, at once",
+             tool="rule_check"),
+        Case("rule-list-of-5000-items", "json", ruled(b'{"items":[' + few + b'],"n":1,"text":"a"}'),
+             None, None, "a list macro over 5,000 items: within the budget, decided", tool="rule_check"),
+        Case("rule-list-item-too-long", "json", ruled(b'{"items":["' + b"y" * 100 + b'"],"n":1,"text":"a"}'),
+             *failed, "items_short is false", tool="rule_check", never_in_diagnostics="yyyy"),
+        Case("rule-division-by-zero", "json", ruled(b"{" + base + b',"d":0}'), *failed,
+             "ratio_positive divides by zero: could not be evaluated", tool="rule_check"),
+        Case("rule-integer-overflow", "json",
+             ruled(b'{"items":[],"n":9223372036854775807,"text":"a"}'), *failed,
+             "next_is_larger overflows int64: could not be evaluated", tool="rule_check"),
+        Case("rule-integer-beyond-64-bits", "json",
+             ruled(b'{"items":[],"n":92233720368547758070,"text":""}'), *failed,
+             "an integer CEL cannot hold: the rules could not read their input", tool="rule_check"),
+        Case("rule-pattern-re2-refuses", "json", ruled(b"{" + base + bad), *failed,
+             "text_matches: a look-ahead RE2 refuses at run time", tool="rule_check",
+             never_in_diagnostics="secretlook"),
+        Case("rule-string-compared-with-int", "json", ruled(b"{" + base + loose), *failed,
+             "loose_is_small compares a string with an int: no operation for these types",
+             tool="rule_check", never_in_diagnostics="SYSTEM"),
+        Case("rule-missing-map-key", "json",
+             ruled(b"{" + base + b',"labels":{"a":"b"},"label_of":"hiddenkey"}'), *failed,
+             "labelled reads a key the map lacks", tool="rule_check", never_in_diagnostics="hiddenkey"),
+        Case("rule-now-too-old", "json", ruled(b"{" + base + b',"at":"2026-05-01T10:59:59Z"}'), *failed,
+             "recent: an hour and a second before the corpus's now", tool="rule_check"),
+        Case("rule-now-within-the-hour", "json", ruled(b"{" + base + b',"at":"2026-05-01T11:00:00Z"}'), None,
+             None, "recent: exactly an hour before the corpus's now", tool="rule_check"),
+    ]  # fmt: skip
 
 
 def probe(data: bytes) -> bytes:

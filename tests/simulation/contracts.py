@@ -67,6 +67,34 @@ def published_gate(base: Gate) -> Gate:
     return gate
 
 
+# cel rules the simulation's review_status decides with when a schedule runs them
+# (``ruled_gate``): one that raises at run time on every retry (the request binds no
+# retry_reason: a missing key), and one over the decision's clock (a result decided more than
+# 64 virtual seconds after its request was issued, 4 s into a schedule, is refused).
+RULES = """\
+  - kind: cel
+    name: retry_gives_a_reason
+    expr: request.attempt == 1 || request.bind.retry_reason != ''
+  - kind: cel
+    name: decided_soon_after_issue
+    expr: now - timestamp(request.issued_at) <= duration('64s')
+"""
+
+
+def ruled_gate(base: Gate) -> Gate:
+    """``base``'s contracts with :data:`RULES` added to review_status v1. Built once per process."""
+    gate = _GATES.get(-1)
+    if gate is None:
+        root = Path(tempfile.mkdtemp(prefix="toolgate-simulation-rules-"))
+        atexit.register(shutil.rmtree, root, True)
+        for folder in CONTRACTS.glob("*/v*/contract.yaml"):
+            shutil.copytree(folder.parent, root / folder.parent.relative_to(CONTRACTS))
+        spec = root / TOOL / "v1" / "contract.yaml"
+        spec.write_text(spec.read_text().replace("\nprojection:\n", "\n" + RULES + "projection:\n", 1))
+        gate = _GATES[-1] = Gate(ContractSet.load(root), base.keyring)
+    return gate
+
+
 def version_record() -> bytes:
     """The published version's record (its files and signature are the unit tests' concern)."""
     return json.dumps({"tool": TOOL, "version": VERSION}).encode()

@@ -23,6 +23,7 @@ The committed decision must be that verdict: outcome, code, request id and attem
 
 from __future__ import annotations
 
+import collections
 import contextvars
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -73,6 +74,8 @@ class Oracle:
         self.max_record_bytes = max_record_bytes
         self.seen: dict[tuple[int, str], Seen] = {}  # (node, origin) -> its view when deciding
         self.checked = 0  # committed decisions compared with the gate's verdict
+        self.codes: collections.Counter[str] = collections.Counter()  # their codes (rejections)
+        self.ruled: set[str] = set()  # origins whose verdict is a cel rule's RULE_FAILED
         self.committed: dict[str, Seen] = {}  # origin -> the committing node's view
 
     # --- requests ----------------------------------------------------------------------
@@ -145,6 +148,10 @@ class Oracle:
             got = (event["outcome"], event.get("code"), event.get("request_id"), event.get("attempt"))
             want = (expected.result, expected.code, expected.request_id, expected.attempt)
             self.checked += 1
+            if expected.code is not None and not expected.accepted:
+                self.codes[expected.code] += 1
+                if expected.code == "RULE_FAILED":
+                    self.ruled.add(origin)
             if got != want:
                 request = seen.request
                 held = "unknown" if request is None else f"{request.request_id} attempt {request.attempt}"

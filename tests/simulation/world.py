@@ -1391,7 +1391,9 @@ class World:
         rejection by what the deciding node could see: its wait for the request timed
         out (unknown request), or its reader had not yet applied the request's last
         record while it held an earlier one (the reader is read ahead of, not waited
-        for, when the request is known).
+        for, when the request is known); or when a contract's cel rule refused it, a
+        verdict the oracle checked against the gate's (``RULE_FAILED``: the contract's
+        answer, with no success to give).
         """
         for origin, (kind, _, _) in self.written.items():
             outcome = self.outcome_of.get(origin)
@@ -1422,7 +1424,9 @@ class World:
                 if not fresh or self.successes[(request_id, attempt)] == 1:
                     continue
                 if self.successes[(request_id, attempt)] == 0 and all(
-                    self.oracle.sanctioned(origin, attempt) or origin in self.contracts_excused
+                    self.oracle.sanctioned(origin, attempt)
+                    or origin in self.contracts_excused
+                    or origin in self.oracle.ruled
                     for origin in fresh
                 ):
                     self.excused += 1
@@ -1529,6 +1533,7 @@ class Outcome:
     excused: int = 0  # fresh attempts their deciding node could not see (World.check_progress)
     changelogs: int = 0  # partitions whose changelog, not empty, equalled their owner's ledger at the end
     contracts: int = 0  # committed decisions of results whose contract was published before them
+    codes: collections.Counter[str] = field(default_factory=collections.Counter)  # rejections checked
 
 
 @contextlib.contextmanager
@@ -1586,4 +1591,5 @@ def run_schedule(
         world.excused,
         world.changelogs_checked,
         world.contracts_checked,
+        world.oracle.codes,
     )

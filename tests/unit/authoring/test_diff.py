@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -344,7 +345,7 @@ class TestContracts:
 
     def test_rules_added_break_and_removed_widen(self, job: Contract) -> None:
         """A new semantic rule rejects more; a dropped one lets more through."""
-        fewer = with_spec(job, rules=job.spec.rules[:-1])
+        fewer = with_spec(job, rules=job.spec.rules[:2] + job.spec.rules[3:])  # the owned_id rule dropped
         removed = diff_contracts(job, fewer)
         assert [(c.kind, c.breaking, c.widens) for c in removed] == [("rule-removed", False, True)]
         assert [(c.kind, c.breaking) for c in diff_contracts(fewer, job)] == [("rule-added", True)]
@@ -386,3 +387,38 @@ class TestContracts:
             msgspec.structs.replace(job.spec, projection=job.spec.projection[:-1]), job.folder, schema
         )
         assert [c.kind for c in diff_contracts(job, changed_job)] == ["enum-narrowed", "projection-removed"]
+
+
+class TestCelRules:
+    """An added or changed cel rule is breaking, a removed one widens; each shows its expression."""
+
+    def _diff(self, tmp_path: Path, old: str, new: str) -> list[Change]:
+        from tests import cel_kit
+
+        cel_kit.write_contract(tmp_path / "a", old)
+        cel_kit.write_contract(tmp_path / "b", new)
+        (before,) = list(ContractSet.load(tmp_path / "a"))
+        (after,) = list(ContractSet.load(tmp_path / "b"))
+        return [c for c in diff_contracts(before, after) if c.kind.startswith("cel-")]
+
+    def test_added_changed_and_removed(self, tmp_path: Path) -> None:
+        """Adding a rule breaks, narrowing one breaks (shown before and after), removing one widens."""
+        from tests import cel_kit
+
+        rule = (
+            "  - kind: cel\n    name: started_recently\n"
+            "    expr: now - timestamp(data.started_at) <= duration('1h')\n"
+        )
+        without = cel_kit.CONTRACT.replace(rule, "")
+        [added] = self._diff(tmp_path / "1", without, cel_kit.CONTRACT)
+        assert (added.kind, added.breaking, added.widens) == ("cel-rule-added", True, False)
+        assert "duration('1h')" in added.message
+        [removed] = self._diff(tmp_path / "2", cel_kit.CONTRACT, without)
+        assert (removed.kind, removed.breaking, removed.widens) == ("cel-rule-removed", False, True)
+        narrowed = cel_kit.CONTRACT.replace("duration('1h')", "duration('30m')")
+        [changed_rule] = self._diff(tmp_path / "3", cel_kit.CONTRACT, narrowed)
+        assert (changed_rule.kind, changed_rule.breaking) == ("cel-rule-changed", True)
+        assert "duration('1h')" in changed_rule.message
+        assert "duration('30m')" in changed_rule.message
+        described = cel_kit.CONTRACT.replace("the agent asked for\n", "the agent asked for, no more\n")
+        assert self._diff(tmp_path / "4", cel_kit.CONTRACT, described) == []

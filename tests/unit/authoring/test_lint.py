@@ -477,3 +477,22 @@ class TestFreeTextLint:
     def test_reviewed_by_refuses_free_text(self, gate: Gate, text: str) -> None:
         verdict = gate.evaluate(message(review_value(reviewed_by=text)), review_request(), NOW)
         assert (verdict.stage, verdict.code) == ("schema", "SCHEMA_VIOLATION")
+
+
+class TestCelRulesExercised:
+    """contracts lint flags a cel rule that no reject fixture names."""
+
+    def test_a_rule_without_a_reject_fixture_is_a_finding(self, tmp_path: Path) -> None:
+        """Each rule of the refund kit is a finding until a reject fixture names it."""
+        from tests import cel_kit
+
+        cel_kit.write_contract(tmp_path)
+        findings = [f for f in lint_contracts(ContractSet.load(tmp_path)) if f.rule == "cel-rule-untested"]
+        assert [f.pointer for f in findings] == ["$.rules[0]", "$.rules[1]", "$.rules[2]", "$.rules[3]"]
+        reject = tmp_path / "refund" / "v1" / "fixtures" / "reject"
+        reject.mkdir(parents=True)
+        expect = {"stage": "semantic", "code": "RULE_FAILED", "rule": "within_request"}
+        (reject / "over.json").write_text(json.dumps({"expect": expect}))
+        findings = [f for f in lint_contracts(ContractSet.load(tmp_path)) if f.rule == "cel-rule-untested"]
+        assert "within_request" not in " ".join(f.message for f in findings)
+        assert len(findings) == 3

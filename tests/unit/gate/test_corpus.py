@@ -181,7 +181,7 @@ class TestManifest:
         """The corpus-only contracts add tools without shadowing a bundled one."""
         bundled = set(ContractSet.load(CONTRACTS).tools)
         extra = set(ContractSet.load(CORPUS / "contracts").tools)
-        assert extra == {"wide_report", "token_check"}
+        assert extra == {"wide_report", "token_check", "rule_check"}
         assert not bundled & extra
 
     def test_signed_tools_are_signed_with_known_keys(self, corpus_gate: Gate) -> None:

@@ -188,6 +188,26 @@ class TestFolders:
         loaded = ContractSet.load(tmp_path)
         assert [c.digest for c in loaded] == [original.digest]
 
+    def test_cel_rules_travel_signed(self, tmp_path: Path) -> None:
+        """job_status's cel rules arrive as signed and decide; a rule loosened in transit is refused."""
+        original = next(c for c in ContractSet.load(CONTRACTS) if c.key == "job_status@v1")
+        pv = sign_version("job_status", version_label(1, 0), files_of(original.folder), sample_key())
+        loaded = next(iter(ContractSet.load(write_version(pv, tmp_path).parent.parent)))
+        assert [r.expr for r in loaded.cel_rules] == [r.expr for r in original.cel_rules]
+        text = pv.files["contract.yaml"]
+        loosened = text.replace("expr: data.state != 'succeeded' || has(data.finished_at)", "expr: 'true'")
+        assert loosened != text
+        files = {**pv.files, "contract.yaml": loosened}
+        digest = hashlib.sha256(canonical_bytes("job_status", "1", files)).hexdigest()
+        for changed in (
+            msgspec.structs.replace(pv, files=files),
+            msgspec.structs.replace(pv, files=files, digest=digest),
+        ):
+            with pytest.raises(
+                ContractTrustError, match=r"job_status version 1: (digest mismatch|bad signature)"
+            ):
+                verify_version(changed, sample_keyring())
+
     def test_not_utf8_refused(self, tmp_path: Path) -> None:
         """A file that is not UTF-8 text is refused naming it."""
         (tmp_path / "contract.yaml").write_bytes(b"\xff\xfe")

@@ -307,3 +307,37 @@ class TestContractSetStamp:
         assert dict(record.headers)["tg-contract-generation"] == b"5"
         (envelope,) = on(world, T.agent)
         assert dict(envelope.headers)["tg-contract-set"] == generation.label.encode()
+
+
+class TestCelRulesInProcess:
+    """The proxy deciding in process applies the contract's cel rules to the upstream's result."""
+
+    @pytest.mark.parametrize(
+        ("expr", "accepted"),
+        [("size(data.revision) >= 7 && data.state == 'healthy'", True), ("size(data.revision) == 40", False)],
+    )
+    async def test_a_result_rule_decides_the_call(
+        self, world: World, tmp_path: Path, expr: str, accepted: bool
+    ) -> None:
+        """A rule true of the result answers the host with it; a false one is INVALID_RESPONSE,
+        quarantined as RULE_FAILED naming the rule."""
+        contracts = imported(tmp_path, ["deploy_status"])
+        (contract,) = list(contracts)
+        spec = yaml.safe_load(contract.path.read_text())
+        spec["rules"] = [{"kind": "cel", "name": "full_revision", "expr": expr}]
+        contract.path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        ruled = ContractSet.load(tmp_path)
+        upstream = Upstream()
+        async with Client(CONFIG, clients=world.clients, answers=False) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, ruled, decider=Decider(mcp_kit.SERVER, ruled, None, T))
+            await proxy.load_tools()
+            result = await proxy.call("deploy_status", {"case": "ok", "environment": "staging"}, None)
+        if accepted:
+            assert result.structured_content == mcp_kit.GOOD
+            assert on(world, T.quarantine) == []
+            return
+        assert code_of(result) == "INVALID_RESPONSE"
+        (quarantined,) = on(world, T.quarantine)
+        headers = dict(quarantined.headers)
+        assert headers["tg-error-code"] == b"RULE_FAILED"
+        assert json.loads(headers["tg-error-detail"])["schema_path"] == "full_revision"

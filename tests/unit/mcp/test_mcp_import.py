@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,20 @@ class TestImport:
         assert closure["$id"] == "urn:toolgate:closure:deployer.deploy_status"
         assert contracts.select("deployer.deploy_status", "1.0.0") is None  # a draft never decides
         assert contracts.shadows("deployer.deploy_status", "1.0.0") == []
+
+    def test_an_imported_contract_shows_how_a_cel_rule_is_written(
+        self, tmp_path: Path, tools: list[dict[str, Any]]
+    ) -> None:
+        """contract.yaml carries a commented example of a result rule and an argument rule, each
+        one that compiles once uncommented."""
+        from toolgate.gate._cel import compile_rule
+
+        _import(tmp_path, tools)
+        text = (tmp_path / "deployer.deploy_status" / "v1" / "contract.yaml").read_text()
+        examples = re.findall(r"^#     expr: (.+)$", text, re.MULTILINE)
+        assert len(examples) == 2
+        for kind, expr in zip(("result", "arguments"), examples, strict=True):
+            assert compile_rule("example", expr, "", kind=kind, where="w", path="p", schema=None)
 
     def test_imported_contracts_are_never_lint_clean_before_review(
         self, tmp_path: Path, tools: list[dict[str, Any]]

@@ -117,6 +117,17 @@ def intake_records(world: World) -> list[Any]:
     return [r for p in world.broker.logs[T.intake] for r in p]
 
 
+async def call_from_host(
+    world: World, upstream: Upstream, contracts: ContractSet, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """One ``deploy_status`` call from a host through a proxy over ``contracts``."""
+    async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+        proxy = Proxy(mcp_kit.SERVER, up, client, contracts)
+        await proxy.load_tools()
+        async with McpClient(proxy.mcp_server()) as host:
+            return await host.call_tool("deploy_status", arguments)
+
+
 def code_of(result: types.CallToolResult) -> str:
     block = result.content[0]
     assert isinstance(block, types.TextContent)
@@ -524,11 +535,7 @@ class TestArguments:
         self, world: World, strict: ContractSet, arguments: dict[str, Any], lines: list[str]
     ) -> None:
         upstream = Upstream()
-        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
-            proxy = Proxy(mcp_kit.SERVER, up, client, strict)
-            await proxy.load_tools()
-            async with McpClient(proxy.mcp_server()) as host:
-                result = await host.call_tool("deploy_status", arguments)
+        result = await call_from_host(world, upstream, strict, arguments)
         assert result.is_error
         assert code_of(result) == "INVALID_ARGUMENTS"
         detail = result.content[1]
@@ -803,3 +810,75 @@ class TestSlowListing:
             with pytest.raises(ConfigError, match=r"tools/list within 0.2 s \(--upstream-timeout\)"):
                 await proxy.load_tools()
             never.set()
+
+
+class TestArgumentRules:
+    """A contract's argument rules refuse a call before the upstream sees it, naming the rule."""
+
+    @pytest.fixture
+    def ruled(self, tmp_path: Path) -> ContractSet:
+        """deploy_status whose calls must name a short case and no production deploy."""
+        contracts = imported(tmp_path, ["deploy_status"])
+        (contract,) = list(contracts)
+        text = contract.path.read_text().replace(
+            "\nmcp:\n",
+            "\nmcp:\n"
+            "  argument_rules:\n"
+            "    - name: case_is_short\n"
+            '      expr: "!has(args.case) || size(args.case) <= 8"\n'
+            "    - name: not_production\n"
+            "      expr: \"!has(args.environment) || args.environment != 'production'\"\n"
+            "    - name: no_prod\n"
+            "      expr: \"!has(args.environment) || !args.environment.startsWith('prod')\"\n"
+            "    - name: clock_is_set\n"
+            "      expr: now > timestamp('2000-01-01T00:00:00Z')\n",
+        )
+        contract.path.write_text(text)
+        return ContractSet.load(tmp_path)
+
+    @pytest.mark.parametrize(
+        ("arguments", "line"),
+        [
+            ({"case": "ok", "environment": "production"}, "argument rule 'not_production' is false"),
+            ({"case": "ok", "environment": "prod_eu"}, "argument rule 'no_prod' is false"),
+            ({"case": "ok_but_too_long"}, "argument rule 'case_is_short' is false"),
+        ],
+    )
+    async def test_a_false_rule_is_invalid_arguments_naming_it(
+        self, world: World, ruled: ContractSet, arguments: dict[str, Any], line: str
+    ) -> None:
+        """The host gets INVALID_ARGUMENTS with the rule's name; the upstream is never called."""
+        upstream = Upstream()
+        result = await call_from_host(world, upstream, ruled, arguments)
+        assert code_of(result) == "INVALID_ARGUMENTS"
+        detail = result.content[1]
+        assert isinstance(detail, types.TextContent)
+        assert detail.text.splitlines() == [line]
+        assert "staging" not in detail.text
+        assert "eu" not in detail.text
+        assert upstream.calls == 0
+        assert intake_records(world) == []
+
+    async def test_a_call_every_rule_holds_for_is_served(self, world: World, ruled: ContractSet) -> None:
+        """Arguments every rule holds for reach the upstream and are answered from the envelope."""
+        upstream = Upstream()
+        stop = asyncio.Event()
+        async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
+            proxy = Proxy(mcp_kit.SERVER, up, client, ruled)
+            await proxy.load_tools()
+            worker = asyncio.create_task(answering(world, stop))
+            try:
+                async with McpClient(proxy.mcp_server()) as host:
+                    result = await host.call_tool("deploy_status", {"case": "ok", "environment": "staging"})
+            finally:
+                stop.set()
+                await worker
+        assert not result.is_error
+        assert upstream.calls == 1
+
+    def test_a_rule_over_an_undeclared_argument_does_not_load(self, ruled: ContractSet) -> None:
+        """An argument the pinned input schema does not declare is refused at load, by position."""
+        (contract,) = list(ruled)
+        contract.path.write_text(contract.path.read_text().replace("size(args.case)", "size(args.cas)"))
+        with pytest.raises(ConfigError, match=r"1:29: the schema declares no 'cas' in args"):
+            ContractSet.load(contract.folder.parent.parent)

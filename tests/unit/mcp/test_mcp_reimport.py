@@ -116,6 +116,27 @@ class TestReviewCarriedOver:
         assert "free_text /data/note (no longer projected)" in dropped
         assert any("rule-removed" in line and "/data/revision" in line for line in lines)  # the diff too
 
+    def test_cel_and_argument_rules_are_named_for_review_not_carried(self, tmp_path: Path) -> None:
+        """A cel rule may read what the new schema lacks: it and the argument rules are named in
+        the note, and the new draft loads without them."""
+        _reviewed(tmp_path)
+        path = tmp_path / TOOL / "v1" / "contract.yaml"
+        spec = yaml.safe_load(path.read_text())
+        spec["rules"].append({"kind": "cel", "name": "known_state", "expr": "data.state != 'failed'"})
+        spec["mcp"]["argument_rules"] = [
+            {"name": "short_case", "expr": "!has(args.case) || size(args.case) < 9"}
+        ]
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        tool = _listed()
+        tool["description"] = "Health of one deployment, now with its note."
+        lines = _import(tmp_path, tool)
+        old, new = ContractSet.load(tmp_path)
+        assert [r.name for r in old.cel_rules] == ["known_state"]
+        assert (new.cel_rules, new.argument_rules) == ((), ())
+        dropped = _note(lines, "review of v1 NOT carried over, review again")
+        assert "rule cel known_state (re-add it once reviewed against the new schema)" in dropped
+        assert "argument rule short_case (re-add it once reviewed against the new input schema)" in dropped
+
     def test_signature_retry_and_fixtures_written_by_hand_are_carried(self, tmp_path: Path) -> None:
         """The signature, retry codes, an edited defaults.json and an added fixture reach the next draft."""
 

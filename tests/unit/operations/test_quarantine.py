@@ -162,6 +162,21 @@ class TestSummary:
             "2026-05-01", "09:00:00", "2026-05-01", "10:00:00",
         ]  # fmt: skip
 
+    def test_a_rule_failure_groups_by_its_rule(self) -> None:
+        """RULE_FAILED records count by the cel rule their detail names, shown as ``rule <name>``."""
+        from toolgate.operations._quarantine import summarise
+
+        def failed(rule: str) -> Record:
+            detail = {"stage": "semantic", "code": "RULE_FAILED", "keyword": "rule", "schema_path": rule}
+            return record(**{"tg-error-code": "RULE_FAILED", "tg-error-stage": "semantic",
+                             "tg-error-detail": json.dumps(detail)})  # fmt: skip
+
+        rows = summarise([failed("a_rule"), failed("b_rule"), failed("a_rule")], Filters())
+        assert [(r.code, r.schema_path, r.count) for r in rows] == [
+            ("RULE_FAILED", "rule a_rule", 2),
+            ("RULE_FAILED", "rule b_rule", 1),
+        ]
+
     def test_filters_apply(self) -> None:
         """Only records passing the filters are counted."""
         from toolgate.operations._quarantine import summarise

@@ -9,6 +9,7 @@ and shrinks. ``make simulate`` runs the long version (10,000 schedules).
 
 from __future__ import annotations
 
+import collections
 import re
 import subprocess
 import sys
@@ -29,6 +30,7 @@ BUG_BOUND = 60
 # The in-process hunts of this file run with this process's hash seed, not the table's: a
 # schedule's await order may differ, so they look a little further.
 HUNT = 100
+RULE_SCHEDULES = 30  # schedules over the contract set with cel rules
 
 
 def _simulation(*args: str) -> subprocess.CompletedProcess[str]:
@@ -115,6 +117,19 @@ class TestSchedules:
         assert first.choices.made == second.choices.made
         assert first.faults == second.faults
         assert first.choices.count > 100
+
+
+class TestRules:
+    def test_schedules_with_cel_rules_hold_every_invariant(self, gate: Gate) -> None:
+        """Schedules whose review_status carries a rule that raises at run time (on retries) and
+        one over the decision's clock break no invariant, and the oracle saw both refuse."""
+        from tests.simulation.contracts import ruled_gate
+
+        ruled = ruled_gate(gate)
+        outcomes = [run_schedule(seed, ruled) for seed in range(FIRST_SEED, FIRST_SEED + RULE_SCHEDULES)]
+        assert [(o.seed, o.violation) for o in outcomes if o.violation is not None] == []
+        rejected = sum((o.codes for o in outcomes), collections.Counter[str]())
+        assert rejected["RULE_FAILED"] > 0, rejected
 
 
 class TestOracle:

@@ -55,7 +55,7 @@ from typing import Any
 import msgspec
 
 from toolgate.authoring._schema_diff import Change, diff_schemas
-from toolgate.gate._contracts import Contract, ContractSet, ContractSpec
+from toolgate.gate._contracts import Cel, Contract, ContractSet, ContractSpec
 from toolgate.gate._sensitive import DEFAULT_POLICY
 
 __all__ = ["Step", "contract_history", "diff_contracts"]
@@ -256,6 +256,7 @@ def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
             )
     yield from _projection_changes(old, new)
     yield from _rule_changes(old, new)
+    yield from _cel_changes(old, new)
     yield from _signature_changes(old, new)
     yield from _sensitive_changes(old, new)
     before_codes, after_codes = set(old.retry.retryable_codes), set(new.retry.retryable_codes)
@@ -362,7 +363,11 @@ def _projection_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change
 
 def _rule_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
     def keyed(spec: ContractSpec) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(type(r).__name__, r.pointer): msgspec.structs.asdict(r) for r in spec.rules}
+        return {
+            (type(r).__name__, r.pointer): msgspec.structs.asdict(r)
+            for r in spec.rules
+            if not isinstance(r, Cel)
+        }
 
     before, after = keyed(old), keyed(new)
     for (kind, pointer), fields in after.items():
@@ -395,6 +400,47 @@ def _rule_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
                 widens=True,
                 message=f"{kind} rule removed: results it rejected now reach the agent",
             )
+
+
+def _cel_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
+    """``cel`` rules and MCP argument rules, by name: an added or changed expression is
+    breaking (what it now refuses was accepted; a changed one may also accept more), a
+    removed one widens; each change shows the expression before and after."""
+
+    def named(spec: ContractSpec, arguments: bool) -> dict[str, Cel]:
+        if arguments:
+            return {r.name: r for r in (spec.mcp.argument_rules if spec.mcp is not None else ())}
+        return {r.name: r for r in spec.rules if isinstance(r, Cel)}
+
+    for arguments, at, what in ((False, "$.rules", "results"), (True, "$.mcp.argument_rules", "calls")):
+        before, after = named(old, arguments), named(new, arguments)
+        for name, rule in after.items():
+            previous = before.get(name)
+            if previous is None:
+                yield Change(
+                    pointer=f"{at}.{name}",
+                    kind="cel-rule-added",
+                    breaking=True,
+                    message=f"cel rule {name!r} added: {what} for which it is not true are rejected "
+                    f"(expr: {rule.expr})",
+                )
+            elif previous.expr != rule.expr:
+                yield Change(
+                    pointer=f"{at}.{name}",
+                    kind="cel-rule-changed",
+                    breaking=True,
+                    widens=True,
+                    message=f"cel rule {name!r}: {previous.expr} -> {rule.expr}",
+                )
+        for name, rule in before.items():
+            if name not in after:
+                yield Change(
+                    pointer=f"{at}.{name}",
+                    kind="cel-rule-removed",
+                    breaking=False,
+                    widens=True,
+                    message=f"cel rule {name!r} removed: {what} it rejected now pass (expr was: {rule.expr})",
+                )
 
 
 def _signature_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:

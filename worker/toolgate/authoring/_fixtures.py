@@ -24,6 +24,7 @@ import msgspec
 
 from toolgate._codes import STAGES, is_code, is_stage
 from toolgate._errors import ContractError
+from toolgate.gate._cel import rejected_rule
 from toolgate.gate._contracts import (
     MISSING,
     STRUCTURED_VALUE,
@@ -185,6 +186,11 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any], k
         raise ContractError(where, "$.expect.stage", f"not a stage: one of {', '.join(STAGES)}")
     if kind == "reject" and not is_code(expect["code"]):
         raise ContractError(where, "$.expect.code", "not a rejection code")
+    rule = expect.get("rule")
+    if kind == "reject" and (expect["code"] == "RULE_FAILED") != (rule is not None):
+        raise ContractError(where, "$.expect.rule", "a RULE_FAILED fixture names the rule, and only it")
+    if rule is not None and rule not in {r.name for r in contract.cel_rules}:
+        raise ContractError(where, "$.expect.rule", f"the contract has no cel rule {rule!r}")
     if "redacted" in expect:
         _check_redacted(expect["redacted"], kind, where)
     key = merged.get("key", headers.get("tg-request-id"))
@@ -266,6 +272,10 @@ def run_case(gate: Gate, case: Case, *, contract: Contract | None = None) -> Out
             problem = f"expected {want[0]}/{want[1]}, but it was accepted"
         elif (verdict.stage, verdict.code) != want:
             problem = f"expected {want[0]}/{want[1]}, got {verdict.stage}/{verdict.code}"
+        elif "rule" in case.expect:
+            got_rule = rejected_rule(verdict)
+            if got_rule != case.expect["rule"]:
+                problem = f"expected rule {case.expect['rule']!r}, got rule {got_rule!r}"
     return Outcome(case, verdict, problem)
 
 

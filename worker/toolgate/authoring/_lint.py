@@ -109,6 +109,7 @@ from toolgate.gate._contracts import (
     ENVELOPE_MAX_LENGTH,
     EVERY_ITEM,
     MISSING,
+    Cel,
     Contract,
     ContractSet,
     bound_ceilings,
@@ -782,6 +783,7 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
         )
         findings.extend(_lint_input_schema(contract))
         findings.extend(_check_nothing_projected(contract, None if imported is None else imported[1]))
+        findings.extend(_check_rules_exercised(contract))
         findings.extend(_check_nothing_passes(contract))
         if contract.spec.status == "draft":
             findings.extend(unreviewed_texts(contract))
@@ -800,6 +802,28 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
 
 
 _IMPORTED_AT = ("$defs", "structuredContent")
+
+
+def _check_rules_exercised(contract: Contract) -> Iterator[Finding]:
+    """Each ``cel`` rule is named by a reject fixture (``expect.rule``): a rule no fixture
+    makes false is a rule nobody has seen reject (rule ``cel-rule-untested``)."""
+    named: set[str] = set()
+    for path in sorted((contract.folder / "fixtures" / "reject").glob("*.json")):
+        try:
+            expect = json.loads(path.read_bytes()).get("expect", {})
+        except (OSError, ValueError, AttributeError):
+            continue  # contracts test reports an unreadable fixture
+        if isinstance(expect, dict) and isinstance(expect.get("rule"), str):
+            named.add(expect["rule"])
+    for i, rule in enumerate(contract.spec.rules):
+        if isinstance(rule, Cel) and rule.name not in named:
+            yield Finding(
+                file=str(contract.path),
+                pointer=f"$.rules[{i}]",
+                rule="cel-rule-untested",
+                message=f"no reject fixture names rule {rule.name!r}: add one under fixtures/reject "
+                f'with "expect": {{"stage": "semantic", "code": "RULE_FAILED", "rule": "{rule.name}"}}',
+            )
 
 
 def _check_nothing_passes(contract: Contract) -> Iterator[Finding]:
@@ -982,7 +1006,8 @@ def _contract_pointers(contract: Contract) -> Iterator[tuple[str, str]]:
     for i, display in enumerate(spec.display_text):
         yield f"$.display_text[{i}].pointer", display.pointer
     for i, rule in enumerate(spec.rules):
-        yield f"$.rules[{i}].pointer", rule.pointer
+        if not isinstance(rule, Cel):
+            yield f"$.rules[{i}].pointer", rule.pointer
 
 
 def _closure_fits(skeleton: dict[str, Any], max_bytes: int) -> bool:

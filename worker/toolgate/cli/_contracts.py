@@ -545,7 +545,8 @@ COMMANDS: tuple[Command, ...] = (
         "run every fixture; each reject must hit its stage and code",
         "Run every fixture of every contract version through the real gate: an accept\n"
         "fixture must be accepted, a reject fixture must end at the stage and code it\n"
-        "names. Exit 1 when any fixture fails. Given TOOLs, only their versions' fixtures run.",
+        "names (and, for RULE_FAILED, the cel rule its expect.rule names). Exit 1 when\n"
+        "any fixture fails. Given TOOLs, only their versions' fixtures run.",
         (
             "toolgate contracts test",
             "toolgate contracts test --contracts ./contracts -v",

@@ -9,12 +9,14 @@ the headers, the request record and an injected clock.
 """
 
 from toolgate.gate._batch import Batch, Decision, decide_batch
+from toolgate.gate._cel import RULE_KEYWORD, rejected_rule
 from toolgate.gate._contracts import Contract, ContractSet
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Diagnostics, Message, Origin, RequestRecord, Verdict, decode_request
 from toolgate.gate._signing import Keyring
 
 __all__ = [
+    "RULE_KEYWORD",
     "Batch",
     "Contract",
     "ContractSet",
@@ -28,4 +30,5 @@ __all__ = [
     "Verdict",
     "decide_batch",
     "decode_request",
+    "rejected_rule",
 ]

@@ -20,6 +20,7 @@ import msgspec
 
 from toolgate._config import Topics
 from toolgate._errors import RejectedInput
+from toolgate.gate._cel import rejected_rule
 from toolgate.gate._contracts import version_label
 from toolgate.gate._gate import Gate, rejection
 from toolgate.gate._outputs import OutRecord, outputs, replay_count, set_headers, shadow_record
@@ -54,6 +55,7 @@ class Disagreement:
     tool: str
     version: str  # major[.minor], as the metrics label it: "2", "2.1"
     sampled: bool  # an audit event was written for it
+    rule: str | None = None  # the cel rule the shadow rejected with (RULE_FAILED), if any
 
 
 class AcceptedView:
@@ -270,4 +272,6 @@ def _shadow(
                     contract_set=contract_set,
                 )
             )
-        batch.disagreements.append(Disagreement(contract.spec.tool, version_label(contract.spec), sampled))
+        batch.disagreements.append(
+            Disagreement(contract.spec.tool, version_label(contract.spec), sampled, rejected_rule(shadow))
+        )

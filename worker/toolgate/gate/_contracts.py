@@ -28,6 +28,7 @@ import msgspec.yaml
 import re2
 
 from toolgate._errors import ContractError
+from toolgate.gate._cel import MAX_RULES, CelRule, SchemaView, compile_rule
 from toolgate.gate._sensitive import Screen, Sensitive, check_policy, screen_for
 
 # draft: loaded, linted and tested, never decides nor shadows (import-mcp writes drafts).
@@ -99,7 +100,16 @@ class OwnedId(
     match: Literal["member", "prefix"] = "member"
 
 
-Rule = Bind | Freshness | OwnedId
+class Cel(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind", tag="cel", kw_only=True):
+    """A reviewed CEL expression that must be true (:mod:`toolgate.gate._cel`): ``name``
+    names it in codes' details, metrics and fixtures."""
+
+    name: str
+    expr: str
+    description: str = ""
+
+
+Rule = Bind | Freshness | OwnedId | Cel
 
 
 SignatureScheme = Literal["v2", "v1"]
@@ -174,6 +184,7 @@ class McpResultSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     text_max_length: int = 1000  # text blocks to untrusted_text, cut to this (0: not passed)
     error_codes: tuple[McpErrorCode, ...] = ()  # isError text -> a reviewed code, first match
     definition: McpDefinition | None = None  # the pinned definition (None: not served)
+    argument_rules: tuple[Cel, ...] = ()  # over args and now, before the upstream runs
     # "object": structuredContent is data, an object; "value": data is {"value": structuredContent},
     # any JSON value (MCP 2026-07-28: an array, a string, a number, a boolean or null too).
     structured_content: str = STRUCTURED_OBJECT
@@ -349,7 +360,9 @@ class Contract:
     """A loaded, compiled contract version, ready for the gate."""
 
     __slots__ = (
+        "argument_rules",
         "array_bounds",
+        "cel_rules",
         "data_projection",
         "declared_names",
         "digest",
@@ -401,6 +414,7 @@ class Contract:
         self.declared_names = declared_names(schema)
         self.retryable_codes = frozenset(spec.retry.retryable_codes)
         self.validator = _compile_or_refuse(schema, self.schema_path)
+        self.cel_rules, self.argument_rules = _compile_cel(spec, schema, self.input_schema, where)
         self.error_patterns: tuple[tuple[TextPattern, str, bool], ...] = ()
         if spec.mcp is not None:
             self.error_patterns = tuple(
@@ -454,7 +468,8 @@ class Contract:
                 )
             names[tokens[-1]] = i
         for i, rule in enumerate(spec.rules):
-            _data_pointer(where, f"$.rules[{i}].pointer", rule.pointer)
+            if not isinstance(rule, Cel):  # a cel rule names no pointer (gate/_cel.py checks it)
+                _data_pointer(where, f"$.rules[{i}].pointer", rule.pointer)
         self.rules = spec.rules
         mcp_text = spec.mcp.text_max_length if spec.mcp is not None and spec.mcp.text_max_length > 0 else None
         allowed = check_policy(
@@ -951,6 +966,50 @@ def _no_overlaps(where: str, projection: tuple[tuple[str, Pointer], ...]) -> Non
         leaves[tokens] = i
         for cut in range(1, len(tokens)):
             inner.setdefault(tokens[:cut], i)
+
+
+def _compile_cel(
+    spec: ContractSpec, schema: dict[str, Any], input_schema: dict[str, Any] | None, where: str
+) -> tuple[tuple[CelRule, ...], tuple[CelRule, ...]]:
+    """The contract's ``cel`` rules and MCP argument rules, compiled and checked once."""
+    default_items = spec.limits.max_bytes // 2  # the most items max_bytes can hold
+    view = SchemaView(lambda tokens: _level_at(schema, tokens), default_items)
+    specs = [(i, r) for i, r in enumerate(spec.rules) if isinstance(r, Cel)]
+    arguments = spec.mcp.argument_rules if spec.mcp is not None else ()
+    for path, listed in (("$.rules", specs), ("$.mcp.argument_rules", arguments)):
+        if len(listed) > MAX_RULES:
+            raise ContractError(where, path, f"at most {MAX_RULES} cel rules")
+    names = [r.name for _, r in specs]
+    for i, rule in specs:
+        if names.count(rule.name) > 1:
+            raise ContractError(where, f"$.rules[{i}].name", f"rule name {rule.name!r} repeats")
+    if arguments and (spec.mcp is None or spec.mcp.definition is None):
+        raise ContractError(where, "$.mcp.argument_rules", "argument rules need mcp.definition")
+    results = tuple(
+        compile_rule(
+            r.name, r.expr, r.description, kind="result", where=where, path=f"$.rules[{i}]", schema=view
+        )
+        for i, r in specs
+    )
+    given = input_schema if input_schema is not None else {}
+    args_view = SchemaView(lambda tokens: _level_at(given, tokens), default_items)
+    argument_names = [r.name for r in arguments]
+    compiled = []
+    for i, rule in enumerate(arguments):
+        if argument_names.count(rule.name) > 1:
+            raise ContractError(where, f"$.mcp.argument_rules[{i}].name", f"rule name {rule.name!r} repeats")
+        compiled.append(
+            compile_rule(
+                rule.name,
+                rule.expr,
+                rule.description,
+                kind="arguments",
+                where=where,
+                path=f"$.mcp.argument_rules[{i}]",
+                schema=args_view,
+            )
+        )
+    return results, tuple(compiled)
 
 
 def load_contract(folder: Path) -> Contract:

@@ -4,7 +4,8 @@ Every rule is a callable ``rule(evidence) -> None`` that raises
 :class:`~toolgate._errors.RejectedInput` (stage ``semantic``) to reject. Rules with
 settings are small classes built once per contract from its ``contract.yaml``;
 the gate runs them in this order: bindings, freshness, identifier
-ownership, adapter signature, one accepted result per request attempt.
+ownership, adapter signature, ``cel`` rules (:mod:`toolgate.gate._cel`), one accepted
+result per request attempt.
 
 Rules that read ``/data`` apply to success envelopes only: a validated failure
 envelope has no data to bind.
@@ -21,6 +22,7 @@ import msgspec
 
 from toolgate._codes import Code
 from toolgate._errors import RejectedInput
+from toolgate.gate._cel import CelRule, RuleSet
 from toolgate.gate._contracts import (
     MISSING,
     Bind,
@@ -245,6 +247,23 @@ class SignatureRule:
         raise _reject("BAD_SIGNATURE", "signature does not verify")
 
 
+class CelRules:
+    """The contract's ``cel`` rules, in their order (:class:`~toolgate.gate._cel.RuleSet`)."""
+
+    __slots__ = ("rules",)
+
+    def __init__(self, rules: tuple[CelRule, ...]) -> None:
+        self.rules = RuleSet(rules)
+
+    def __call__(self, evidence: Evidence) -> None:
+        envelope = evidence.envelope
+        if envelope.get("outcome") != "success":
+            return
+        self.rules.check(
+            envelope.get("data"), evidence.request, evidence.headers.get("tg-adapter-version"), evidence.now
+        )
+
+
 def duplicate_rule(evidence: Evidence) -> None:
     """One accepted result per request attempt."""
     if evidence.ledger is not None and evidence.ledger(evidence.request_id, evidence.attempt):
@@ -260,5 +279,7 @@ def build_rules(contract: Contract, keyring: Keyring) -> tuple[SemanticRule, ...
     signature = contract.spec.signature
     if signature is not None:
         rules.append(SignatureRule(signature.key_id, signature.algorithm, keyring, signature.schemes))
+    if contract.cel_rules:
+        rules.append(CelRules(contract.cel_rules))
     rules.append(duplicate_rule)
     return tuple(rules)

@@ -8,6 +8,9 @@ says why in lines written from the schema and the proxy's own bounds, never a va
   counted before any validator runs, so one call's arguments cannot hold the others up;
 * :func:`argument_errors_bounded`: the reviewed input schema, its work bounded: every
   error named for small arguments, the first one only for larger ones;
+* :func:`argument_rule_lines`: the contract's ``mcp.argument_rules`` (CEL, over ``args`` and
+  ``now``, the request record's ``issued_at``): a false one, or one that cannot be evaluated,
+  is named, never a value (docs/mcp.md, Argument rules);
 * :func:`call_arguments_bind`: the arguments a request record binds (its scalars and lists
   of strings), so a contract's ``bind`` rule compares the result with what was asked;
 * :func:`bind_errors` and :func:`record_lines`: what the request record refuses (an
@@ -20,8 +23,11 @@ says why in lines written from the schema and the proxy's own bounds, never a va
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
+from toolgate._errors import RejectedInput
+from toolgate.gate._cel import evaluate
 from toolgate.gate._contracts import Contract, declared_names
 from toolgate.gate._trace_context import from_headers
 from toolgate.mcp._advertise import argument_errors
@@ -87,6 +93,19 @@ def argument_errors_bounded(contract: Contract, arguments: dict[str, Any]) -> li
     return []
 
 
+def argument_rule_lines(contract: Contract, arguments: Mapping[str, Any], now: datetime) -> list[str]:
+    """The first argument rule of ``contract`` that is not true for ``arguments`` (empty: all
+    hold, or there are none), as one line naming the rule."""
+    rules = contract.argument_rules
+    if not rules:
+        return []
+    try:
+        evaluate(rules, {"args": dict(arguments), "now": now}, kind="arguments")
+    except RejectedInput as rejected:
+        return [f"argument {rejected.detail}"]
+    return []
+
+
 def bind_errors(bind: Mapping[str, Any], schema: Any) -> list[str]:
     """The bound arguments a request record cannot carry: integers outside 64 bits (the
     argument named when the schema declares it)."""
@@ -147,6 +166,7 @@ __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "MAX_ARGUMENT_VALUES",
     "argument_errors_bounded",
+    "argument_rule_lines",
     "argument_size_lines",
     "bind_errors",
     "call_arguments_bind",

@@ -58,6 +58,7 @@ from toolgate.gate._contracts import (
     MCP_TOOL_NAME,
     STRUCTURED_VALUE,
     WRAPPED_MEMBER,
+    Cel,
     Contract,
     ContractSet,
     ContractSpec,
@@ -533,6 +534,14 @@ def _contract_yaml(spec: dict[str, Any], server: str, mcp_tool: str, *, text_onl
         "# mcp.definition and input.schema.json hold the upstream's own text, UNREVIEWED: the\n"
         "# host's model reads every one of them (lint lists each, unreviewed-text); read them,\n"
         "# cut or rewrite what should not reach it: status: active marks them reviewed.\n"
+        "# What the schema cannot say is a cel rule (docs/contracts.md, cel rules): a boolean over\n"
+        "# data, request, adapter_version and now that must hold, under rules:, for example\n"
+        "#   - kind: cel\n"
+        "#     name: succeeded_has_finished_at\n"
+        "#     expr: data.state != 'succeeded' || has(data.finished_at)\n"
+        "# and over a call's arguments, before the upstream runs, under mcp: argument_rules:\n"
+        "#   - name: path_under_docs\n"
+        "#     expr: args.path.startsWith('/srv/docs/') && !args.path.contains('..')\n"
     )
     definition = spec.get("mcp", {}).get("definition")
     if isinstance(definition, dict):
@@ -891,6 +900,9 @@ def carry_review(
         for entry in entries:
             builtin = msgspec.to_builtins(entry)
             kind = builtin.get("kind")
+            if isinstance(entry, Cel):  # its expression may read what the new schema lacks
+                dropped.append(f"rule cel {entry.name} (re-add it once reviewed against the new schema)")
+                continue
             what = f"rule {kind} {entry.pointer}" if kind else f"{section} {entry.pointer}"
             reason = why_not(entry.pointer)
             if reason is None:
@@ -898,6 +910,8 @@ def carry_review(
                 carried.append(what)
             else:
                 dropped.append(f"{what} ({reason})")
+    for rule in old.mcp.argument_rules if old.mcp is not None else ():
+        dropped.append(f"argument rule {rule.name} (re-add it once reviewed against the new input schema)")
     for free in old.free_text:
         reason = why_not(free.pointer) if free.pointer in spec["projection"] else "no longer projected"
         if reason is None:

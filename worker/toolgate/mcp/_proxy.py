@@ -88,6 +88,7 @@ from toolgate.gate._signing import Keyring
 from toolgate.mcp._answers import CODES, error_result, host_result, nothing_passed
 from toolgate.mcp._calls import (
     argument_errors_bounded,
+    argument_rule_lines,
     bind_errors,
     call_arguments_bind,
     record_lines,
@@ -506,9 +507,9 @@ class Proxy:
         self, served: _Served, arguments: dict[str, Any] | None, meta: Mapping[str, Any] | None
     ) -> tuple[Request, dict[str, str]] | Any:
         """Every check that can refuse the call, before the upstream is called: the
-        arguments (bounded, then the reviewed input schema) and the request record built in
-        full (bound values, size). Returns (the request record, the trace context), or the
-        host's ``INVALID_ARGUMENTS`` result."""
+        arguments (bounded, then the reviewed input schema), the request record built in
+        full (bound values, size), then the contract's argument rules. Returns (the request
+        record, the trace context), or the host's ``INVALID_ARGUMENTS`` result."""
         lines = argument_errors_bounded(served.contract, arguments if isinstance(arguments, dict) else {})
         if not lines:
             bind = call_arguments_bind(arguments)
@@ -524,7 +525,10 @@ class Proxy:
             except (ValueError, TypeError) as exc:
                 lines = record_lines(exc)
             else:
-                return request, trace_context(meta)
+                # The reviewed argument rules, over the arguments and the record's clock.
+                lines = argument_rule_lines(served.contract, arguments or {}, request.issued_at)
+                if not lines:
+                    return request, trace_context(meta)
         self.stats.count("INVALID_ARGUMENTS")
         return error_result("INVALID_ARGUMENTS", False, lines=lines)
 

@@ -1,6 +1,7 @@
 """``toolgate quarantine tail`` and ``summary``: what the quarantine holds, without a consumer group.
 
-``summary`` counts the records by tool, code, adapter version and schema path, with
+``summary`` counts the records by tool, code, adapter version and schema path (for a
+``RULE_FAILED``, the cel rule: ``rule <name>``), with
 when each combination was first and last rejected: where a drifting connector
 starts, and which adapter version brought it. It marks what replays did, from the
 audit topic (:class:`ReplayMarks`): a record is *replayed* when the worker decided a
@@ -35,6 +36,7 @@ from aiokafka.errors import KafkaError
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
+from toolgate.gate import RULE_KEYWORD
 from toolgate.gate._sealing import KEY_HEADER, Sealer, SealError
 from toolgate.service._kafka import AiokafkaClients, partitions_of
 from toolgate.service._store import TopicReader
@@ -363,6 +365,8 @@ def add(
         return
     detail = headers.get("tg-error-detail")
     schema_path = detail.get("schema_path", "") if isinstance(detail, dict) else ""
+    if isinstance(detail, dict) and detail.get("keyword") == RULE_KEYWORD and isinstance(schema_path, str):
+        schema_path = f"rule {schema_path}"  # a cel rule's rejection: grouped by the rule
     key = (
         tool_of(headers),
         _first(headers, "tg-error-code") or "-",

@@ -17,7 +17,7 @@ import bisect
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -30,6 +30,8 @@ from prometheus_client import (
 )
 
 from toolgate._codes import Stage
+from toolgate.gate import Contract, rejected_rule
+from toolgate.gate._contracts import version_label
 
 if TYPE_CHECKING:
     from toolgate.gate._batch import Decision
@@ -263,6 +265,20 @@ class Metrics:
             ["tool", "version"],
             registry=r,
         )
+        self.rule_failures = Counter(
+            "toolgate_rule_failures",
+            "Live results rejected by a contract's cel rule (RULE_FAILED), by tool and rule name "
+            "(bounded: rule names come from reviewed contracts).",
+            ["tool", "rule"],
+            registry=r,
+        )
+        self.shadow_rule_failures = Counter(
+            "toolgate_shadow_rule_failures",
+            "Results a shadow version's cel rule would have rejected where the deciding version "
+            "did not reject the same way, by tool, shadow version and rule.",
+            ["tool", "version", "rule"],
+            registry=r,
+        )
         self.replayed = Counter(
             "toolgate_replayed_results",
             "Decided results that came from a quarantine replay, by outcome (not counted in "
@@ -283,18 +299,28 @@ class Metrics:
         self._evaluation_observe: dict[str, Callable[[list[float]], None]] = {}
         self._bytes_observe: dict[str, Callable[[list[float]], None]] = {}
 
-    def initialise(self, contracts: Sequence[tuple[str, str, str, str]]) -> None:
+    def initialise(
+        self,
+        contracts: Sequence[tuple[str, str, str, str]],
+        rules: Sequence[tuple[str, str, str, str]] = (),
+    ) -> None:
         """Export every series a dashboard or alert watches, at 0, before its first event.
 
         A labelled counter has no series until its first increment, so a rare event
         (an abort, a replay, a shadow disagreement) would leave panels empty and
         ``increase()`` blind to the first one. ``contracts``: (tool, version, status,
-        digest) of every loaded contract version, the version as ``2`` or ``2.1``.
+        digest) of every loaded contract version, the version as ``2`` or ``2.1``; ``rules``:
+        (tool, version, status, rule name) of every cel rule.
         """
         tools = sorted({tool for tool, _, _, _ in contracts} | {"unknown"})
         for tool, version, status, digest in contracts:
             self.contract_info.labels(tool, version, status, digest).set(1)
             self.shadow_disagreements.labels(tool, version)
+        for tool, version, status, rule in rules:
+            if status == "shadow":
+                self.shadow_rule_failures.labels(tool, version, rule)
+            else:
+                self.rule_failures.labels(tool, rule)
         for tool in tools:
             for outcome in OUTCOMES:
                 self.results.labels(tool, outcome)
@@ -333,6 +359,8 @@ class Metrics:
                     self.replayed_rejections.labels(tool, v.stage or "", v.code or "").inc()
                 continue
             counts[(tool, v.result, v.stage, v.code or "")] += 1
+            if v.code == "RULE_FAILED":
+                self.rule_failures.labels(tool, rejected_rule(v) or "").inc()
         for (tool, outcome, stage, code), n in counts.items():
             self.results.labels(tool, outcome).inc(n)
             if outcome == "rejected":
@@ -357,6 +385,16 @@ class Metrics:
             inc()
         self.evaluation.labels(stage or "project").observe(seconds)
         self.result_bytes.labels(name).observe(size)
+
+
+def rule_series(contracts: Iterable[Contract]) -> list[tuple[str, str, str, str]]:
+    """(tool, version, status, rule name) of every cel rule of ``contracts``, for
+    :meth:`Metrics.initialise`."""
+    return [
+        (c.spec.tool, version_label(c.spec), c.spec.status, rule.name)
+        for c in contracts
+        for rule in c.cel_rules
+    ]
 
 
 class HealthServer:

@@ -61,7 +61,7 @@ from toolgate.service._kafka import (
     partitions_of,
 )
 from toolgate.service._members import GroupView, member_id
-from toolgate.service._metrics import HealthServer, Metrics
+from toolgate.service._metrics import HealthServer, Metrics, rule_series
 from toolgate.service._otel_spans import DecisionTracer, tracer_from_env
 from toolgate.service._partition import Collaborators, OwnedPartition, PartitionSettings
 from toolgate.service._phases import LOOP, NO_PHASES, POLL, Phases
@@ -374,7 +374,8 @@ class Worker:
         self.metrics.contract_info.clear()  # a reload may have retired or removed versions
         self.metrics.contracts_from_snapshot.set(1 if from_snapshot_on_disk() else 0)
         self.metrics.initialise(
-            [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts]
+            [(c.spec.tool, version_label(c.spec), c.spec.status, c.digest) for c in gate.contracts],
+            rule_series(gate.contracts),
         )
         contracts = gate.contracts
         self.metrics.contract_set(contracts.generation, contracts.label, contracts.digest)
@@ -920,6 +921,10 @@ class Worker:
         self.ledger.commit(updates)
         for disagreement in batch.disagreements:
             self.metrics.shadow_disagreements.labels(disagreement.tool, disagreement.version).inc()
+            if disagreement.rule is not None:
+                self.metrics.shadow_rule_failures.labels(
+                    disagreement.tool, disagreement.version, disagreement.rule
+                ).inc()
         self.metrics.decided_batch(batch.decisions)
         for decision in batch.decisions:
             verdict = decision.verdict
