@@ -361,3 +361,21 @@ def test_an_accepted_value_is_not_walked(monkeypatch: pytest.MonkeyPatch, tmp_pa
     walked = _undeferred(gate)
     assert walked.evaluate(message(listing, tool="listing"), request, NOW).accepted
     assert (len(scans), calls) == (2, [4, 4])
+
+
+class TestCheckDepth:
+    """The parse's depth check refuses exactly the values nested deeper than the limit."""
+
+    @settings(DERANDOMIZED, max_examples=300)
+    @given(value=_json, max_depth=st.integers(0, 5))
+    def test_refuses_exactly_the_values_deeper_than_the_limit(self, value: Any, max_depth: int) -> None:
+        """_check_depth rejects as NESTING_TOO_DEEP iff value_depth exceeds the limit."""
+        raw = json.dumps(value, allow_nan=True).encode()
+        brackets = raw.count(b"[") + raw.count(b"{")
+        try:
+            _parse._check_depth(value, max_depth, brackets)
+        except Exception as exc:
+            assert getattr(exc, "code", None) == "NESTING_TOO_DEEP"
+            assert value_depth(value) > max_depth
+        else:
+            assert value_depth(value) <= max_depth
