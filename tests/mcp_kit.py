@@ -95,6 +95,14 @@ TOOLS = [
 ]
 
 GOOD = {"environment": "staging", "revision": "a83f19c", "state": "healthy"}
+# toolgate.gate._mcp.read_result's arguments but the text bound, for tests that read one result.
+READ: dict[str, Any] = {
+    "tool": "t",
+    "request_id": "r",
+    "error_code": "E",
+    "error_retryable": False,
+    "max_depth": 8,
+}
 BANNER = {
     "environment": "staging",
     "revision": "a83f19c",

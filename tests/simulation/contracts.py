@@ -108,6 +108,9 @@ class SimContractSource(TopicContractSource):
         self._present: set[str] = set()
         self._named: tuple[int, set[str]] | None = None
         self.generation = 0
+        self.published = 0  # the highest generation a marker read names
+        self._fresh = False
+        self.refused: dict[str, str] = {}
         self._loaded_generation = 0
         self._ends = ends
         self._fail = fail
@@ -163,6 +166,7 @@ class SimContractSource(TopicContractSource):
         record: dict[str, Any] = json.loads(value)
         if key == SET_KEY:
             self._named = (int(record["generation"]), set(record["versions"]))
+            self.published = max(self.published, self._named[0])
         elif key.startswith(b"version/"):
             self._present.add(f"{record['tool']}/{record['version']}")
         named = self._named

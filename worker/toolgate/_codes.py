@@ -42,6 +42,7 @@ Code = Literal[
     "FUTURE_TIMESTAMP",
     "BAD_SIGNATURE",
     "DUPLICATE_RESULT",
+    "SENSITIVE_DATA",  # a secret or personal data the contract rejects (gate/_sensitive.py)
     # any stage
     "INTERNAL_ERROR",
 ]

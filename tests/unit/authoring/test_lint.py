@@ -416,7 +416,7 @@ class TestContractPointers:
             tmp_path,
             self.SCHEMA,
             ["/data/decision"],
-            "display_text: [{pointer: /data/summary, max_length: 100}]",
+            "display_text: [{pointer: /data/summary, max_length: 100}]\nsensitive: {secrets: reject}",
         )
         assert [(f.rule, f.pointer) for f in lint_contracts(ContractSet.load(root))] == [
             ("pointer-not-in-schema", "$.display_text[0].pointer")
@@ -433,11 +433,15 @@ class TestFreeTextLint:
         del schema["$defs"]["reviewStatus"]["properties"]["reviewed_by"]["pattern"]
         (folder / "schema.json").write_text(json.dumps(schema))
         findings = lint_contracts(ContractSet.load(tmp_path))
-        assert [(f.rule, f.pointer) for f in findings] == [("free-text-in-data", "$.projection[2]")]
+        assert [(f.rule, f.pointer) for f in findings] == [
+            ("free-text-in-data", "$.projection[2]"),
+            ("sensitive-undecided", "$.sensitive"),
+        ]
         (folder / "contract.yaml").write_text(
             (folder / "contract.yaml").read_text()
             + "free_text:\n  - pointer: /data/reviewed_by\n"
             + "    reason: a display name chosen by people, shown as is\n"
+            + "sensitive: {personal: allow}\n"
         )
         assert lint_contracts(ContractSet.load(tmp_path)) == []
 

@@ -10,7 +10,6 @@ import msgspec
 import pytest
 from toolgate._config import Config, Topics
 from toolgate._errors import ConfigError
-from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.authoring._publish import signed_versions
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._published import PublishedVersion, canonical_bytes, sign_marker
@@ -23,18 +22,6 @@ from tests.unit.builders import CONTRACTS
 
 CONFIG = Config(topics=Topics.under("t"))
 TOPIC = CONFIG.topics.contracts
-
-
-@pytest.fixture
-def keyring() -> Keyring:
-    return fixtures_keyring(CONTRACTS)
-
-
-@pytest.fixture
-def key(keyring: Keyring) -> Key:
-    found = keyring.publisher("sample-publisher")
-    assert found is not None
-    return found
 
 
 def world() -> tuple[FakeBroker, FakeClients]:
@@ -141,16 +128,16 @@ class TestOnlyWhatAPublisherSigned:
 class TestPublishing:
     """publish --to topic: generations only go up; the topic's state is read back."""
 
-    async def test_a_generation_not_above_the_topics_is_refused(self, key: Key) -> None:
+    async def test_a_generation_not_above_the_topics_is_refused(self, key: Key, keyring: Keyring) -> None:
         """--generation at or below the topic's newest is refused naming both."""
         _broker, clients = world()
         await publish_to_topic(CONFIG, versions(key), key, generation=5, clients=clients)
         with pytest.raises(ConfigError, match=r"--generation 5: t\.contracts already holds generation 5"):
             await publish_to_topic(CONFIG, versions(key), key, generation=5, clients=clients)
-        digests, marker = await read_published(CONFIG, clients)
-        assert marker is not None
-        assert marker.generation == 5
-        assert set(digests) == set(marker.versions)
+        state = await read_published(CONFIG, clients, keyring)
+        assert state.marker is not None
+        assert state.generation == 5
+        assert set(state.versions) == set(state.marker.versions)
 
     async def test_a_missing_topic_names_topics_ensure(self, key: Key) -> None:
         """Publishing to a topic that does not exist says to run topics ensure."""

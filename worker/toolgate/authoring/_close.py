@@ -40,10 +40,11 @@ import jsonschema_rs
 from toolgate.authoring._dialect import Unclosable as Untranslatable
 from toolgate.authoring._dialect import to_draft_2020_12
 from toolgate.gate._contracts import EVERY_ITEM
+from toolgate.gate._gate import CLOSURE_BOUNDS_KEY
 
 UPSTREAM_ID: Final = "urn:toolgate:upstream:"
 CLOSURE_ID: Final = "urn:toolgate:closure:"
-BOUNDS_KEY: Final = "x-toolgate-bounds"  # the closure's bounds, for lint to re-derive it
+BOUNDS_KEY: Final = CLOSURE_BOUNDS_KEY  # the closure's bounds: lint re-derives it, the gate names them
 MAX_POSITIONS: Final = 2000  # skeleton positions: a shape past this is refused, not analysed
 MAX_NESTING: Final = 64  # instance positions and $ref chains deeper than this are refused
 # (each level costs a few Python frames: well inside the interpreter's recursion limit)

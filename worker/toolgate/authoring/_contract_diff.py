@@ -25,6 +25,10 @@ Classification (contracts, :func:`diff_contracts`, on top of the schema's)::
     adapter-versions-changed     a glob removed: breaking; added: widens
     unversioned-adapters-changed opted in: widens; opted out: breaking
     tool-changed                 yes       -
+    sensitive-secrets-changed, sensitive-personal-changed
+                                 stricter (allow < redact < reject): breaking; looser: widens
+    sensitive-allow-added        -         yes   a field no longer screened
+    sensitive-allow-removed      yes       -
     content-type-changed, text-pattern-changed   yes  yes
     definition-added             -         yes   the MCP proxy may now list the tool
     definition-removed           yes       -
@@ -52,6 +56,7 @@ import msgspec
 
 from toolgate.authoring._schema_diff import Change, diff_schemas
 from toolgate.gate._contracts import Contract, ContractSet, ContractSpec
+from toolgate.gate._sensitive import DEFAULT_POLICY
 
 __all__ = ["Step", "contract_history", "diff_contracts"]
 
@@ -252,6 +257,7 @@ def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
     yield from _projection_changes(old, new)
     yield from _rule_changes(old, new)
     yield from _signature_changes(old, new)
+    yield from _sensitive_changes(old, new)
     before_codes, after_codes = set(old.retry.retryable_codes), set(new.retry.retryable_codes)
     for code in sorted(after_codes - before_codes):
         yield Change(
@@ -267,6 +273,42 @@ def _spec_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
             kind="retryable-code-removed",
             breaking=True,
             message=f"{code} is no longer retryable for the agent",
+        )
+
+
+_STRICTNESS = {"allow": 0, "redact": 1, "reject": 2}  # sensitive actions, least to most held back
+
+
+def _sensitive_changes(old: ContractSpec, new: ContractSpec) -> Iterator[Change]:
+    """``sensitive``: an action made stricter is breaking (a result rejected, or a span the agent
+    had redacted), a looser one widens; an allow pointer added widens, one removed is breaking."""
+    before, after = old.sensitive or DEFAULT_POLICY, new.sensitive or DEFAULT_POLICY
+    for field in ("secrets", "personal"):
+        was, now = getattr(before, field), getattr(after, field)
+        if was != now:
+            yield Change(
+                pointer=f"$.sensitive.{field}",
+                kind=f"sensitive-{field}-changed",
+                breaking=_STRICTNESS[now] > _STRICTNESS[was],
+                widens=_STRICTNESS[now] < _STRICTNESS[was],
+                message=f"{field} {was} -> {now}",
+            )
+    was_allowed = {a.pointer for a in before.allow}
+    now_allowed = {a.pointer for a in after.allow}
+    for pointer in sorted(now_allowed - was_allowed):
+        yield Change(
+            pointer=pointer,
+            kind="sensitive-allow-added",
+            breaking=False,
+            widens=True,
+            message=f"{pointer} is no longer screened for secrets and personal data",
+        )
+    for pointer in sorted(was_allowed - now_allowed):
+        yield Change(
+            pointer=pointer,
+            kind="sensitive-allow-removed",
+            breaking=True,
+            message=f"{pointer} is screened for secrets and personal data again",
         )
 
 

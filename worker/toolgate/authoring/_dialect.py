@@ -12,8 +12,10 @@ keyword where the two drafts say the same thing in other words:
 * ``items`` given an array becomes ``prefixItems``, and ``additionalItems`` beside it
   becomes ``items`` (beside a single ``items`` schema, ``additionalItems`` applies to
   nothing and is dropped);
-* ``dependencies`` splits into ``dependentRequired`` (a list of names) and
-  ``dependentSchemas`` (a schema);
+* ``dependencies`` (Draft 7 and 6) splits into ``dependentRequired`` (a list of names) and
+  ``dependentSchemas`` (a schema); in Draft 2019-09 and 2020-12 it is no keyword (their
+  validators ignore it) and is dropped, so that the gate's compiler, which still applies it,
+  does not;
 * a ``$ref`` in Draft 7 or 6 makes every other keyword beside it inert: those keywords are
   dropped, except the texts a reviewer reads (``title``, ``description``, ``$comment``,
   ``default``, ``examples``), which validate nothing in either draft;
@@ -24,7 +26,7 @@ What cannot be said the same way is refused (:class:`Unclosable`, one line namin
 place): Draft 4 and older (a boolean ``exclusiveMinimum``), a keyword
 of a later draft used in an earlier one (it would start to apply), ``$recursiveRef``, a
 ``$ref`` to a place that is not a schema, and any other ``$schema``. A 2020-12 schema (or
-one without ``$schema``) is returned as it is.
+one without ``$schema``) is returned as it is, but for a ``dependencies`` it holds.
 """
 
 from __future__ import annotations
@@ -174,7 +176,9 @@ class _Translation:
             elif key == "additionalItems" and self.draft < 2020:
                 if isinstance(items, list):
                     out["items"] = self.schema(value, where, _join(new, "items"), depth + 1)
-            elif key == "dependencies" and self.draft < 2020 and isinstance(value, dict):
+            elif key == "dependencies" and self.draft >= 2019:
+                continue  # no keyword of 2019-09: inert there, dropped so it stays inert
+            elif key == "dependencies" and isinstance(value, dict):
                 for name, sub in value.items():
                     if isinstance(sub, list):
                         out.setdefault("dependentRequired", {})[name] = sub
@@ -200,9 +204,53 @@ class _Translation:
             node["$ref"] = "#" + quote(target, safe="/~$!'()*+,;=:@")
 
 
+_SUBSCHEMA_LISTS: Final = (*_LIST, "prefixItems")
+_SUBSCHEMA_MAPS: Final = (*_MAP, "definitions")
+
+
+def _has_dependencies(node: Any, depth: int = 0) -> bool:
+    """Whether a 2020-12 ``dependencies`` keyword sits at some schema position of ``node``."""
+    if not isinstance(node, dict):
+        return False
+    if "dependencies" in node or depth > 128:
+        return True  # (too deep: the copy refuses it)
+    subs: list[Any] = [node.get(k) for k in _ONE]
+    subs.extend(sub for k in _SUBSCHEMA_MAPS if isinstance(node.get(k), dict) for sub in node[k].values())
+    subs.extend(sub for k in _SUBSCHEMA_LISTS if isinstance(node.get(k), list) for sub in node[k])
+    subs.append(node.get("items"))
+    return any(_has_dependencies(sub, depth + 1) for sub in subs)
+
+
+def _without_dependencies(node: Any, where: str = "", depth: int = 0) -> Any:
+    """A copy of 2020-12 ``node`` without ``dependencies`` at any schema position.
+
+    Raises:
+        Unclosable: a schema nested deeper than 128.
+    """
+    if not isinstance(node, dict):
+        return node
+    if depth > 128:
+        raise Unclosable(where, "a schema nested deeper than 128: not translated")
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "dependencies":
+            continue
+        at = _join(where, key)
+        if key in _ONE or key == "items":
+            out[key] = _without_dependencies(value, at, depth + 1)
+        elif key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {n: _without_dependencies(sub, _join(at, n), depth + 1) for n, sub in value.items()}
+        elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_without_dependencies(sub, _join(at, i), depth + 1) for i, sub in enumerate(value)]
+        else:
+            out[key] = value
+    return out
+
+
 def to_draft_2020_12(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` in Draft 2020-12, meaning the same (see the module docstring); a 2020-12
-    schema, or one that names no draft, is returned as it is, ``$schema`` included.
+    schema, or one that names no draft, is returned as it is, ``$schema`` included, unless
+    it holds a ``dependencies`` (no keyword there): then a copy without it.
 
     Raises:
         Unclosable: a ``$schema`` the gate does not read, or a schema that cannot be said
@@ -210,6 +258,8 @@ def to_draft_2020_12(schema: dict[str, Any]) -> dict[str, Any]:
     """
     draft = dialect(schema)
     if draft == 2020:
+        if _has_dependencies(schema):
+            return dict(_without_dependencies(schema))
         return schema
     translation = _Translation(draft)
     out = translation.schema(schema, "", "")

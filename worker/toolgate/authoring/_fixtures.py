@@ -24,9 +24,20 @@ import msgspec
 
 from toolgate._codes import STAGES, is_code, is_stage
 from toolgate._errors import ContractError
-from toolgate.gate._contracts import MISSING, Bind, Contract, ContractSet, OwnedId, parse_pointer, resolve
+from toolgate.gate._contracts import (
+    MISSING,
+    STRUCTURED_VALUE,
+    WRAPPED_MEMBER,
+    Bind,
+    Contract,
+    ContractSet,
+    OwnedId,
+    parse_pointer,
+    resolve,
+)
 from toolgate.gate._gate import Gate
 from toolgate.gate._records import Message, RequestRecord, Verdict
+from toolgate.gate._sensitive import CLASSES
 from toolgate.gate._signing import Keyring, signed_message_for
 
 FIXTURES_KEYRING = "fixtures-keyring.toml"
@@ -174,6 +185,8 @@ def _case(path: Path, kind: str, contract: Contract, defaults: dict[str, Any], k
         raise ContractError(where, "$.expect.stage", f"not a stage: one of {', '.join(STAGES)}")
     if kind == "reject" and not is_code(expect["code"]):
         raise ContractError(where, "$.expect.code", "not a rejection code")
+    if "redacted" in expect:
+        _check_redacted(expect["redacted"], kind, where)
     key = merged.get("key", headers.get("tg-request-id"))
     message = Message(
         key=None if key is None else str(key).encode("utf-8"),
@@ -205,6 +218,8 @@ def _bind_from_rules(contract: Contract, request: RequestRecord, value: Any) -> 
     """
     if contract.spec.mcp is not None:
         envelope = {"data": value.get("structuredContent")} if isinstance(value, dict) else {}
+        if contract.spec.mcp.structured_content == STRUCTURED_VALUE and envelope:
+            envelope = {"data": {WRAPPED_MEMBER: envelope["data"]}}
     else:
         envelope = value
     bind = dict(request.bind)
@@ -244,6 +259,7 @@ def run_case(gate: Gate, case: Case, *, contract: Contract | None = None) -> Out
                 got = agent["outcome"] if field == "outcome" else agent.get("error", {}).get(field)
                 if field in case.expect and got != want:
                     problem = f"expected {field}={want!r}, got {got!r}"
+            problem = problem or _redactions(agent, case.expect.get("redacted", {}))
     else:
         want = (case.expect["stage"], case.expect["code"])
         if verdict.accepted:
@@ -251,6 +267,33 @@ def run_case(gate: Gate, case: Case, *, contract: Contract | None = None) -> Out
         elif (verdict.stage, verdict.code) != want:
             problem = f"expected {want[0]}/{want[1]}, got {verdict.stage}/{verdict.code}"
     return Outcome(case, verdict, problem)
+
+
+def _check_redacted(redacted: Any, kind: str, where: str) -> None:
+    """``expect.redacted``: {agent envelope pointer: [class, ...]}, accept fixtures only."""
+    if kind != "accept":
+        raise ContractError(where, "$.expect.redacted", "only accept fixtures expect a redaction")
+    if not isinstance(redacted, dict) or not all(
+        isinstance(p, str) and p.startswith("/") and isinstance(c, list) and c and set(c) <= set(CLASSES)
+        for p, c in redacted.items()
+    ):
+        raise ContractError(
+            where,
+            "$.expect.redacted",
+            "a pointer into the agent envelope (/data/..., /untrusted_text/...) -> a list of classes: "
+            + ", ".join(CLASSES),
+        )
+
+
+def _redactions(agent: Any, redacted: dict[str, list[str]]) -> str:
+    """What the agent envelope lacks of the redactions a fixture expects ("" when none)."""
+    for pointer, classes in redacted.items():
+        found = resolve(agent, parse_pointer(pointer))
+        text = found if isinstance(found, str) else ""
+        missing = [c for c in classes if f"[redacted:{c}]" not in text]
+        if missing:
+            return f"expected {pointer} to hold [redacted:{missing[0]}], got {text[:120]!r}"
+    return ""
 
 
 def _superseded(gate: Gate, case: Case, decider: str | None) -> str:

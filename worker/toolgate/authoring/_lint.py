@@ -27,6 +27,10 @@ Rules (``Finding.rule``)::
     free-text-in-data     (contracts only) a string projected into data with no pattern, enum,
                           const or format: free text belongs in display_text (untrusted_text),
                           unless the contract's free_text names the field with a reason
+    sensitive-undecided   (contracts only) free text reaches the agent (free_text, display_text,
+                          an MCP result's text, a free-text-in-data string) and the contract
+                          has no sensitive section saying what a secret or personal data in
+                          it becomes (gate/_sensitive.py)
     projection-exceeds-envelope
                           (contracts only) a projected field the schema lets be an object, a
                           string longer than 4096 characters or an array of more than 1000
@@ -39,11 +43,15 @@ Rules (``Finding.rule``)::
     unreviewed-text       (MCP contracts, while draft) a text the host's model reads: the
                           pinned title, description, annotations title, and every string
                           of the input schema the proxy serves (authoring/_texts.py: names,
-                          enum/const/pattern/format values, descriptions, ...); and how much
+                          enum/const/pattern/format values, descriptions, ...); the enum/const
+                          strings and pattern/format values of the advertised outputSchema
+                          (pointer outputSchema/...); and how much
                           upstream text passes (mcp.text_max_length); setting status:
                           active marks them reviewed
     nothing-projected     (imported MCP contracts) the outputSchema declares members and none
                           can be projected (arrays of arrays): every success would be empty
+    nothing-passes        (MCP contracts with a pinned definition) no projected data and
+                          mcp.text_max_length 0: every call would answer NOTHING_PASSED
     input-*               (MCP contracts) the pinned input schema held to the rules above
                           (input-open-object, input-unbounded-string, ...): arguments are
                           closed and bounded like results
@@ -96,6 +104,7 @@ from urllib.parse import unquote
 import msgspec
 
 from toolgate.gate._contracts import EVERY_ITEM, MISSING, Contract, ContractSet, parse_pointer, resolve
+from toolgate.gate._sensitive import MCP_TEXT_POINTER
 
 __all__ = [
     "Finding",
@@ -751,7 +760,9 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
             doc, strip = SchemaDocument(upstream), 1
             sized = _closure_fits(skeleton)
         findings.extend(_check_pointers(contract, doc, strip))
-        findings.extend(_check_free_text(contract, doc, strip, imported=imported is not None))
+        free = list(_check_free_text(contract, doc, strip, imported=imported is not None))
+        findings.extend(free)
+        findings.extend(_check_sensitive(contract, free))
         findings.extend(
             _check_envelope_fit(
                 contract, doc, strip, sized=sized, skeleton=None if imported is None else imported[1]
@@ -759,6 +770,7 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
         )
         findings.extend(_lint_input_schema(contract))
         findings.extend(_check_nothing_projected(contract, None if imported is None else imported[1]))
+        findings.extend(_check_nothing_passes(contract))
         if contract.spec.status == "draft":
             findings.extend(unreviewed_texts(contract))
         if contract.spec.status == "draft":
@@ -776,6 +788,25 @@ def lint_contracts(contracts: ContractSet) -> list[Finding]:
 
 
 _IMPORTED_AT = ("$defs", "structuredContent")
+
+
+def _check_nothing_passes(contract: Contract) -> Iterator[Finding]:
+    """A served MCP contract that projects no ``data`` (a text-only tool: no outputSchema)
+    and passes no text (``mcp.text_max_length: 0``, as import writes it): mcp-proxy would
+    answer every call ``NOTHING_PASSED``."""
+    mcp = contract.spec.mcp
+    if mcp is None or mcp.definition is None or contract.spec.status == "disabled":
+        return
+    if contract.data_projection or mcp.text_max_length > 0:
+        return
+    yield Finding(
+        file=str(contract.path),
+        pointer="$.mcp.text_max_length",
+        rule="nothing-passes",
+        message="0, and the tool has no projected data (no outputSchema): mcp-proxy would answer every call "
+        "NOTHING_PASSED; set mcp.text_max_length to the characters of the upstream's text a person needs "
+        '(it reaches the host for the user, annotations.audience ["user"]), or status: disabled',
+    )
 
 
 def _check_nothing_projected(contract: Contract, skeleton: dict[str, Any] | None) -> Iterator[Finding]:
@@ -879,6 +910,29 @@ def _check_free_text(
                 message=f"{pointer} projects a string with no pattern, enum, const or format into data: "
                 + remedy,
             )
+
+
+def _check_sensitive(contract: Contract, free: list[Finding]) -> Iterator[Finding]:
+    """A contract that passes free text to the agent says what a secret or personal data in it
+    becomes (``sensitive``, gate/_sensitive.py)."""
+    spec = contract.spec
+    if spec.sensitive is not None:
+        return
+    texts = [entry.pointer for entry in spec.free_text] + [entry.pointer for entry in spec.display_text]
+    if spec.mcp is not None and spec.mcp.text_max_length > 0:
+        texts.append(MCP_TEXT_POINTER)
+    texts += [spec.projection[int(f.pointer[len("$.projection[") : -1])] for f in free]
+    if not texts:
+        return
+    more = f" (and {len(texts) - 1} more)" if len(texts) > 1 else ""
+    yield Finding(
+        file=str(contract.path),
+        pointer="$.sensitive",
+        rule="sensitive-undecided",
+        message=f"{texts[0]}{more} reaches the agent as free text and the contract has no sensitive "
+        "section: say what a secret (reject | redact; reject when unsaid) and personal data "
+        "(reject | redact | allow; allow when unsaid) in it become",
+    )
 
 
 def _kinds(level: list[tuple[str, Any]]) -> set[str]:
@@ -1183,6 +1237,7 @@ def unreviewed_texts(contract: Contract) -> Iterator[Finding]:
                 file=str(contract.path), pointer=at, rule="unreviewed-text", message=f"{_quote(text)}: {why}"
             )
     yield from _text_passed(contract)
+    yield from _advertised_output_texts(contract, why)
     if contract.input_schema is None or contract.input_schema_path is None:
         return
     from toolgate.authoring._texts import input_texts
@@ -1193,6 +1248,26 @@ def unreviewed_texts(contract: Contract) -> Iterator[Finding]:
             pointer=pointer,
             rule="unreviewed-text",
             message=f"{_quote(text)}: {why}",
+        )
+
+
+def _advertised_output_texts(contract: Contract, why: str) -> Iterator[Finding]:
+    """The upstream's strings mcp-proxy serves in the tool's advertised ``outputSchema`` (the
+    projected data's schema: ``enum``/``const`` strings, ``pattern`` and ``format`` values),
+    with their pointer in that schema, reported against ``schema.json`` where they come from."""
+    from toolgate.authoring._advertised import advertised_output_schema, advertised_texts
+
+    try:
+        advertised = advertised_output_schema(contract)
+    except (ValueError, TypeError, KeyError):
+        return
+    for pointer, text in advertised_texts(advertised):
+        yield Finding(
+            file=str(contract.schema_path),
+            pointer=f"outputSchema{pointer}",
+            rule="unreviewed-text",
+            message=f"{_quote(text)}: served in the advertised outputSchema (the projected data's schema, "
+            f"at {pointer}): {why}; to serve it no more, drop its field from the projection",
         )
 
 

@@ -96,7 +96,8 @@ def _shared_options() -> dict[str, _Parser]:
     keyring.add_argument(
         "--keyring",
         metavar="FILE",
-        help="adapter keys (signed results) and publisher keys (signed contracts), TOML (TOOLGATE_KEYRING)",
+        help="adapter keys (signed results), publisher keys (signed contracts) and quarantine keys "
+        "(the quarantine sealed at rest), TOML (TOOLGATE_KEYRING)",
     )
     bootstrap = group()
     bootstrap.add_argument(

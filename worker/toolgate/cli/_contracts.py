@@ -64,6 +64,23 @@ def _contracts_diff_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("new", metavar="NEW", help="the newer version folder (or schema file)")
 
 
+def _contracts_rebound(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.authoring._rebound import rebound
+
+    if args.max_string is None and args.max_items is None:
+        raise ConfigError("give --max-string, --max-items or both")
+    print(rebound(Path(args.folder), max_string=args.max_string, max_items=args.max_items))
+    return EXIT_OK
+
+
+def _contracts_rebound_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", metavar="FOLDER", help="the contract version folder (holding contract.yaml)")
+    p.add_argument(
+        "--max-string", type=int, metavar="N", help="characters of every string (1..limits.max_bytes)"
+    )
+    p.add_argument("--max-items", type=int, metavar="N", help="items of every array (1..limits.max_bytes/2)")
+
+
 def _contracts_import_mcp(args: argparse.Namespace, config: Config) -> int:
     from toolgate.mcp._import import run
 
@@ -366,8 +383,9 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
         "--generation",
         metavar="N",
         type=int,
-        help="the set marker's generation (default: the registry's newest plus 1); after a registry "
-        "lost its contents, one above the readers' (they never go back to an older generation)",
+        help="the set marker's generation (default: the registry's newest plus 1; on the topic, one above "
+        "its highest verified marker and every live member's); after a registry lost its contents, one "
+        "above the readers' (they never go back to an older generation)",
     )
 
 
@@ -425,16 +443,23 @@ def _contracts_publish(args: argparse.Namespace, config: Config) -> int:
 
 def _publish_to_topic(contracts: Any, key: Any, args: argparse.Namespace, config: Config) -> None:
     from toolgate.authoring._publish import signed_versions
+    from toolgate.gate._signing import Keyring
     from toolgate.operations._publish_topic import publish_to_topic
 
     versions = list(signed_versions(contracts, key).values())
-    done = asyncio.run(publish_to_topic(config, versions, key, generation=args.generation))
+    keyring = Keyring.load(config.keyring) if config.keyring else None
+    done = asyncio.run(publish_to_topic(config, versions, key, generation=args.generation, keyring=keyring))
     for name in done.written:
         print(f"{name}: written to {config.topics.contracts}")
     print(
         f"{len(versions)} contract versions: {len(done.written)} written, {len(done.unchanged)} unchanged; "
         f"set generation {done.generation} written last to {config.topics.contracts}"
     )
+    if not done.members:
+        print(
+            f"no live member of group {config.group_id} on {config.topics.members}: none confirmed it "
+            f"trusts publisher {key.key_id} (toolgate contracts status shows what each loads)"
+        )
 
 
 def _status_arguments(p: argparse.ArgumentParser) -> None:
@@ -455,7 +480,10 @@ def _contracts_status(args: argparse.Namespace, config: Config) -> int:
         return EXIT_PROBLEM
     sets = sorted({m.label for m in members})
     split = disagreeing(members)
+    refusing = [m for m in members if m.refused]
     verdict = f"{len(sets)} contract sets: THEY DISAGREE" if split else f"one contract set, {sets[0]}"
+    if refusing:
+        verdict += f"; {len(refusing)} REFUSE the newest set on their source"
     print(f"group {group}: {len(members)} live members, {verdict}")
     for m in members:
         age = max(0.0, (now - m.at).total_seconds())
@@ -463,7 +491,9 @@ def _contracts_status(args: argparse.Namespace, config: Config) -> int:
             f"  {m.member}  {m.label}  generation {m.generation}  {len(m.tools)} tools "
             f"({', '.join(m.tools)})  heard {age:.0f} s ago"
         )
-    return EXIT_PROBLEM if split else EXIT_OK
+        if m.refused:
+            print(f"    refuses: {m.refused}")
+    return EXIT_PROBLEM if split or refusing else EXIT_OK
 
 
 def _contracts_pull(args: argparse.Namespace, config: Config) -> int:
@@ -590,6 +620,21 @@ COMMANDS: tuple[Command, ...] = (
         ("contracts",),
     ),
     Command(
+        ("contracts", "rebound"),
+        "set the string and array bounds of an imported contract's closure",
+        "Derive an imported contract version's closure again with the bounds a tool needs\n"
+        "(every string at most --max-string characters, every array at most --max-items\n"
+        "items, each up to what limits.max_bytes holds) and write its schema.json back; the\n"
+        "projection and the review stay. A quarantined result over a bound names it.",
+        (
+            "toolgate contracts rebound contracts/filesystem.read_text_file/v1 --max-string 4096",
+            "toolgate contracts rebound contracts/memory.read_graph/v1 --max-items 500",
+        ),
+        _contracts_rebound,
+        (),
+        _contracts_rebound_arguments,
+    ),
+    Command(
         ("contracts", "import-mcp"),
         "draft contract versions from an MCP server's tools (closed, text-only)",
         "Write a draft contract version per tool of an MCP server, whole or not at all, into\n"
@@ -636,7 +681,11 @@ COMMANDS: tuple[Command, ...] = (
         "a registered version never changes (docs/contracts.md, Schema registry).\n"
         "--to topic writes each signed version to the contracts topic (key\n"
         "version/<tool>/<version>), then the set marker (key set) last; workers and\n"
-        "proxies started with --contracts kafka: load it once complete.",
+        "proxies started with --contracts kafka: load it once complete. A version whose\n"
+        "record on the topic is not exactly this publish's (signature included) is\n"
+        "written again; the generation is above the topic's highest verified marker and\n"
+        "every live member's (TOOLGATE_TOPIC_MEMBERS); a key a live member's keyring does\n"
+        "not trust is refused before anything is written (exit 2).",
         (
             "toolgate contracts publish --registry http://127.0.0.1:18081/apis/ccompat/v7 "
             "--keyring contracts/fixtures-keyring.toml --publisher-key sample-publisher",
@@ -655,8 +704,10 @@ COMMANDS: tuple[Command, ...] = (
         "Read the members topic (TOOLGATE_TOPIC_MEMBERS) to its end and list every live\n"
         "worker of the group (heard from within three TOOLGATE_MEMBERS_REFRESH_SECONDS)\n"
         "with the contract set it decides with: its label g<generation>-<digest>, the\n"
-        "tg-contract-set header of its decisions, and its tools. Exit 1 when the\n"
-        "workers disagree (more than one set) or none is live; 0 otherwise.",
+        "tg-contract-set header of its decisions, and its tools, and what a worker's\n"
+        "source refuses of the newest set there (a marker or version that does not verify\n"
+        "against its keyring, a set it cannot complete). Exit 1 when the workers disagree\n"
+        "(more than one set), one refuses the newest set, or none is live; 0 otherwise.",
         (
             "toolgate contracts status",
             "toolgate contracts status --group toolgate --bootstrap kafka:9092",

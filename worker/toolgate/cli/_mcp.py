@@ -110,14 +110,16 @@ async def _serve_following(
         await topic_source.start(config.contracts_catch_up_seconds * 6)
         contracts = load()
     elif registry is not None:
-        source = RegistryContractSource(registry.poll, [Path(config.contracts_dir)])
+        source = RegistryContractSource(
+            registry.poll, [Path(config.contracts_dir)], registry.published_generation
+        )
     view = None
     try:
         following = None
         if source is not None:
             followed = source
             if getattr(args, "decide", "proxy") == "proxy":
-                view = await _group_view(args, config)
+                view = await _group_view(args, config, followed.published_generation)
             following = Following(
                 seam=lambda reload, current: CatchUp(followed, reload, current),
                 load=load,
@@ -143,9 +145,12 @@ async def _serve_following(
             await source.stop()
 
 
-async def _group_view(args: argparse.Namespace, config: Config) -> Any:
+async def _group_view(
+    args: argparse.Namespace, config: Config, published: Callable[[], int | None] = lambda: None
+) -> Any:
     """This proxy's place among the group's members (None: no members topic), under the member
-    id ``mcp-proxy:<server>@<host-pid-nonce or TOOLGATE_GROUP_INSTANCE_ID>``."""
+    id ``mcp-proxy:<server>@<host-pid-nonce or TOOLGATE_GROUP_INSTANCE_ID>``; members count
+    only with a generation its source verified (``published``)."""
     from datetime import UTC, datetime
 
     from toolgate.mcp._decide import ORIGIN_PREFIX
@@ -153,7 +158,9 @@ async def _group_view(args: argparse.Namespace, config: Config) -> Any:
     from toolgate.service._members import GroupView, member_id
 
     me = f"{ORIGIN_PREFIX}{args.server}@{member_id(config)}"
-    return await GroupView.open(config, AiokafkaClients(config), me, lambda: datetime.now(UTC))
+    return await GroupView.open(
+        config, AiokafkaClients(config), me, lambda: datetime.now(UTC), published=published
+    )
 
 
 def _mcp_proxy_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from toolgate.cli._common import (
     EXIT_OK,
     Command,
     check_broker,
+    keyring_path,
     positive_int,
     tools_of,
     warn_unknown_tools,
@@ -49,18 +50,30 @@ def _quarantine_tail_arguments(p: argparse.ArgumentParser) -> None:
         "--value",
         action="store_true",
         help="include the rejected value as JSON text (first 4096 characters; "
-        "hostile input: never paste it into an agent)",
+        "hostile input: never paste it into an agent); a sealed record needs its quarantine key "
+        "in the keyring (--keyring or TOOLGATE_KEYRING), else the line says which key is missing",
     )
 
 
 def _quarantine_tail(args: argparse.Namespace, config: Config) -> int:
+    from toolgate.gate._sealing import sealer_for
+    from toolgate.gate._signing import Keyring
     from toolgate.operations._quarantine import Filters, tail
 
     warn_unknown_tools([args.tool] if args.tool else [], tools_of(config.contracts_dir), config)
     filters = Filters(tool=args.tool, code=args.code, stage=args.stage)
     check_broker(config)
+    keyring = keyring_path(args, config)
+    sealer = sealer_for(Keyring.load(keyring)) if keyring else None  # opens sealed records
     lines = asyncio.run(
-        tail(config, count=args.lines, filters=filters, max_scan=args.max_scan, with_value=args.value)
+        tail(
+            config,
+            count=args.lines,
+            filters=filters,
+            max_scan=args.max_scan,
+            with_value=args.value,
+            sealer=sealer,
+        )
     )
     for line in lines:
         print(json.dumps(line, ensure_ascii=True, sort_keys=False))
@@ -103,14 +116,16 @@ COMMANDS: tuple[Command, ...] = (
         "adapter's originals and toolgate's tg-error-* diagnostics (tg-error-detail\n"
         "decoded: schema path, keyword, masked message). Reads without a consumer\n"
         "group: commits nothing, moves no offsets. The quarantine topic is\n"
-        "TOOLGATE_TOPIC_QUARANTINE (default toolgate.quarantine).",
+        "TOOLGATE_TOPIC_QUARANTINE (default toolgate.quarantine). A record sealed at\n"
+        "rest is opened with its quarantine key from the keyring; without it, the\n"
+        "line's 'sealed' says which key is missing (docs/security.md).",
         (
             "toolgate quarantine tail                          the last 10 rejections",
             "toolgate quarantine tail --tool job_status --code BAD_SIGNATURE -n 5",
             "toolgate quarantine tail --stage schema --value -n 1   with the raw bytes as text",
         ),
         _quarantine_tail,
-        ("bootstrap", "filters", "contracts"),
+        ("bootstrap", "filters", "contracts", "keyring"),
         _quarantine_tail_arguments,
     ),
     Command(

@@ -25,6 +25,7 @@ from toolgate.gate._gate import Gate, rejection
 from toolgate.gate._outputs import OutRecord, outputs, replay_count, set_headers, shadow_record
 from toolgate.gate._records import Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Ledger
+from toolgate.gate._sealing import sealer_for
 from toolgate.gate._trace_context import TraceContext
 
 Lookup = Callable[[str], RequestRecord | None]
@@ -174,6 +175,7 @@ def decide_batch(
         max_record_bytes=max_record_bytes,
         rejected_at=now.isoformat().encode(),
         contract_set=contract_set,
+        sealer=sealer_for(gate.keyring),  # the quarantine at rest (gate/_sealing.py)
     )
 
     for index, message in enumerate(messages):

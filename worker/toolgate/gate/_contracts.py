@@ -28,6 +28,7 @@ import msgspec.yaml
 import re2
 
 from toolgate._errors import ContractError
+from toolgate.gate._sensitive import Screen, Sensitive, check_policy, screen_for
 
 # draft: loaded, linted and tested, never decides nor shadows (import-mcp writes drafts).
 # disabled: reviewed and deliberately not served: loaded, linted and tested, never decides
@@ -158,6 +159,11 @@ class McpDefinition(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     annotations: McpAnnotations | None = None
 
 
+STRUCTURED_OBJECT = "object"
+STRUCTURED_VALUE = "value"
+WRAPPED_MEMBER = "value"  # the member of data that holds a structuredContent of any JSON type
+
+
 class McpResultSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The tool answers with an MCP ``CallToolResult`` (see :mod:`toolgate.gate._mcp`)."""
 
@@ -168,6 +174,9 @@ class McpResultSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     text_max_length: int = 1000  # text blocks to untrusted_text, cut to this (0: not passed)
     error_codes: tuple[McpErrorCode, ...] = ()  # isError text -> a reviewed code, first match
     definition: McpDefinition | None = None  # the pinned definition (None: not served)
+    # "object": structuredContent is data, an object; "value": data is {"value": structuredContent},
+    # any JSON value (MCP 2026-07-28: an array, a string, a number, a boolean or null too).
+    structured_content: str = STRUCTURED_OBJECT
 
 
 def qualified_name(server: str, tool: str) -> str:
@@ -215,6 +224,7 @@ class ContractSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     retry: Retry = msgspec.field(default_factory=Retry)
     description: str = ""
     mcp: McpResultSpec | None = None
+    sensitive: Sensitive | None = None  # secrets and personal data (gate/_sensitive.py)
 
 
 Pointer = tuple[str, ...]
@@ -236,6 +246,8 @@ def contract_digest(
     compares it with the local contracts'.
     """
     document: dict[str, Any] = {"contract": msgspec.to_builtins(spec), "schema": schema}
+    if spec.sensitive is None:  # a version without it enforces what it did before it existed
+        del document["contract"]["sensitive"]
     if input_schema is not None:
         document["input_schema"] = input_schema
     canonical = json.dumps(
@@ -354,6 +366,7 @@ class Contract:
         "rules",
         "schema",
         "schema_path",
+        "screen",
         "spec",
         "text_regex",
         "validator",
@@ -438,6 +451,15 @@ class Contract:
         for i, rule in enumerate(spec.rules):
             _data_pointer(where, f"$.rules[{i}].pointer", rule.pointer)
         self.rules = spec.rules
+        mcp_text = spec.mcp.text_max_length if spec.mcp is not None and spec.mcp.text_max_length > 0 else None
+        allowed = check_policy(
+            spec.sensitive,
+            where,
+            spec.projection,
+            tuple(d.pointer for d in spec.display_text),
+            mcp_text is not None,
+        )
+        self.screen: Screen = screen_for(spec.sensitive, allowed, self.display, mcp_text)
 
     def __repr__(self) -> str:
         return f"<Contract {self.key} {self.spec.status}>"
@@ -869,6 +891,13 @@ def _check_mcp(spec: ContractSpec, mcp: McpResultSpec, where: str) -> None:
             where,
             "$.mcp.text_max_length",
             f"must be in 0..{spec.limits.max_bytes} (limits.max_bytes: the text cannot be longer)",
+        )
+    if mcp.structured_content not in (STRUCTURED_OBJECT, STRUCTURED_VALUE):
+        raise ContractError(
+            where,
+            "$.mcp.structured_content",
+            f"{STRUCTURED_OBJECT!r} (data is structuredContent, an object) or {STRUCTURED_VALUE!r} "
+            f"(data is {{{WRAPPED_MEMBER!r}: structuredContent}}, any JSON value)",
         )
     if spec.display_text:
         raise ContractError(where, "$.display_text", "an MCP result's display text is its text blocks")

@@ -42,6 +42,7 @@ from toolgate._version import __version__
 from toolgate.gate._contracts import (
     JSON_CONTENT_TYPE,
     MASK,
+    STRUCTURED_VALUE,
     TEXT_CONTENT_TYPE,
     Contract,
     ContractSet,
@@ -251,6 +252,7 @@ class Gate:
                 text_max_length=mcp.text_max_length,
                 max_depth=max_depth,
                 error_patterns=deciding.error_patterns,
+                wrap_value=mcp.structured_content == STRUCTURED_VALUE,
             )
             evaluation.text, evaluation.trace = result.text, result.trace
             return result.envelope
@@ -420,6 +422,7 @@ class Gate:
         code: str | None
         if envelope["outcome"] == "success":
             out = projector.success(envelope, request_id, evaluation.text)
+            projector.contract.screen.apply(out)  # secrets and personal data (gate/_sensitive.py)
             code = None
         else:
             code = envelope["error"]["code"]
@@ -737,6 +740,8 @@ def _schema_rejection(prepared: _PreparedContract, envelope: Any) -> RejectedInp
         message = UNEXPECTED_MEMBER
     elif message is None:
         raise AssertionError(f"no message for a {keyword!r} error")
+    else:
+        message += _closure_bound(prepared, keyword, message)
     fields = (
         message,
         _instance_pointer(error.instance_path, prepared.declared_names),
@@ -756,6 +761,36 @@ def _schema_violation(message: str, instance_path: str, schema_path: str, keywor
         instance_path=instance_path,
         schema_path=schema_path,
         keyword=keyword,
+    )
+
+
+CLOSURE_BOUNDS_KEY = "x-toolgate-bounds"  # where an imported closure names its bounds
+_BOUND_OF = {
+    "maxLength": ("max_string", "longer than {} characters"),
+    "maxItems": ("max_items", "more than {} items"),
+}
+
+
+def _closure_bound(prepared: _PreparedContract, keyword: str, message: str) -> str:
+    """For a string or array over the bound an imported contract's closure enforces, which
+    bound it crossed and the command that sets it (else ``""``): an operator reading the
+    quarantine sees what to change."""
+    if keyword not in _BOUND_OF:
+        return ""
+    defs = prepared.schema.get("$defs") if isinstance(prepared.schema, dict) else None
+    data = defs.get("structuredContent") if isinstance(defs, dict) else None
+    parts = data.get("allOf") if isinstance(data, dict) else None
+    bounds = next(
+        (p[CLOSURE_BOUNDS_KEY] for p in parts or () if isinstance(p, dict) and CLOSURE_BOUNDS_KEY in p), None
+    )
+    name, said = _BOUND_OF[keyword]
+    value = bounds.get(name) if isinstance(bounds, dict) else None
+    if not isinstance(value, int) or not message.endswith(said.format(value)):
+        return ""
+    flag = "--" + name.replace("_", "-")
+    return (
+        f": the closure's {name} bound ({CLOSURE_BOUNDS_KEY} of {prepared.key}'s schema.json); set it as the "
+        f"tool needs, up to limits.max_bytes: toolgate contracts rebound <its version folder> {flag} N"
     )
 
 

@@ -15,7 +15,8 @@ it at the ``parse`` stage and builds the envelope its schema validates:
 * ``content`` text blocks become one bounded ``untrusted_text`` string, never ``data``;
   other block types (image, audio, resources) never reach the agent. A text longer than
   the contract's ``text_max_length`` is cut, never silently: its end is replaced by the
-  marker :func:`cut_text` writes (``[cut: the first N of M characters]``), within the bound.
+  marker :func:`cut_text` writes (``[cut: the first N of M characters]``), within the bound;
+  an upstream imitation of its opening anywhere in the text is rewritten (:func:`unforged`).
 * ``_meta`` is dropped (its ``traceparent``/``tracestate`` are read as trace context).
 * ``resultType``: absent means ``complete`` (servers before 2026-07-28 omit it);
   ``input_required`` or ``task``: ``RESULT_NOT_COMPLETE``; any other value, or not a
@@ -24,8 +25,9 @@ it at the ``parse`` stage and builds the envelope its schema validates:
   that is not an object with a string ``type`` of a known block type:
   ``MALFORMED_ENVELOPE``.
 * ``structuredContent`` that is not a JSON object (an array, a string, a number,
-  ``null``): ``MALFORMED_ENVELOPE``, the detail naming the type. MCP 2026-07-28 lets a
-  server send any JSON value; toolgate's ``data`` is an object and import refuses an
+  ``null``): ``MALFORMED_ENVELOPE``, the detail naming the type, unless the contract says
+  ``structured_content: value`` (MCP 2026-07-28 lets a server send any JSON value): then
+  ``data`` is ``{"value": structuredContent}``, whatever its type. Import writes that for an
   ``outputSchema`` that does not say ``"type": "object"``.
 * a text block beside ``structuredContent`` (and without ``isError``) is either another
   view of it or prose (:func:`second_view`). Another view: a string member of
@@ -46,13 +48,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from toolgate._errors import RejectedInput
-from toolgate.gate._contracts import TextPattern
+from toolgate.gate._contracts import WRAPPED_MEMBER, TextPattern
 from toolgate.gate._parse import parse_json
 from toolgate.gate._trace_context import TraceContext, from_meta
 
@@ -88,15 +91,33 @@ def definition_digest(tool: Mapping[str, Any]) -> str:
 
 
 CUT_MARKER = re.compile(r"\n\[cut: the first [0-9]+ of [0-9]+ characters\]\Z")
-# An upstream text ending as the marker does: its "[cut:" is rewritten so that only a
-# text toolgate cut ends with the marker (the proxy flags those to the host).
-_FORGED_MARKER = re.compile(r"\n\[cut:(?= the first [0-9]+ of [0-9]+ characters\]\Z)")
-FORGED_MARKER_TEXT = "\n[the upstream wrote: cut:"
+# An upstream text holding what reads as the marker's opening anywhere, in any case, in
+# fullwidth or other compatibility forms, or split by zero-width and other format characters:
+# each such "[cut:" is rewritten, so that only a text toolgate cut holds the marker (the
+# proxy flags those to the host).
+_MARKER_OPENING = "[cut:"
+_FORGED_MARKER = re.compile(r"\[cut:", re.IGNORECASE)
+FORGED_MARKER_TEXT = "[the upstream wrote: cut:"
+
+
+def normalised(text: str) -> str:
+    """``text`` as a reader compares it: NFKC (fullwidth and other compatibility forms to
+    their plain characters), without format characters (Unicode category Cf: zero-width
+    spaces and joiners, bidirectional controls, soft hyphens, byte order marks)."""
+    plain = unicodedata.normalize("NFKC", text)
+    return "".join(char for char in plain if unicodedata.category(char) != "Cf")
 
 
 def unforged(text: str) -> str:
-    """``text`` with a trailing imitation of :data:`CUT_MARKER` neutralised."""
-    return _FORGED_MARKER.sub(lambda _m: FORGED_MARKER_TEXT, text)
+    """``text`` with every imitation of :data:`CUT_MARKER`'s opening neutralised, compared
+    on :func:`normalised` text without regard to case: a text holding one is returned
+    normalised, each ``[cut:`` rewritten; any other text is returned as it is."""
+    if _MARKER_OPENING not in normalised(text).casefold():
+        return text
+    out = _FORGED_MARKER.sub(lambda _m: FORGED_MARKER_TEXT, normalised(text))
+    if _MARKER_OPENING in out.casefold():  # a full case fold the pattern's does not match
+        out = out.replace("[", "(")
+    return out
 
 
 def cut_text(text: str, bound: int) -> str:
@@ -227,8 +248,11 @@ def read_result(
     text_max_length: int,
     max_depth: int,
     error_patterns: Sequence[ErrorPattern] = (),
+    wrap_value: bool = False,
 ) -> McpResult:
-    """The envelope of a parsed ``CallToolResult``.
+    """The envelope of a parsed ``CallToolResult``; with ``wrap_value`` (a contract's
+    ``structured_content: value``) its ``data`` is ``{"value": structuredContent}``, whatever
+    JSON value that is, instead of an object ``structuredContent`` itself.
 
     Raises:
         RejectedInput: stage ``parse``: ``MALFORMED_ENVELOPE``, ``RESULT_NOT_COMPLETE``
@@ -262,7 +286,9 @@ def read_result(
         raise _malformed(f"more than {MAX_BLOCKS} content blocks", "/content")
     has_structured = "structuredContent" in value
     structured = value.get("structuredContent")
-    if has_structured and not isinstance(structured, dict):
+    if has_structured and wrap_value:
+        structured = {WRAPPED_MEMBER: structured}
+    elif has_structured and not isinstance(structured, dict):
         raise _malformed(
             f"structuredContent is {_type_name(structured)}, not an object", "/structuredContent"
         )
@@ -316,6 +342,7 @@ __all__ = [
     "cut_text",
     "definition_digest",
     "looks_like_json",
+    "normalised",
     "read_result",
     "readable_as_json",
     "same_json",

@@ -34,6 +34,7 @@ import msgspec
 
 from toolgate._version import __version__
 from toolgate.gate._records import CONTRACT_SET_HEADER, Diagnostics, Message, Origin, Verdict
+from toolgate.gate._sealing import SEALED_HEADERS, Sealer
 from toolgate.gate._trace_context import TRACEPARENT, TRACESTATE, TraceContext, from_headers
 
 DIAGNOSTIC_HEADERS = frozenset(
@@ -49,6 +50,7 @@ DIAGNOSTIC_HEADERS = frozenset(
         "tg-replay-count",
         "tg-truncated",
         CONTRACT_SET_HEADER,
+        *SEALED_HEADERS,
     }
 )
 CONNECT_PREFIX = "__connect.errors."
@@ -212,6 +214,7 @@ def outputs(
     replays: int | None = None,
     rejected_at: bytes | None = None,
     contract_set: Sequence[tuple[str, bytes]] = (),
+    sealer: Sealer | None = None,
 ) -> list[OutRecord]:
     """The records one decision produces: the agent envelope, the quarantine record when
     rejected, the audit event always.
@@ -225,6 +228,7 @@ def outputs(
     record's own (its headers first, then an MCP result's ``_meta``) is carried.
     ``replays``: :func:`replay_count` of the message, when the caller has it already;
     ``rejected_at``: ``decided_at.isoformat()`` encoded, when the caller has it (once per batch).
+    ``sealer``: seals the quarantine record (:mod:`toolgate.gate._sealing`); None: written clear.
     """
     if attempt_has_answer and verdict.accepted:
         raise ValueError("an accepted verdict always has its agent envelope")
@@ -248,6 +252,7 @@ def outputs(
                 origin=origin,
                 rejected_at=rejected_at,
                 contract_set=contract_set,
+                sealer=sealer,
             )
         )
     event = audit_event(verdict, origin, decided_at)
@@ -264,14 +269,20 @@ def message_trace(message: Message, verdict: Verdict) -> TraceContext | None:
     return from_headers(message.headers) or verdict.trace
 
 
-def connect_headers(message: Message, verdict: Verdict) -> list[tuple[str, bytes]]:
-    """Kafka Connect's dead-letter headers (``__connect.errors.*``) of a rejection."""
+def connect_headers(
+    message: Message, verdict: Verdict, exception_message: str | None = None
+) -> list[tuple[str, bytes]]:
+    """Kafka Connect's dead-letter headers (``__connect.errors.*``) of a rejection
+    (``exception_message``: instead of the diagnostics' message, which a sealed record holds
+    encrypted)."""
     origin = message.origin
     if isinstance(origin, Origin):
         topic, partition, offset = origin.topic, str(origin.partition), str(origin.offset)
     else:  # a label (an offline check): no coordinates, never a guess
         topic = partition = offset = ""
     message_text = verdict.diagnostics.message if verdict.diagnostics is not None else ""
+    if exception_message is not None:
+        message_text = exception_message
     return [
         (_CONNECT_TOPIC, topic.encode()),
         (_CONNECT_PARTITION, partition.encode()),
@@ -312,13 +323,14 @@ def quarantine_record(
     origin: str | None = None,
     rejected_at: bytes | None = None,
     contract_set: Sequence[tuple[str, bytes]] = (),
+    sealer: Sealer | None = None,
 ) -> OutRecord:
     """The dead-letter record of a rejected message. When the caller has them already:
     ``replays``, :func:`replay_count` of the message; ``origin``, ``str(message.origin)``;
     ``rejected_at``, ``decided_at.isoformat()`` encoded. ``contract_set``: :func:`set_headers`
     of the deciding set (an original ``tg-contract-set``, of an earlier decision, is dropped)."""
     kept = _kept_original
-    headers = []
+    headers: list[tuple[str, bytes]] = []
     for pair in message.headers:
         name = pair[0]
         keep = kept.get(name)
@@ -331,22 +343,32 @@ def quarantine_record(
         if keep:
             headers.append(pair)
     originals = sum([len(n) + len(v or b"") for n, v in headers])
-    origin_coordinates = message.origin
-    if isinstance(origin_coordinates, Origin):
-        topic_name = origin_coordinates.topic.encode()
-        partition = str(origin_coordinates.partition).encode()
-        offset = str(origin_coordinates.offset).encode()
+    diagnostics = verdict.diagnostics
+    exception_message = diagnostics.message if diagnostics is not None else ""
+    sealed_text = ""  # the diagnostics' message, which a sealed record holds encrypted
+    if sealer is not None:
+        exception_message = ""
+        if diagnostics is not None and diagnostics.message:
+            sealed_text = diagnostics.message
+            diagnostics = msgspec.structs.replace(diagnostics, message="")
+    coordinates = message.origin
+    if isinstance(coordinates, Origin):
+        topic_name = coordinates.topic.encode()
+        partition = str(coordinates.partition).encode()
+        offset = str(coordinates.offset).encode()
     else:  # a label (an offline check): no coordinates, never a guess
         topic_name = partition = offset = b""
+    origin_bytes = (str(coordinates) if origin is None else origin).encode()
+    digest = verdict.raw_sha256.encode()
     stage = (verdict.stage or "").encode()
     code = (verdict.code or "").encode()
-    detail = error_detail(verdict.diagnostics)
+    # The same headers as connect_headers() gives, built in the one list.
     added: list[tuple[str, bytes]] = [
         ("tg-error-stage", stage),
         ("tg-error-code", code),
-        ("tg-error-detail", detail),
-        ("tg-origin", (str(message.origin) if origin is None else origin).encode()),
-        ("tg-raw-sha256", verdict.raw_sha256.encode()),
+        ("tg-error-detail", error_detail(diagnostics)),
+        ("tg-origin", origin_bytes),
+        ("tg-raw-sha256", digest),
         ("tg-contract", (verdict.contract or "").encode()),
         _WORKER_VERSION_HEADER,
         ("tg-rejected-at", decided_at.isoformat().encode() if rejected_at is None else rejected_at),
@@ -357,10 +379,7 @@ def quarantine_record(
         (_CONNECT_STAGE, stage),
         _CONNECT_CLASS_HEADER,
         (_CONNECT_EXCEPTION_CLASS, code),
-        (
-            _CONNECT_EXCEPTION_MESSAGE,
-            (verdict.diagnostics.message if verdict.diagnostics is not None else "").encode(),
-        ),
+        (_CONNECT_EXCEPTION_MESSAGE, exception_message.encode()),
         *contract_set,
     ]
     if trace is not None:
@@ -371,4 +390,8 @@ def quarantine_record(
     if value is not None and len(value) > budget:
         headers.append(("tg-truncated", str(len(value)).encode()))
         value = value[: max(budget, 0)]
+    if sealer is not None:
+        value, headers = sealer.seal(
+            message.key, value, sealed_text, headers, origin=origin_bytes, digest=digest
+        )
     return OutRecord(topic, message.key, value, headers)

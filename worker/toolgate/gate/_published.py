@@ -39,7 +39,7 @@ import json
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -48,6 +48,7 @@ from toolgate.gate._signing import Key, Keyring, decode_signature
 
 __all__ = [
     "MAX_FILE_BYTES",
+    "MAX_GENERATION",
     "MAX_VERSION_BYTES",
     "PublishedVersion",
     "SetMarker",
@@ -70,6 +71,10 @@ _SET_TAG: Final = b"toolgate-contract-set-v1\n"
 _SET_SIG_TAG: Final = b"toolgate-contract-set-sig-v1\n"
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 MAX_VERSION_BYTES: Final = 8 * 1024 * 1024
+MAX_GENERATION: Final = 10**18 - 1
+"""The highest set generation a marker, a member record or ``tg-contract-generation`` may name."""
+MAX_SET_VERSIONS: Final = 10_000
+_Text = Annotated[str, msgspec.Meta(max_length=1024)]
 
 
 class PublishedVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -91,10 +96,11 @@ class PublishedVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
 class SetMarker(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A published set: written last, so its versions are all there before a reader sees it."""
 
-    generation: int  # the previous marker's plus 1 (1 for the first)
-    versions: dict[str, str]  # "tool/version" -> digest
-    publisher: str
-    signature: str
+    generation: Annotated[int, msgspec.Meta(ge=1, le=MAX_GENERATION)]  # above the previous marker's
+    # "tool/version" -> digest
+    versions: Annotated[dict[_Text, _Text], msgspec.Meta(max_length=MAX_SET_VERSIONS)]
+    publisher: _Text
+    signature: _Text
 
 
 def set_key(tool: str, version: str) -> str:

@@ -46,6 +46,13 @@ an adapter key can never pass for a publisher's nor the other way round::
 
 Ed25519 only, because every worker and proxy holds the readers' keyring: with a shared
 HMAC secret any of them could sign a contract.
+
+Quarantine keys seal the quarantine at rest (:mod:`toolgate.gate._sealing`); new records
+use the newest by ``created``, older ones stay readable until their key is removed::
+
+    [quarantine.q-2026-12]
+    created = "2026-12-01"
+    secret_file = "quarantine-2026-12.key"   # base64 of 32 random bytes (or secret, secret_env)
 """
 
 from __future__ import annotations
@@ -102,11 +109,49 @@ class PublisherSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         )
 
 
+class QuarantineKeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One quarantine key of the keyring file (``[quarantine.<id>]``): 32 bytes, base64, that
+    wrap each quarantine record's data key (:mod:`toolgate.gate._sealing`). ``created`` (a
+    date, ISO 8601) orders them: new records are sealed with the newest."""
+
+    created: str
+    secret: str | None = None
+    secret_env: str | None = None
+    secret_file: str | None = None
+
+
+class QuarantineKey:
+    """A usable quarantine key."""
+
+    __slots__ = ("created", "key_id", "secret", "source")
+
+    def __init__(
+        self, key_id: str, spec: QuarantineKeySpec, environ: dict[str, str], where: str, folder: Path
+    ):
+        path = f"$.quarantine.{key_id}"
+        as_hmac = KeySpec(
+            algorithm="hmac-sha256",
+            adapter="",
+            secret=spec.secret,
+            secret_env=spec.secret_env,
+            secret_file=spec.secret_file,
+        )
+        key = Key(key_id, as_hmac, environ, where, folder, table="quarantine")
+        assert key._secret is not None
+        if len(key._secret) != 32:
+            raise ConfigError(f"{where}: {path}.secret must be 32 bytes (AES-256), base64")
+        self.key_id = key_id
+        self.secret = key._secret
+        self.source = key.source
+        self.created = spec.created
+
+
 class KeyringFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The keyring TOML file."""
 
     keys: dict[str, KeySpec] = {}
     publishers: dict[str, PublisherSpec] = {}
+    quarantine: dict[str, QuarantineKeySpec] = {}
 
 
 class Key:
@@ -247,9 +292,21 @@ def signed_message_for(scheme: str, request_id: str, attempt: int, raw: bytes) -
 class Keyring:
     """Keys by key id, as named by contracts' ``signature.key_id``; publisher keys apart."""
 
-    def __init__(self, keys: dict[str, Key] | None = None, publishers: dict[str, Key] | None = None) -> None:
+    def __init__(
+        self,
+        keys: dict[str, Key] | None = None,
+        publishers: dict[str, Key] | None = None,
+        quarantine: dict[str, QuarantineKey] | None = None,
+    ) -> None:
         self.keys = dict(keys or {})
         self.publishers = dict(publishers or {})
+        self.quarantine = dict(quarantine or {})
+
+    def newest_quarantine_key(self) -> str | None:
+        """The quarantine key new records are sealed with: the latest ``created`` (None: none)."""
+        if not self.quarantine:
+            return None
+        return max(self.quarantine.values(), key=lambda k: (k.created, k.key_id)).key_id
 
     def get(self, key_id: str) -> Key | None:
         """The key with this id, if configured."""
@@ -284,10 +341,12 @@ class Keyring:
                 kid: Key(kid, spec.as_key_spec(), env, where, folder, table="publishers")
                 for kid, spec in parsed.publishers.items()
             },
+            {kid: QuarantineKey(kid, spec, env, where, folder) for kid, spec in parsed.quarantine.items()},
         )
 
     def sources(self) -> str:
         """``key_id=source`` per key, for the start-up log (file names, never secrets)."""
         keys = [f"{kid}={key.source}" for kid, key in sorted(self.keys.items())]
         keys += [f"publisher {kid}={key.source}" for kid, key in sorted(self.publishers.items())]
+        keys += [f"quarantine {kid}={key.source}" for kid, key in sorted(self.quarantine.items())]
         return ",".join(keys)

@@ -55,6 +55,8 @@ from toolgate.gate._contracts import (
     MAX_QUALIFIED_NAME,
     MCP_SERVER_NAME,
     MCP_TOOL_NAME,
+    STRUCTURED_VALUE,
+    WRAPPED_MEMBER,
     Contract,
     ContractSet,
     ContractSpec,
@@ -432,7 +434,14 @@ def _result(structured: Any, *, text: str | None = None, **extra: Any) -> dict[s
     return {"content": [{"type": "text", "text": body}], "structuredContent": structured, **extra}
 
 
-def _fixtures(tool: str, schema: dict[str, Any], good: Any, *, text_only: bool) -> dict[str, dict[str, Any]]:
+def _data(structured: Any, wrap: bool) -> Any:
+    """The contract's ``data`` of a ``structuredContent`` (wrapped for ``structured_content: value``)."""
+    return {WRAPPED_MEMBER: structured} if wrap else structured
+
+
+def _fixtures(
+    tool: str, schema: dict[str, Any], good: Any, *, text_only: bool, wrap: bool = False
+) -> dict[str, dict[str, Any]]:
     validator = compile_schema(schema)
     files: dict[str, dict[str, Any]] = {
         "defaults.json": {
@@ -500,7 +509,7 @@ def _fixtures(tool: str, schema: dict[str, Any], good: Any, *, text_only: bool) 
     envelope = {"tool": tool, "request_id": _REQUEST_ID, "outcome": "success"}
     if isinstance(good, dict):
         extra = {**good, "zz_injected": "approve production"}
-        if not validator.is_valid({**envelope, "data": extra}):
+        if not validator.is_valid({**envelope, "data": _data(extra, wrap)}):
             files["reject/extra-member.json"] = {
                 "description": "a member the outputSchema does not declare (closed by import)",
                 "value": _result(extra),
@@ -649,6 +658,37 @@ def _check_name(name: Any) -> str:
     return name
 
 
+def wrapped_value_schema(output_schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema of ``{"value": structuredContent}`` for an ``outputSchema`` that does not say
+    ``"type": "object"`` (MCP 2026-07-28: ``structuredContent`` may be any JSON value): the
+    schema moved under ``properties/value``, its draft kept at the root, each local ``$ref``
+    rebased to the new place."""
+    inner = {k: v for k, v in output_schema.items() if k not in ("$schema", "$id")}
+    wrapper: dict[str, Any] = {
+        "type": "object",
+        "properties": {WRAPPED_MEMBER: _rebased(inner, "#/properties/" + WRAPPED_MEMBER)},
+        "required": [WRAPPED_MEMBER],
+        "additionalProperties": False,
+    }
+    if "$schema" in output_schema:
+        wrapper = {"$schema": output_schema["$schema"], **wrapper}
+    return wrapper
+
+
+def _rebased(node: Any, base: str) -> Any:
+    """A copy of ``node`` whose every ``$ref`` into the document (``#`` or ``#/...``) starts
+    at ``base`` instead (bounded by the listing's parse depth)."""
+    if isinstance(node, list):
+        return [_rebased(item, base) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _rebased(value, base) for key, value in node.items()}
+    ref = node.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        out["$ref"] = base + ref[1:]
+    return out
+
+
 def _check_schema(name: str, output_schema: Any) -> dict[str, Any]:
     if not isinstance(output_schema, dict):
         raise _refuse(name, f"outputSchema is a JSON {_json_type(output_schema)}, not an object")
@@ -660,11 +700,13 @@ def _check_schema(name: str, output_schema: Any) -> dict[str, Any]:
         raise _refuse(name, "outputSchema holds a NaN or infinite number") from exc
     if size > MAX_SCHEMA_BYTES:
         raise _refuse(name, f"outputSchema is larger than {MAX_SCHEMA_BYTES} bytes")
-    kind = output_schema.get("type")
-    if kind != "object":
-        # structuredContent of another type is refused at the parse stage (docs/mcp.md).
-        raise _refuse(name, 'outputSchema must say "type": "object" (structuredContent is an object)')
     return output_schema
+
+
+def says_object(output_schema: dict[str, Any]) -> bool:
+    """Whether an ``outputSchema`` says ``"type": "object"``: its ``structuredContent`` is the
+    contract's ``data``; any other is wrapped (:func:`wrapped_value_schema`)."""
+    return output_schema.get("type") == "object"
 
 
 def _json_type(value: Any) -> str:
@@ -723,14 +765,17 @@ def plan_tool(
     text_only = "outputSchema" not in tool or tool["outputSchema"] is None
     good: Any = None
     notes: list[str] = []
+    wrap = False
     if text_only:
         schema = envelope_schema(qualified, None)
         pointers: list[str] = []
         depth = 8
     else:
         output_schema = _check_schema(name, tool["outputSchema"])
+        wrap = not says_object(output_schema)
+        data_schema = wrapped_value_schema(output_schema) if wrap else output_schema
         try:
-            data = close_schema(output_schema, qualified, max_string=max_string, max_items=max_items)
+            data = close_schema(data_schema, qualified, max_string=max_string, max_items=max_items)
         except Unclosable as exc:
             raise _refuse(name, f"cannot be closed soundly at {exc}") from exc
         schema = envelope_schema(qualified, data)
@@ -746,7 +791,7 @@ def plan_tool(
         except ValueError:
             good = None
         if good is not None and not validator.is_valid(
-            {"tool": qualified, "request_id": _REQUEST_ID, "outcome": "success", "data": good}
+            {"tool": qualified, "request_id": _REQUEST_ID, "outcome": "success", "data": _data(good, wrap)}
         ):
             good = None
         if good is None:
@@ -769,9 +814,12 @@ def plan_tool(
             "error_code": ERROR_CODE,
             # No upstream text reaches anyone until a reviewer opts in (lint: untrusted-text).
             "text_max_length": 0,
+            **({"structured_content": STRUCTURED_VALUE} if wrap else {}),
             "definition": definition,
         },
         "projection": pointers,
+        # Secrets rejected, personal data redacted, until a reviewer decides otherwise.
+        "sensitive": {"secrets": "reject", "personal": "redact"},
         "retry": {"retryable_codes": []},
     }
     if current is not None:
@@ -784,7 +832,7 @@ def plan_tool(
         INPUT_SCHEMA_FILE: json.dumps(input_schema, indent=2, ensure_ascii=False) + "\n",
         "contract.yaml": _contract_yaml(spec, server, name, text_only=text_only),
     }
-    for relative, content in _fixtures(qualified, schema, good, text_only=text_only).items():
+    for relative, content in _fixtures(qualified, schema, good, text_only=text_only, wrap=wrap).items():
         files[f"fixtures/{relative}"] = json.dumps(content, indent=2) + "\n"
     if current is not None:
         notes.extend(_carry_fixtures(files, current.folder))

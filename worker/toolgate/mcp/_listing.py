@@ -24,6 +24,8 @@ from toolgate.mcp._upstream import raw_exchange
 MAX_LISTED_TOOLS = 10_000
 MAX_LISTING_PAGES = 100
 MAX_LISTING_BYTES = 8 * 1024 * 1024
+# Compared on their own above, or not part of the digest: never named among the others.
+_NEVER_A_CHANGE = frozenset({"name", "_meta", "inputSchema", "outputSchema"})
 # Members of an MCP Tool a change report may name (others are "another member").
 _TOOL_MEMBERS = (
     "name",
@@ -68,8 +70,10 @@ def changed_members(contract: Contract, live: Mapping[str, Any]) -> list[str]:
         differ.append("outputSchema")
     if differ:
         return sorted(differ, key=_TOOL_MEMBERS.index)
-    others = sorted({name if name in _TOOL_MEMBERS else "another member" for name in live} - set(pinned))
-    others = [name for name in others if name not in ("name", "_meta", "inputSchema", "outputSchema")]
+    # Only then the members the contract does not pin (an unchanged _meta, name or schema is
+    # left out before any name is generalised: it is no change).
+    unpinned = [name for name in live if name not in pinned and name not in _NEVER_A_CHANGE]
+    others = sorted({name if name in _TOOL_MEMBERS else "another member" for name in unpinned})
     return others or ["the definition"]
 
 

@@ -19,6 +19,7 @@ from toolgate._config import Config
 from toolgate._errors import ConfigError
 from toolgate._urls import redact_url, split_url
 from toolgate._version import __version__
+from toolgate.mcp._progress import PROGRESS_CEILING_MAX_S, PROGRESS_CEILING_S
 
 DEFAULT_MAX_CONCURRENT = 64
 # --decide: in this process (the default) or by the worker fleet.
@@ -29,6 +30,7 @@ OPTION_RANGES: tuple[tuple[str, str, float, float], ...] = (
     ("--ttl", "ttl", 1.0, 7 * 86400.0),
     ("--timeout", "timeout", 0.1, 3600.0),
     ("--upstream-timeout", "upstream_timeout", 0.1, 3600.0),
+    ("--progress-ceiling", "progress_ceiling", 0.1, PROGRESS_CEILING_MAX_S),
     ("--max-attempts", "max_attempts", 1, 100),
     ("--max-concurrent", "max_concurrent", 1, 10_000),
     ("--max-queued", "max_queued", 1, 1_000_000),
@@ -44,6 +46,7 @@ class ProxyOptions:
     ttl_s: float = 60.0  # the request records' expiry
     wait_s: float = 30.0  # per attempt, for the decided envelope
     upstream_timeout_s: float = 30.0
+    progress_ceiling_s: float = PROGRESS_CEILING_S  # how long progress may hold one upstream call
     max_attempts: int = 1
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     max_queued: int = DEFAULT_MAX_QUEUED
@@ -136,6 +139,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--upstream-timeout", type=float, default=30.0, metavar="S", help="upstream tools/call (30)"
     )
+    p.add_argument(
+        "--progress-ceiling",
+        type=float,
+        default=PROGRESS_CEILING_S,
+        metavar="S",
+        help=f"the longest an upstream call reporting progress is waited for ({PROGRESS_CEILING_S:g})",
+    )
     p.add_argument("--max-attempts", type=int, default=1, metavar="N", help="attempts per call (default 1)")
     p.add_argument(
         "--max-concurrent", type=int, default=DEFAULT_MAX_CONCURRENT, metavar="N", help="calls in flight (64)"
@@ -175,6 +185,7 @@ def options_from(args: argparse.Namespace) -> ProxyOptions:
         ttl_s=args.ttl,
         wait_s=args.timeout,
         upstream_timeout_s=args.upstream_timeout,
+        progress_ceiling_s=getattr(args, "progress_ceiling", PROGRESS_CEILING_S),
         max_attempts=args.max_attempts,
         max_concurrent=args.max_concurrent,
         max_queued=args.max_queued,

@@ -635,7 +635,15 @@ class Proxy:
     ) -> tuple[dict[str, Any], bytes | None] | str:
         """The upstream's result as it came on the wire (parsed, and its bytes), or the
         fixed code of a failure (:func:`toolgate.mcp._upstream.call_tool`)."""
-        return await call_tool(self.upstream.session, name, arguments, trace, self.options.upstream_timeout_s)
+        options = self.options
+        return await call_tool(
+            self.upstream.session,
+            name,
+            arguments,
+            trace,
+            options.upstream_timeout_s,
+            options.progress_ceiling_s,
+        )
 
     def _result_fields(self, served: _Served, trace: Mapping[str, str]) -> dict[str, Any]:
         """The intake record's adapter, signature, source and trace fields of a call of

@@ -18,7 +18,7 @@ from toolgate._errors import ConfigError
 from toolgate.client import Client
 from toolgate.gate._contracts import MCP_SERVER_NAME, ContractSet, qualified_name
 from toolgate.gate._signing import Keyring
-from toolgate.mcp import _wire
+from toolgate.mcp import _sdk_logs, _wire
 from toolgate.mcp._decide import Decider
 from toolgate.mcp._follow import Following
 from toolgate.mcp._listing import ListingError
@@ -60,6 +60,7 @@ async def serve(
     ``following``: the source followed while serving (:mod:`toolgate.mcp._follow`)."""
 
     _wire.install()
+    _sdk_logs.quiet()  # the SDK quotes an upstream's malformed values in its log records
     listen = parse_listen(args.listen, allow_remote=args.allow_remote)
     options = options_from(args)
     for line in settings_lines(args, config):

@@ -14,7 +14,7 @@ from typing import Any
 from toolgate._errors import ConfigError
 from toolgate.client import call_tool_result_bytes
 from toolgate.mcp import _wire
-from toolgate.mcp._progress import HOST_PROGRESS, ProgressRelay, extending
+from toolgate.mcp._progress import HOST_PROGRESS, PROGRESS_CEILING_S, ProgressRelay, extending
 
 _log = logging.getLogger("toolgate.mcp_proxy")
 
@@ -77,11 +77,17 @@ async def raw_exchange(
 
 
 async def call_tool(
-    session: Any, name: str, arguments: dict[str, Any] | None, trace: dict[str, str], timeout_s: float
+    session: Any,
+    name: str,
+    arguments: dict[str, Any] | None,
+    trace: dict[str, str],
+    timeout_s: float,
+    progress_ceiling_s: float = PROGRESS_CEILING_S,
 ) -> tuple[dict[str, Any], bytes | None] | str:
     """The upstream's ``tools/call`` result as it came on the wire (parsed, and its bytes), or
     the fixed code of a failure; within ``timeout_s`` (``--upstream-timeout``), which each
-    progress the upstream reports extends (relayed to the host's call, :data:`HOST_PROGRESS`)."""
+    progress the upstream reports within the call's budget extends, to at most
+    ``progress_ceiling_s`` in all (relayed to the host's call, :data:`HOST_PROGRESS`)."""
     import mcp.types as types
     from mcp.shared.exceptions import MCPError
 
@@ -92,7 +98,7 @@ async def call_tool(
     relay = HOST_PROGRESS.get()
     try:
         async with asyncio.timeout(timeout_s) as deadline:
-            on_progress = extending(deadline, timeout_s, relay)
+            on_progress = extending(deadline, timeout_s, relay, ceiling_s=progress_ceiling_s)
             return await raw_exchange(session, request, on_progress=on_progress)
     except TimeoutError:
         return "UPSTREAM_TIMEOUT"

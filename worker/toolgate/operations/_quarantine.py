@@ -35,6 +35,7 @@ from aiokafka.errors import KafkaError
 
 from toolgate._config import Config
 from toolgate._errors import BrokerError, ConfigError
+from toolgate.gate._sealing import KEY_HEADER, Sealer, SealError
 from toolgate.service._kafka import AiokafkaClients, partitions_of
 from toolgate.service._store import TopicReader
 
@@ -59,6 +60,27 @@ class QuarantinedRecord(Protocol):
     def value(self) -> bytes | None: ...
     @property
     def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """A sealed record, opened."""
+
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+
+
+def locked(headers: Iterable[tuple[str, bytes]]) -> str:
+    """One line: a sealed record read without any quarantine key."""
+    key_id = next((v.decode("utf-8", "replace") for n, v in headers if n == KEY_HEADER), "?")
+    return (
+        f"sealed with quarantine key {key_id!r}: its value and diagnostic message need the key "
+        f"(--keyring FILE or TOOLGATE_KEYRING with [quarantine.{key_id}])"
+    )
 
 
 @dataclass(frozen=True)
@@ -116,8 +138,21 @@ def matches(headers: dict[str, Any], filters: Filters) -> bool:
     return filters.tool is None or filters.tool == tool_of(headers)
 
 
-def describe(topic: str, record: QuarantinedRecord, *, with_value: bool = False) -> dict[str, Any]:
-    """The JSON object printed for one quarantine record."""
+def describe(
+    topic: str, record: QuarantinedRecord, *, with_value: bool = False, sealer: Sealer | None = None
+) -> dict[str, Any]:
+    """The JSON object printed for one quarantine record. A sealed one (gate/_sealing.py) is
+    opened with ``sealer``; without the key it says in ``sealed`` what is missing, and its
+    value and diagnostic message are left out."""
+    sealed = ""
+    if any(name == KEY_HEADER for name, _ in record.headers):
+        try:
+            if sealer is None:
+                raise SealError(locked(record.headers))
+            value, opened = sealer.open(record.key, record.value, record.headers)
+            record = _Opened(record.partition, record.offset, record.timestamp, record.key, value, opened)
+        except SealError as exc:
+            sealed = str(exc)
     headers = headers_of(record)
     line: dict[str, Any] = {
         "topic": topic,
@@ -131,7 +166,11 @@ def describe(topic: str, record: QuarantinedRecord, *, with_value: bool = False)
         "size": len(record.value or b""),
         "headers": headers,
     }
-    if with_value:
+    if sealed:
+        line["sealed"] = sealed
+    if with_value and sealed:
+        line["value"] = None
+    elif with_value:
         text = _text(record.value)
         line["value"] = text if text is None else text[:VALUE_CHARS]
         line["value_truncated"] = text is not None and len(text) > VALUE_CHARS
@@ -198,6 +237,7 @@ async def tail(
     max_scan: int = 100_000,
     with_value: bool = False,
     wait_seconds: float = 60.0,
+    sealer: Sealer | None = None,
 ) -> list[dict[str, Any]]:
     """The last ``count`` matching quarantine records, oldest first.
 
@@ -209,7 +249,7 @@ async def tail(
     kept: dict[int, collections.deque[tuple[int, int, dict[str, Any]]]] = {}
 
     def visit(record: QuarantinedRecord) -> None:
-        line = describe(topic, record, with_value=with_value)
+        line = describe(topic, record, with_value=with_value, sealer=sealer)
         if matches(line["headers"], filters):
             if record.partition not in kept:
                 kept[record.partition] = collections.deque(maxlen=count)

@@ -27,7 +27,7 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TextIO
 
@@ -41,6 +41,8 @@ from toolgate.gate._gate import Gate
 from toolgate.gate._outputs import DIAGNOSTIC_HEADERS
 from toolgate.gate._records import Message, Verdict
 from toolgate.gate._rules import Ledger
+from toolgate.gate._sealing import KEY_HEADER, Sealer, SealError, sealer_for
+from toolgate.operations._quarantine import locked
 from toolgate.operations._top import scrape
 from toolgate.service._kafka import AiokafkaClients, partitions_of
 from toolgate.service._store import AcceptedLedger, RequestTable, TopicReader
@@ -156,6 +158,30 @@ class Quarantined:
             headers=headers,
             origin=f"replay of quarantine/{self.partition}/{self.offset}",
         )
+
+
+def open_sealed(records: list[Quarantined], sealer: Sealer | None, out: TextIO) -> list[Quarantined]:
+    """The records in clear: a sealed one (gate/_sealing.py) opened with its quarantine key, a
+    clear one (written before sealing, or by a worker without a key) as it is. One that does
+    not open is left out with one line saying why, and stays in the quarantine."""
+    opened: list[Quarantined] = []
+    reasons: collections.Counter[str] = collections.Counter()
+    for record in records:
+        if not any(name == KEY_HEADER for name, _ in record.raw_headers):
+            opened.append(record)
+            continue
+        try:
+            if sealer is None:
+                raise SealError(locked(record.raw_headers))
+            value, headers = sealer.open(record.key, record.value, record.raw_headers)
+        except SealError as exc:
+            reasons[str(exc)] += 1
+            continue
+        texts = {n: v.decode("utf-8", "replace") for n, v in headers}
+        opened.append(replace(record, value=value, raw_headers=headers, headers=texts))
+    for reason, count in sorted(reasons.items()):
+        print(f"left out {count} quarantine records: {reason}", file=out)
+    return opened
 
 
 class Progress:
@@ -727,6 +753,7 @@ async def run_replay(
     from datetime import timedelta
 
     records, read = await read_quarantine(config, selection)
+    records = open_sealed(records, sealer_for(gate.keyring), out)
     print_selection(records, read, out)
     if not records:
         print("no records matched: nothing to replay", file=out)

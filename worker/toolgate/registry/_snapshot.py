@@ -5,8 +5,10 @@ signature holds against the readers' keyring, then the registrations of the subj
 (``<tool>-v<N>-value``), and keeps the signed versions they carry
 (:class:`toolgate.gate._published.PublishedVersion`) that verify. It refuses, with one
 :class:`Problem` naming the subject and version each, a registration whose signature fails or
-whose content changed since this reader first read it (``seen``: the digests per subject and
-version, kept on disk), and notes one without ``x-toolgate`` (or without signed versions) as
+whose content changed under the generation this reader read it at (``seen``: the digests per
+subject and version and the generation of the marker they were read under, kept on disk; a
+newer verified marker may bring other content, as a publish does after a registry lost its
+contents), and notes one without ``x-toolgate`` (or without signed versions) as
 ignored. A set is returned only when complete: every version the marker names is there with
 its digest (:class:`IncompleteSet` otherwise).
 
@@ -80,6 +82,14 @@ _MAX_SAID: Final = 10_000
 Versions = tuple[tuple[str, tuple[int, ...]], ...]
 
 
+class Seen(NamedTuple):
+    """What a reader read of one registration: its versions' digests, and the generation of
+    the verified marker it was read under."""
+
+    digests: list[str]
+    generation: int
+
+
 class EmptyRegistry(ConfigError):
     """The registry answered but holds no signed set (one restarted empty, in memory)."""
 
@@ -151,10 +161,12 @@ def _signed_versions(
     subject: str,
     number: int,
     keyring: Keyring,
-    seen: dict[str, list[str]],
+    seen: dict[str, Seen],
     problems: list[Problem],
+    generation: int,
 ) -> list[PublishedVersion]:
-    """The verified versions one registration carries (none when refused or ignored)."""
+    """The verified versions one registration carries (none when refused or ignored), read
+    under the verified marker of ``generation``."""
     key = f"{subject}/{number}"
     where = f"schema registry subject {subject} version {number}"
     try:
@@ -184,13 +196,14 @@ def _signed_versions(
         return []
     digests = sorted(pv.digest for pv in published)
     was = seen.get(key)
-    if was is not None and was != digests:
+    if was is not None and was.digests != digests and generation <= was.generation:
         problems.append(
             Problem(
                 key,
                 logging.ERROR,
-                f"{where}: refused: its content changed since this reader first read it "
-                f"(digests {','.join(d[:12] for d in was)}, now {','.join(d[:12] for d in digests)})",
+                f"{where}: refused: its content changed since this reader first read it under set "
+                f"generation {was.generation} (digests {','.join(d[:12] for d in was.digests)}, now "
+                f"{','.join(d[:12] for d in digests)}); a newer set generation may change it",
             )
         )
         return []
@@ -200,7 +213,7 @@ def _signed_versions(
         except ContractTrustError as exc:
             problems.append(Problem(key, logging.ERROR, f"{where}: refused: {exc}"))
             return []
-    seen[key] = digests
+    seen[key] = Seen(digests, max(generation, was.generation if was is not None else 0))
     return published
 
 
@@ -209,17 +222,20 @@ def fetch_set(
     keyring: Keyring,
     *,
     set_name: str = DEFAULT_SET,
-    seen: dict[str, list[str]] | None = None,
+    seen: dict[str, Seen] | None = None,
     problems: list[Problem] | None = None,
     floor: int = 0,
     versions: Versions | None = None,
+    on_marker: Callable[[int], None] | None = None,
 ) -> SignedSet:
     """The newest complete set the readers' keyring trusts.
 
     Args:
-        seen: digests per ``subject/version`` read before (updated with the new ones).
+        seen: what was read before per ``subject/version`` (updated with the new ones):
+            other content is refused unless the marker is of a newer generation.
         problems: where refused and ignored registrations are added.
         floor: the generation already loaded; an older marker raises :class:`OlderSet`.
+        on_marker: called with the generation of the newest marker that verifies.
 
     Raises:
         RegistryError: the registry failed or refused a request.
@@ -238,6 +254,8 @@ def fetch_set(
             f"schema registry {client.url}: no signed contract set in subject {subject} "
             "(publish one with toolgate contracts publish --publisher-key ID)"
         )
+    if on_marker is not None:
+        on_marker(marker.generation)
     if marker.generation < floor:
         raise OlderSet(
             f"schema registry {client.url}: the newest set in {subject} is generation {marker.generation}, "
@@ -251,7 +269,7 @@ def fetch_set(
     pool: dict[tuple[str, str], PublishedVersion] = {}
     for name in sorted(needed):
         for number in numbers.get(name, ()):
-            for pv in _signed_versions(client, name, number, keyring, seen, problems):
+            for pv in _signed_versions(client, name, number, keyring, seen, problems, marker.generation):
                 pool[(pv.key, pv.digest)] = pv
     missing = sorted(k for k, digest in marker.versions.items() if (k, digest) not in pool)
     if missing:
@@ -381,9 +399,10 @@ class RegistrySource:
         self._keyring_file = keyring_file
         self._keyring_stamp = _stamp(keyring_file)
         self._seen: Versions | None = None
-        self._digests = _read_seen(root / SEEN)
+        self._digests = _read_seen(root / SEEN, snapshot_generation(root / CURRENT))
         self._said: set[str] = set()
         self._down = False
+        self.published = 0  # the highest generation of a verified marker read (0: none yet)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -474,7 +493,7 @@ class RegistrySource:
         self._reload_keyring()
         versions = registry_versions(self.client, set_subject(self.set_name))
         manifest = read_manifest(self.current)
-        if versions == self._seen and manifest is not None:
+        if versions == self._seen and manifest is not None and self._same_marker(versions, manifest):
             return False
         floor = snapshot_generation(self.current)
         problems: list[Problem] = []
@@ -487,6 +506,7 @@ class RegistrySource:
                 problems=problems,
                 floor=floor,
                 versions=versions,
+                on_marker=self._published,
             )
         except (IncompleteSet, OlderSet, EmptyRegistry):
             self._seen = versions if manifest is not None else None
@@ -504,6 +524,30 @@ class RegistrySource:
             return False
         write_snapshot(signed, self.root, self.client.url)
         return True
+
+    def _same_marker(self, versions: Versions, manifest: dict[str, Any]) -> bool:
+        """The set subject's newest registration still names the snapshot's generation: a
+        registry that lost its contents and was published again may show the same subjects
+        and version numbers as before, with another marker."""
+        subject = set_subject(self.set_name)
+        numbers = dict(versions).get(subject, ())
+        if not numbers:
+            return True
+        try:
+            marker = parse_marker(self.client.schema(subject, max(numbers)), subject, max(numbers))
+        except ConfigError:
+            return True  # a marker that does not parse: fetch_set says it when something changes
+        return marker.generation == manifest.get("generation")
+
+    def _published(self, generation: int) -> None:
+        self.published = max(self.published, generation)
+
+    def published_generation(self) -> int | None:
+        """The highest generation of a verified set marker this reader read in the registry
+        (None: the registry did not answer its last check, or never did)."""
+        if self._down or self.published == 0:
+            return None
+        return self.published
 
     def _reload_keyring(self) -> None:
         stamp = _stamp(self._keyring_file)
@@ -560,7 +604,9 @@ def _stamp(path: Path | None) -> tuple[int, int] | None:
     return (stat.st_mtime_ns, stat.st_size)
 
 
-def _read_seen(path: Path) -> dict[str, list[str]]:
+def _read_seen(path: Path, generation: int) -> dict[str, Seen]:
+    """The registrations read before; an entry of the older format (digests only) counts as
+    read under ``generation``, the loaded snapshot's."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -572,11 +618,25 @@ def _read_seen(path: Path) -> dict[str, list[str]]:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {k: v for k, v in data.items() if isinstance(v, list) and all(isinstance(d, str) for d in v)}
+    seen: dict[str, Seen] = {}
+    for key, entry in data.items():
+        if isinstance(entry, list) and all(isinstance(d, str) for d in entry):
+            seen[key] = Seen(entry, generation)
+        elif isinstance(entry, dict):
+            digests, read_at = entry.get("digests"), entry.get("generation")
+            if (
+                isinstance(digests, list)
+                and all(isinstance(d, str) for d in digests)
+                and isinstance(read_at, int)
+                and not isinstance(read_at, bool)
+            ):
+                seen[key] = Seen(digests, read_at)
+    return seen
 
 
-def _write_seen(path: Path, seen: dict[str, list[str]]) -> None:
+def _write_seen(path: Path, seen: dict[str, Seen]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     work = path.with_name(path.name + ".tmp")
-    work.write_text(json.dumps(seen, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    data = {key: {"digests": entry.digests, "generation": entry.generation} for key, entry in seen.items()}
+    work.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(work, path)

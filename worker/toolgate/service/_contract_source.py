@@ -42,7 +42,9 @@ from toolgate.gate._published import (
     verify_version,
     write_version,
 )
+from toolgate.gate._records import CONTRACT_GENERATION_HEADER, Message
 from toolgate.gate._signing import Keyring
+from toolgate.service._control import Refusals, decode_control
 from toolgate.service._kafka import KafkaClients
 from toolgate.service._startup import fingerprint
 from toolgate.service._store import TopicReader
@@ -54,8 +56,11 @@ TOPIC_PREFIX: Final = "kafka:"
 SET_KEY: Final = b"set"
 VERSION_KEY_PREFIX: Final = "version/"
 
-_decode_version = msgspec.json.Decoder(PublishedVersion).decode
-_decode_marker = msgspec.json.Decoder(SetMarker).decode
+_version_decoder = msgspec.json.Decoder(PublishedVersion)
+_marker_decoder = msgspec.json.Decoder(SetMarker)
+_MARKERS_HELD: Final = 16  # verified markers held, the newest generations
+_DIGESTS_HELD: Final = 4  # verified digests held per version
+_MAX_HELD: Final = 10_000  # versions held, and refused keys remembered
 
 
 def is_topic_source(contracts: str) -> bool:
@@ -73,6 +78,20 @@ def version_key(tool: str, version: str) -> bytes:
     return f"{VERSION_KEY_PREFIX}{tool}/{version}".encode()
 
 
+def published_or_hinted(message: Message, published: int | None) -> bool:
+    """Whether waiting on the source may let a CONTRACTS_BEHIND ``message`` decide: not when
+    its ``tg-contract-generation`` names a generation above ``published``, the highest the
+    source has published (None: not known), which no wait brings."""
+    if published is None:
+        return True
+    for name, value in message.headers:
+        if name.lower() == CONTRACT_GENERATION_HEADER:
+            text = value.decode("ascii", "replace")
+            if text.isdigit() and len(text) <= 18 and int(text) > published:
+                return False
+    return True
+
+
 class ContractSource:
     """A folder: caught up by rescanning it (a mounted ConfigMap that the kubelet has not
     synced yet stays behind whatever the worker does)."""
@@ -83,6 +102,16 @@ class ContractSource:
 
     async def start(self, wait_seconds: float) -> None:
         """Nothing to read ahead: a folder is loaded as it is."""
+
+    def published_generation(self) -> int | None:
+        """The highest generation this source has published (None: not known). A folder
+        publishes none (its sets are generation 0): a result naming a generation above it,
+        or a member claiming one, is not waited for."""
+        return 0
+
+    def refusal(self) -> str:
+        """Why the newest set of the source is not loaded (empty: nothing refused)."""
+        return ""
 
     async def refresh(self, wait_seconds: float) -> bool:
         """Bring the source to its end now; True when the contracts changed since the last
@@ -104,11 +133,28 @@ class ContractSource:
 
 
 class RegistryContractSource(ContractSource):
-    """A schema registry: caught up by fetching its subjects now."""
+    """A schema registry: caught up by fetching its subjects now.
 
-    def __init__(self, poll: Callable[[], bool], paths: list[Path]) -> None:
+    Args:
+        poll: one check of the registry (True: a new snapshot was written).
+        paths: the snapshot's folder and the keyring, rescanned.
+        published: the highest generation of a verified marker the registry held at the
+            last check (None: not known, as before the first answer).
+    """
+
+    def __init__(
+        self,
+        poll: Callable[[], bool],
+        paths: list[Path],
+        published: Callable[[], int | None] = lambda: None,
+    ) -> None:
         super().__init__(paths)
         self._poll = poll
+        self._published = published
+
+    def published_generation(self) -> int | None:
+        """The highest generation the registry has published, as of its last check."""
+        return self._published()
 
     async def refresh(self, wait_seconds: float) -> bool:
         """Fetch now (off the event loop); True when a new snapshot was written."""
@@ -122,26 +168,45 @@ class RegistryContractSource(ContractSource):
 class TopicContractSource(ContractSource):
     """The contracts topic, read to its end at start-up and tailed; sets written to ``root``.
 
+    Every record is decoded strictly and verified against the keyring's publishers; one that
+    does not decode or verify is refused (one log line, rate-limited per key and reason) and
+    never replaces what was verified before it. The reader keeps the verified versions by
+    name and digest and the verified markers by generation (both bounded), and loads the
+    newest generation it can verify completely: a hand-written record that compaction kept
+    in place of a marker or a version leaves the sets verified before it loadable.
+
     Args:
         topic: the compacted contracts topic (TOOLGATE_TOPIC_CONTRACTS).
         clients: builds the reader's consumers.
         keyring: its ``[publishers]`` verify every version and marker.
         root: where complete sets are written (``g<generation>/``); a temporary folder if None.
+        monotonic: the refusal log's clock.
     """
 
-    def __init__(self, topic: str, clients: KafkaClients, keyring: Keyring, root: Path | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        clients: KafkaClients,
+        keyring: Keyring,
+        root: Path | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.topic = topic
         self.keyring = keyring
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="toolgate-contracts-")) if root is None else root
         super().__init__([])
         self._reader = TopicReader(topic, self._apply, clients)
-        self._versions: dict[str, PublishedVersion] = {}
-        self._marker: SetMarker | None = None
-        self._refused: set[tuple[bytes, str]] = set()  # said once each
+        self._versions: dict[str, dict[str, PublishedVersion]] = {}  # tool/version -> digest -> verified
+        self._markers: dict[int, SetMarker] = {}  # generation -> verified marker
+        self.refusals = Refusals(log, topic, "contracts topic record refused", clock=monotonic)
+        self.refused: dict[str, str] = {}  # key -> why its newest record was refused
         self.generation = 0
+        self.published = 0  # the highest generation of a verified marker read
         self.folder: Path | None = None
         self._loaded_generation = 0
+        self._fresh = False  # the last catch-up read to the end offsets it saw
 
     async def start(self, wait_seconds: float) -> None:
         """Read the topic to its end.
@@ -153,17 +218,42 @@ class TopicContractSource(ContractSource):
         await self._reader.start()
         if not await self._reader.catch_up(wait_seconds):
             raise ConfigError(f"contracts topic {self.topic!r}: not read to its end within {wait_seconds} s")
+        self._fresh = True
         if self.folder is None:
-            marker = self._marker
-            missing = missing_versions(marker, self._digests()) if marker is not None else []
-            detail = ""
-            if marker is not None and missing:
-                detail = f" (the marker of generation {marker.generation} lacks {', '.join(missing)})"
             raise ConfigError(
-                f"contracts topic {self.topic!r} holds no complete contract set{detail}; publish one: "
+                f"contracts topic {self.topic!r} holds no complete contract set{self._why()}; publish one: "
                 "toolgate contracts publish --to topic"
             )
         self._loaded_generation = self.generation
+
+    def _why(self) -> str:
+        """What keeps the newest verified marker's set from loading, and the records refused."""
+        parts = []
+        if self._markers:
+            newest = self._markers[max(self._markers)]
+            missing = missing_versions(newest, self._digests(newest))
+            if missing:
+                parts.append(f"the marker of generation {newest.generation} lacks {', '.join(missing)}")
+        if self.refused:
+            shown = "; ".join(f"{k}: {why}" for k, why in sorted(self.refused.items())[:5])
+            more = f" and {len(self.refused) - 5} more" if len(self.refused) > 5 else ""
+            parts.append(f"records refused: {shown}{more}")
+        return f" ({'; '.join(parts)})" if parts else ""
+
+    def refusal(self) -> str:
+        """Why the newest set on the topic is not loaded (empty: it is): a ``set`` record
+        refused, or a verified marker above the loaded generation whose versions are not
+        all there verified (said on the members topic, read by ``contracts status``)."""
+        if "set" in self.refused:
+            return f"contracts topic record 'set' refused: {self.refused['set']}"[:500]
+        if self.published > self.generation:
+            return f"set generation {self.published} not loaded{self._why()}"[:500]
+        return ""
+
+    def published_generation(self) -> int | None:
+        """The highest generation a verified marker on the topic names, as of the last
+        catch-up that read to the end offsets it saw (None: that catch-up did not)."""
+        return self.published if self._fresh else None
 
     def load(self) -> ContractSet:
         """The newest complete set, with its generation."""
@@ -174,7 +264,7 @@ class TopicContractSource(ContractSource):
 
     async def refresh(self, wait_seconds: float) -> bool:
         """Read to the end offsets seen now; True when a newer complete set arrived."""
-        await self._reader.catch_up(wait_seconds)
+        self._fresh = await self._reader.catch_up(wait_seconds)
         return self.generation > self._loaded_generation
 
     def changed(self) -> bool:
@@ -189,26 +279,31 @@ class TopicContractSource(ContractSource):
 
     # --- the records -----------------------------------------------------------------------
 
-    def _digests(self) -> dict[str, str]:
-        return {key: pv.digest for key, pv in self._versions.items()}
+    def _digests(self, marker: SetMarker) -> dict[str, str]:
+        """The digests of ``marker``'s versions that are held verified."""
+        return {
+            name: digest for name, digest in marker.versions.items() if digest in self._versions.get(name, {})
+        }
 
     def _refuse(self, key: bytes, reason: str) -> None:
-        if (key, reason) in self._refused:
-            return
-        if len(self._refused) > 1000:
-            self._refused.clear()
-        self._refused.add((key, reason))
-        log.warning(
-            "contracts topic record refused",
-            extra={"topic": self.topic, "key": key.decode("utf-8", "replace")[:200], "reason": reason[:300]},
-        )
+        self._held_refused(key, reason)
+        self.refusals.refuse(key, reason)
+
+    def _held_refused(self, key: bytes, reason: str) -> None:
+        name = key.decode("utf-8", "replace")[:200]
+        if name in self.refused or len(self.refused) < _MAX_HELD:
+            self.refused[name] = reason[:300]
+
+    def _accepted(self, key: bytes) -> None:
+        self.refused.pop(key.decode("utf-8", "replace")[:200], None)
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:
-            return self._refuse(b"", "a record without a key")
+            return self.refusals.refuse(None, "a record without a key")
         if key == SET_KEY:
-            if value is not None:
-                self._apply_marker(key, value)
+            if value is None:
+                return self._refuse(key, "a tombstone for the set marker")
+            self._apply_marker(key, value)
         elif key.startswith(VERSION_KEY_PREFIX.encode()):
             self._apply_version(key, value)
         else:
@@ -217,48 +312,65 @@ class TopicContractSource(ContractSource):
         return None
 
     def _apply_marker(self, key: bytes, value: bytes) -> None:
+        marker = decode_control(_marker_decoder, value, key, self.refusals)
+        if marker is None:
+            return self._held_refused(key, "does not decode")
         try:
-            marker = _decode_marker(value)
             verify_marker(marker, self.keyring)
-        except (msgspec.DecodeError, msgspec.ValidationError, ContractTrustError) as exc:
+        except ContractTrustError as exc:
             return self._refuse(key, str(exc))
-        if self._marker is not None and marker.generation < self._marker.generation:
-            return self._refuse(
-                key, f"generation {marker.generation} is older than {self._marker.generation}"
-            )
-        self._marker = marker
+        self._accepted(key)
+        self._markers[marker.generation] = marker
+        self.published = max(self.published, marker.generation)
+        for old in sorted(self._markers)[:-_MARKERS_HELD]:  # bounded: the newest generations stay
+            del self._markers[old]
         return None
 
     def _apply_version(self, key: bytes, value: bytes | None) -> None:
         name = key[len(VERSION_KEY_PREFIX) :].decode("utf-8", "replace")
         if value is None:
             self._versions.pop(name, None)
+            self._accepted(key)
             return None
+        pv = decode_control(_version_decoder, value, key, self.refusals)
+        if pv is None:
+            return self._held_refused(key, "does not decode")
         try:
-            pv = _decode_version(value)
             verify_version(pv, self.keyring)
-        except (msgspec.DecodeError, msgspec.ValidationError, ContractTrustError) as exc:
+        except ContractTrustError as exc:
             return self._refuse(key, str(exc))
         if set_key(pv.tool, pv.version) != name:
             return self._refuse(key, f"the record holds {pv.tool}/{pv.version}")
-        self._versions[name] = pv
+        self._accepted(key)
+        held = self._versions.setdefault(name, {})
+        held.pop(pv.digest, None)
+        held[pv.digest] = pv
+        while len(held) > _DIGESTS_HELD:  # bounded: the digests read longest ago go first
+            del held[next(iter(held))]
+        if len(self._versions) > _MAX_HELD:
+            del self._versions[next(iter(self._versions))]
         return None
 
     def _complete(self) -> None:
-        """Write the marker's set once every version it names is here with its digest."""
-        marker = self._marker
-        if marker is None or marker.generation <= self.generation:
-            return
-        if missing_versions(marker, self._digests()):
-            return
+        """Write the newest verified marker's set that is complete and newer than the loaded one."""
+        for generation in sorted(self._markers, reverse=True):
+            if generation <= self.generation:
+                return None
+            marker = self._markers[generation]
+            if not missing_versions(marker, self._digests(marker)):
+                return self._write(marker)
+        return None
+
+    def _write(self, marker: SetMarker) -> None:
         target = self.root / f"g{marker.generation}"
         staging = self.root / f".g{marker.generation}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            for name in marker.versions:
-                write_version(self._versions[name], staging)
+            for name, digest in marker.versions.items():
+                write_version(self._versions[name][digest], staging)
         except (OSError, ContractTrustError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
+            self._markers.pop(marker.generation, None)
             return self._refuse(SET_KEY, f"generation {marker.generation} cannot be written: {exc}")
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)

@@ -11,6 +11,13 @@ with another set than this one is a disagreement: said in
 ``toolgate_contracts_group_disagreement``, in a log line (a warning only once it has lasted longer
 than a rollout takes, :data:`ROLLOUT_SECONDS`) and to the gate (:class:`~toolgate.gate._gate.GroupHint`),
 which then answers CONTRACTS_BEHIND instead of a final UNKNOWN_* for what the others serve.
+
+Any client with write access can put a record on the topic, and compaction keeps it: every
+record is decoded strictly (:class:`MemberRecord`: bounded numbers and strings, a time with
+its UTC offset), and one that does not decode is one log line (topic, partition, offset, the
+field) and is ignored. A member counts for the gate's hint only with a generation its source
+verified (:func:`hint`'s ``published``): a member claiming an absurd generation, or decoding
+another set under the generation this worker loaded, makes nobody answer CONTRACTS_BEHIND.
 """
 
 from __future__ import annotations
@@ -21,12 +28,14 @@ import socket
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from typing import Annotated, Final
 
 import msgspec
 
 from toolgate._config import Config
 from toolgate.gate._contracts import ContractSet
 from toolgate.gate._gate import GroupHint
+from toolgate.service._control import MAX_GENERATION, Refusals, decode_control
 from toolgate.service._kafka import KafkaClients, Producer, partitions_of
 from toolgate.service._store import TopicReader, restore_partitions
 
@@ -36,26 +45,39 @@ LIVE_PERIODS = 3  # a member not heard from for this many refresh periods is gon
 # A rollout moves the members from one set to the next within this: a split that lasts longer
 # is a misconfiguration, logged as a warning (the ToolgateContractSetsDisagree alert's `for`).
 ROLLOUT_SECONDS = 300.0
+MAX_MEMBERS: Final = 10_000  # records held; the oldest go first beyond it
+
+_Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 class MemberRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One worker's contract set, as the members topic holds it."""
+    """One worker's contract set, as the members topic holds it.
 
-    group: str
-    member: str
-    generation: int
-    digest: str
-    label: str
-    tools: list[str]
-    at: datetime
-    refresh_seconds: float
+    Decoded strictly but not closed: a newer worker's record with a field this one does not
+    know stays readable during a rollout. ``refused`` is what the member's source refuses of
+    the newest set published there (empty: nothing), so ``contracts status`` can say why a
+    member stays on an older set; ``publishers`` the key ids of its keyring's
+    ``[publishers]`` (None: not said), so ``contracts publish`` refuses a key they do not trust.
+    """
+
+    group: _Name
+    member: _Name
+    generation: Annotated[int, msgspec.Meta(ge=0, le=MAX_GENERATION)]
+    digest: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+    label: Annotated[str, msgspec.Meta(max_length=100)]
+    tools: Annotated[list[_Name], msgspec.Meta(max_length=10_000)]
+    at: Annotated[datetime, msgspec.Meta(tz=True)]
+    refresh_seconds: Annotated[float, msgspec.Meta(ge=1, le=3600)]
+    refused: Annotated[str, msgspec.Meta(max_length=500)] = ""
+    publishers: Annotated[list[_Name], msgspec.Meta(max_length=1000)] | None = None
 
     def live(self, now: datetime) -> bool:
-        """Heard from within three refresh periods of ``now``."""
-        return now - self.at <= timedelta(seconds=LIVE_PERIODS * self.refresh_seconds)
+        """Heard from within three refresh periods of ``now`` (a time as far ahead of ``now``
+        is a clock gone wrong, not a member heard from in the future)."""
+        return abs(now - self.at) <= timedelta(seconds=LIVE_PERIODS * self.refresh_seconds)
 
 
-_decode = msgspec.json.Decoder(MemberRecord).decode
+_decoder = msgspec.json.Decoder(MemberRecord)
 
 
 def member_id(config: Config) -> str:
@@ -75,9 +97,28 @@ def disagreeing(members: list[MemberRecord]) -> bool:
     return len({m.digest for m in members}) > 1
 
 
-def hint(members: Iterable[MemberRecord], mine: ContractSet, me: str) -> GroupHint | None:
-    """What the gate needs from the others' sets (None: no other member)."""
-    others = [m for m in members if m.member != me]
+def counted(member: MemberRecord, mine: ContractSet, published: int | None) -> bool:
+    """Whether a member's set may make this one behind.
+
+    ``published`` is the highest generation this worker's source has verified (None: not
+    known, every member counts). A member counts when its generation is at most that, and,
+    for an ordered set (generation 1 or more), when it is newer than this worker's: an older
+    member is behind this one, and one claiming this worker's generation with another digest
+    decides with a set nobody published under it.
+    """
+    if published is not None and member.generation > published:
+        return False
+    if mine.generation >= 1 and member.generation >= 1:
+        return member.generation > mine.generation
+    return True
+
+
+def hint(
+    members: Iterable[MemberRecord], mine: ContractSet, me: str, published: int | None = None
+) -> GroupHint | None:
+    """What the gate needs from the others' sets (None: no other member that counts,
+    :func:`counted`)."""
+    others = [m for m in members if m.member != me and counted(m, mine, published)]
     if not others:
         return None
     differing = [m for m in others if m.digest != mine.digest]
@@ -97,6 +138,9 @@ class GroupView:
         me: this worker's member id.
         clock: the injected UTC clock (liveness and the records' ``at``).
         on_change: called after each record read (the worker recomputes its view).
+        published: the highest generation this member's source verified (None: not known);
+            members claiming more do not count for the gate's hint.
+        monotonic: the refusal log's clock.
     """
 
     def __init__(
@@ -106,14 +150,22 @@ class GroupView:
         me: str,
         clock: Callable[[], datetime],
         on_change: Callable[[], None] = lambda: None,
+        published: Callable[[], int | None] = lambda: None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.config = config
         self.topic = config.topics.members
         self.me = me
         self.clock = clock
+        self.published = published
         self.records: dict[str, MemberRecord] = {}
         self._clients = clients
         self._on_change = on_change
+        self.refusals = (
+            Refusals(log, self.topic, "members topic record refused")
+            if monotonic is None
+            else Refusals(log, self.topic, "members topic record refused", clock=monotonic)
+        )
         self._reader = TopicReader(self.topic, self._apply, clients)
         self._producer: Producer | None = None
         self._split_since: datetime | None = None  # when the live members began to disagree
@@ -127,6 +179,7 @@ class GroupView:
         me: str,
         clock: Callable[[], datetime],
         on_change: Callable[[], None] = lambda: None,
+        published: Callable[[], int | None] = lambda: None,
     ) -> GroupView | None:
         """The view, started; None (one warning) when the members topic is missing."""
         if not await partitions_of(clients, config.topics.members):
@@ -135,7 +188,7 @@ class GroupView:
                 extra={"topic": config.topics.members, "hint": "run: toolgate topics ensure"},
             )
             return None
-        view = cls(config, clients, me, clock, on_change)
+        view = cls(config, clients, me, clock, on_change, published)
         await view._reader.start()
         producer = clients.producer(acks="all", enable_idempotence=True, linger_ms=0)
         await producer.start()
@@ -144,27 +197,18 @@ class GroupView:
         return view
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
-        if key is None:
-            return
-        name = key.decode("utf-8", "replace")
-        if value is None:
-            self.records.pop(name, None)
-        else:
-            try:
-                self.records[name] = _decode(value)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                return
-        if len(self.records) > 10_000:  # bounded: the oldest records go first
-            for stale in sorted(self.records, key=lambda k: self.records[k].at)[:1000]:
-                del self.records[stale]
-        self._on_change()
+        if apply_member(self.records, key, value, self.refusals):
+            self._on_change()
 
     def live(self) -> list[MemberRecord]:
         """The live members of this worker's group."""
         return live_members(self.records.values(), self.config.group_id, self.clock())
 
-    async def publish(self, contracts: ContractSet) -> None:
-        """Say what this worker decides with now."""
+    async def publish(
+        self, contracts: ContractSet, refused: str = "", publishers: list[str] | None = None
+    ) -> None:
+        """Say what this worker decides with now, what its source refuses of a newer set and
+        the publishers its keyring trusts."""
         if self._producer is None:
             return
         record = MemberRecord(
@@ -176,6 +220,8 @@ class GroupView:
             tools=contracts.tools,
             at=self.clock(),
             refresh_seconds=self.config.members_refresh_seconds,
+            refused=refused[:500],
+            publishers=None if publishers is None else sorted(publishers)[:1000],
         )
         await self._producer.send(self.topic, msgspec.json.encode(record), key=self.me.encode())
 
@@ -217,7 +263,7 @@ class GroupView:
                     "(docs/operations.md, Contract sets)",
                 },
             )
-        return hint(members, mine, self.me), split
+        return hint(members, mine, self.me, self.published()), split
 
     async def stop(self) -> None:
         """Say this worker is gone (a tombstone), stop reading."""
@@ -245,19 +291,36 @@ async def read_members(
     if not await partitions_of(clients, topic):
         raise ConfigError(f"topic {topic!r} does not exist (run: toolgate topics ensure)")
     records: dict[str, MemberRecord] = {}
+    refusals = Refusals(log, topic, "members topic record refused")
 
     def apply(key: bytes | None, value: bytes | None) -> None:
-        if key is None:
-            return
-        name = key.decode("utf-8", "replace")
-        if value is None:
-            records.pop(name, None)
-            return
-        try:
-            records[name] = _decode(value)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return
+        apply_member(records, key, value, refusals)
 
     if not await restore_partitions(clients, topic, {0}, apply, wait_seconds):
         raise BrokerError(f"topic {topic!r}: not read to its end within {wait_seconds} s", retriable=True)
     return list(records.values())
+
+
+def apply_member(
+    records: dict[str, MemberRecord], key: bytes | None, value: bytes | None, refusals: Refusals
+) -> bool:
+    """One members-topic record into ``records`` (by member id); False when it was refused
+    (one log line) and changed nothing."""
+    if key is None:
+        refusals.refuse(None, "a record without a key")
+        return False
+    name = key.decode("utf-8", "replace")
+    if value is None:
+        records.pop(name, None)
+        return True
+    record = decode_control(_decoder, value, key, refusals)
+    if record is None:
+        return False
+    if record.member != name:
+        refusals.refuse(key, f"the record is of member {record.member[:100]!r}, not of its key")
+        return False
+    records[name] = record
+    if len(records) > MAX_MEMBERS:  # bounded: the oldest records go first
+        for stale in sorted(records, key=lambda k: records[k].at)[: MAX_MEMBERS // 10]:
+            del records[stale]
+    return True

@@ -37,7 +37,7 @@ from aiokafka.errors import KafkaError
 from toolgate._config import Config
 from toolgate.gate._batch import Batch, ShadowSampler
 from toolgate.gate._contracts import version_label
-from toolgate.gate._gate import Gate
+from toolgate.gate._gate import Gate, GroupHint
 from toolgate.gate._outputs import OutRecord
 from toolgate.registry._connect import attached as attached_registry
 from toolgate.registry._connect import from_snapshot_on_disk
@@ -46,6 +46,7 @@ from toolgate.service._contract_source import (
     ContractSource,
     RegistryContractSource,
     TopicContractSource,
+    published_or_hinted,
 )
 from toolgate.service._kafka import (
     AiokafkaClients,
@@ -250,6 +251,10 @@ class Worker:
         self.group_view: GroupView | None = None
         self._member_due = True  # publish what this worker decides with at the next turn
         self._member_at = 0.0
+        self._member_refused = ""  # what the last member record said the source refuses
+        # (set label, published generation, group hint) when a contracts wait last ran out
+        self._gave_up: tuple[str, int | None, GroupHint | None] | None = None
+        self._wait_until = 0.0  # the monotonic deadline of the contracts wait in progress
         self._uses = self._collaborators()
 
     def _collaborators(self) -> Collaborators:
@@ -310,7 +315,7 @@ class Worker:
             paths.append(Path(self.config.keyring))
         registry = attached_registry()
         if registry is not None:
-            return RegistryContractSource(registry.poll, paths)
+            return RegistryContractSource(registry.poll, paths, registry.published_generation)
         return ContractSource(paths)
 
     async def _contracts_behind(self, batch: Batch, decide: Callable[[], Batch]) -> Batch:
@@ -318,24 +323,43 @@ class Worker:
         the batch again (docs/design.md, One contract set for the group).
 
         A source that is not behind (nothing newer published, nobody in the group decides
-        with another set) is refreshed once; one that is, until the bound
+        with a newer verified set) is refreshed once; one that is, until the bound
         (``contracts_catch_up_seconds``): what is still behind then is CONTRACTS_BEHIND
-        (retryable), never a final UNKNOWN_*.
+        (retryable), never a final UNKNOWN_*. A ``tg-contract-generation`` above the highest
+        generation the source has published is not waited for, and a wait that ran out is
+        not waited again, by any batch, until the source, the loaded set or the group's
+        hint moves: one stamped record costs no partition the bound, and partitions waiting
+        at once share one deadline.
         """
         if self.gate_factory is None:
             return batch
         flagged = batch.behind
         now = self.clock()
+        source = self.contracts_catch_up.source
 
-        def behind(_contracts: object) -> bool:
+        def waiting() -> bool:
+            self._group_changed()  # the hint counts only generations the source verified
             gate = self.gate
-            return any(gate.evaluate(m, None, now).code == "CONTRACTS_BEHIND" for m in flagged)
+            published = source.published_generation()
+            if (gate.contracts.label, published, gate.group) == self._gave_up:
+                return False
+            return any(
+                gate.evaluate(m, None, now).code == "CONTRACTS_BEHIND" and published_or_hinted(m, published)
+                for m in flagged
+            )
 
         bound = self.options.contracts_catch_up_seconds
         bound = self.config.contracts_catch_up_seconds if bound is None else bound
         before = self.gate.contracts
-        after = await self.contracts_catch_up.catch_up(self.options.monotonic() + bound, behind=behind)
+        start = self.options.monotonic()
+        if self._wait_until <= start:  # a wait in progress is joined, not started again
+            self._wait_until = start + bound
+        after = await self.contracts_catch_up.catch_up(self._wait_until, behind=lambda _contracts: waiting())
         result = "caught_up" if after is not before else "unchanged"
+        if waiting():  # the bound ran out: later batches do not wait for this state again
+            self._gave_up = (self.gate.contracts.label, source.published_generation(), self.gate.group)
+        else:  # caught up: the next wait has a bound of its own
+            self._wait_until = 0.0
         redecided = decide()
         if any(d.verdict.code == "CONTRACTS_BEHIND" for d in redecided.decisions):
             result = "behind"
@@ -504,8 +528,14 @@ class Worker:
             self.config.topics.requests, self._apply_request, self._clients, owned=True
         )
         await self._request_reader.start()
+        source = self.contracts_catch_up.source
         self.group_view = await GroupView.open(
-            self.config, self._clients, self.member, self.clock, self._group_changed
+            self.config,
+            self._clients,
+            self.member,
+            self.clock,
+            self._group_changed,
+            source.published_generation,
         )
         await self._refresh_member()
         # Everything alive now (contracts, compiled schemas) lives as long as the process:
@@ -527,12 +557,20 @@ class Worker:
         if view is None:
             return
         now = self.options.monotonic()
+        source = self.contracts_catch_up.source
+        refused = source.refusal()
+        if refused != self._member_refused:
+            self._member_due = True
         if not self._member_due and now - self._member_at < self.config.members_refresh_seconds:
             return
         self._member_due = False
         self._member_at = now
+        self._member_refused = refused
+        # the publishers a reader of signed sets trusts (a folder's worker says none)
+        signed = isinstance(source, (TopicContractSource, RegistryContractSource))
+        publishers = sorted(self.gate.keyring.publishers) if signed else None
         try:
-            await view.publish(self.gate.contracts)
+            await view.publish(self.gate.contracts, refused, publishers)
         except KafkaError as exc:
             log.warning("members topic write failed; retried next period", extra={"error": repr(exc)[:300]})
         self._group_changed()  # members whose records aged out are no longer live
