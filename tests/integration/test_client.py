@@ -7,7 +7,9 @@ import socket
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from toolgate._config import Config
@@ -50,6 +52,53 @@ class TestTenThousandAtOnce:
             assert errors == []
             assert client.pending == 10_000
         assert await records_on(config, config.topics.requests) == 10_000
+
+
+class TestADecisionInOneRequest:
+    """A decision's records, on three topics, leave in one produce request (linger 0); ten
+    decisions started together share requests rather than queueing one behind another."""
+
+    @staticmethod
+    def produce_requests(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+        """The partitions of each produce request aiokafka sends from now on (a spy on it)."""
+        from aiokafka.producer import sender
+
+        sent: list[int] = []
+        real = sender.Sender._send_produce_req
+
+        async def counted(self: Any, node_id: int, batches: dict[Any, Any]) -> Any:
+            sent.append(len(batches))
+            return await real(self, node_id, batches)
+
+        monkeypatch.setattr(sender.Sender, "_send_produce_req", counted)
+        return sent
+
+    @staticmethod
+    def decision(config: Config, key: bytes) -> list[tuple[str, bytes | None, bytes | None, list[Any]]]:
+        t = config.topics
+        return [(topic, key, b"{}", []) for topic in (t.requests, t.agent, t.audit)]
+
+    async def test_one_request_per_decision(self, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Each of five decisions made one after the other is one produce request of three partitions."""
+        async with Client(config, answers=False) as client:
+            await client.publish_records(self.decision(config, b"warm-up"))
+            sent = self.produce_requests(monkeypatch)
+            for i in range(5):
+                await client.publish_records(self.decision(config, f"d{i}".encode()))
+        assert sent == [3] * 5
+        assert await records_on(config, config.topics.audit) == 6
+
+    async def test_ten_at_once_share_requests(self, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Ten decisions started together leave in at most two produce requests: the first,
+        and every one appended while it was in flight."""
+        async with Client(config, answers=False) as client:
+            await client.publish_records(self.decision(config, b"warm-up"))
+            sent = self.produce_requests(monkeypatch)
+            await asyncio.gather(
+                *(client.publish_records(self.decision(config, f"c{i}".encode())) for i in range(10))
+            )
+        assert 1 <= len(sent) <= 2
+        assert await records_on(config, config.topics.agent) == 11
 
 
 SCRIPT = """

@@ -112,3 +112,46 @@ class TestBackpressure:
                 )
             )
         assert len(asked) == 2
+
+
+class TestADecisionsRecordsTogether:
+    """The records of one decision are one hand-over: they hold one place among max_sends,
+    each lands on its key's partition, and a failure names their topics."""
+
+    async def test_one_place_for_every_record(self, world: World) -> None:
+        """Three records with room for one: all three are in the producer at once, and an
+        issue started meanwhile waits for room until they are acknowledged."""
+        gate = Gatekeeper()
+        world.broker.hook = gate
+        records = [(topic, b"req.d1", b"{}", [("h", b"v")]) for topic in (T.requests, T.agent, T.audit)]
+        async with Client(CONFIG, clients=world.clients, clock=NOW.timestamp, max_sends=1) as client:
+            decision = asyncio.create_task(client.publish_records(records))
+            await until(lambda: gate.held == 1 and client._sends.in_flight == 3)
+            issue = asyncio.create_task(client.issue("review_status"))
+            await until(lambda: client._sends.waiting == 1)
+            gate.open.set()
+            await asyncio.wait_for(asyncio.gather(decision, issue), 10)
+        for topic in (T.requests, T.agent, T.audit):
+            written = [r for p in world.broker.logs[topic] for r in p if r.key == b"req.d1"]
+            assert [(r.value, list(r.headers)) for r in written] == [(b"{}", [("h", b"v")])]
+        assert requests_written(world) == 2
+
+    async def test_a_failure_names_the_topics(self, world: World) -> None:
+        """No acknowledgement for a decision's records: one BrokerError naming every topic."""
+        gate = Gatekeeper()
+        world.broker.hook = gate
+        records: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]
+        records = [(topic, b"req.d2", b"{}", []) for topic in (T.agent, T.audit)]
+        async with Client(CONFIG, clients=world.clients, clock=NOW.timestamp) as client:
+            decision = asyncio.create_task(client.publish_records(records))
+            await until(lambda: gate.held == 1)
+            gate.error = TimeoutError()
+            gate.open.set()
+            with pytest.raises(BrokerError, match=rf"topics '{T.agent}', '{T.audit}': no acknowledgement"):
+                await decision
+
+    async def test_nothing_to_send_returns_at_once(self, world: World) -> None:
+        """No records: nothing is sent and nothing waits."""
+        async with Client(CONFIG, clients=world.clients, clock=NOW.timestamp) as client:
+            await client.publish_records([])
+            assert client._sends.in_flight == 0

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -380,14 +381,21 @@ class TestAQueuedCallMeetsTheCurrentDefinition:
     """With --max-concurrent 1, a call queued behind a slow one is checked again when it
     leaves the queue: a tool withdrawn meanwhile answers TOOL_CHANGED, the upstream not called."""
 
-    async def test_withdrawn_while_queued(self, world: World, tmp_path: Path) -> None:
-        """The definition changes while the second call waits: it gets TOOL_CHANGED."""
+    @staticmethod
+    @asynccontextmanager
+    async def one_slot(world: World, tmp_path: Path) -> AsyncIterator[tuple[Upstream, Client, Proxy]]:
+        """A proxy with one slot before an upstream that holds each call until released."""
         upstream = Upstream()
         upstream.release.clear()
         options = ProxyOptions(wait_s=0.01, max_concurrent=1)
         async with Client(CONFIG, clients=world.clients) as client, upstream.connected() as up:
             proxy = Proxy(mcp_kit.SERVER, up, client, imported(tmp_path, ["deploy_status"]), options=options)
             await proxy.load_tools()
+            yield upstream, client, proxy
+
+    async def test_withdrawn_while_queued(self, world: World, tmp_path: Path) -> None:
+        """The definition changes while the second call waits: it gets TOOL_CHANGED."""
+        async with self.one_slot(world, tmp_path) as (upstream, _client, proxy):
             slow = asyncio.create_task(proxy.call("deploy_status", {"case": "ok"}, None))
             await until(lambda: upstream.calls > 0)
             queued = asyncio.create_task(proxy.call("deploy_status", {"case": "ok"}, None))
@@ -400,6 +408,29 @@ class TestAQueuedCallMeetsTheCurrentDefinition:
         assert code_of(first) == "GATE_TIMEOUT"
         assert code_of(second) == "TOOL_CHANGED"
         assert upstream.calls == 1
+
+    async def test_a_free_slot_checks_once(
+        self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A call that finds its slot free builds one request record; one that waited, two."""
+        async with self.one_slot(world, tmp_path) as (upstream, client, proxy):
+            built: list[str] = []
+            real = client.request_record
+
+            def counted(tool: str, **kwargs: Any) -> Any:
+                built.append(tool)
+                return real(tool, **kwargs)
+
+            monkeypatch.setattr(client, "request_record", counted)
+            first = asyncio.create_task(proxy.call("deploy_status", {"case": "ok"}, None))
+            await until(lambda: upstream.calls > 0)
+            assert len(built) == 1
+            queued = asyncio.create_task(proxy.call("deploy_status", {"case": "ok"}, None))
+            await until(lambda: proxy._queued > 0)
+            upstream.release.set()
+            await first, await queued
+        assert len(built) == 3
+        assert upstream.calls == 2
 
 
 READ = mcp_kit.READ

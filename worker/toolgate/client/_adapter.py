@@ -3,7 +3,6 @@ of one request, with every header the gate reads and, with a :class:`Signer`, a 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import Mapping, Sequence
@@ -108,21 +107,21 @@ class AdapterSide:
         self, records: Sequence[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]]
     ) -> None:
         """Send records a decision made in this process wrote (topic, key, value, headers), each
-        to its key's murmur2 partition, all at once, and return once the broker acknowledged
-        every one (acks=all, idempotent producer: a retried send is not written twice).
+        to its key's murmur2 partition, in one hand-over (one produce request per partition
+        leader: :meth:`toolgate.client._sender.Sender.send_all`), and return once the broker
+        acknowledged every one (acks=all, idempotent producer: a retried send is not written
+        twice).
 
         Raises:
             BrokerError: a record was not acknowledged within the send timeout (some of the
                 others may have been).
         """
-        sends = [
-            self._sends.send(topic, (key or b"").decode("utf-8", "replace"), value, list(headers))
-            for topic, key, value, headers in records
-        ]
-        results = await asyncio.gather(*sends, return_exceptions=True)
-        for outcome in results:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        await self._sends.send_all(
+            [
+                (topic, (key or b"").decode("utf-8", "replace"), value, list(headers))
+                for topic, key, value, headers in records
+            ]
+        )
 
 
 def result_record(

@@ -90,10 +90,11 @@ def argument_errors_bounded(contract: Contract, arguments: dict[str, Any]) -> li
 def bind_errors(bind: Mapping[str, Any], schema: Any) -> list[str]:
     """The bound arguments a request record cannot carry: integers outside 64 bits (the
     argument named when the schema declares it)."""
-    names = declared_names(schema)
+    names: frozenset[str] | None = None  # walked only for a line to write
     lines = []
     for name, value in bind.items():
         if isinstance(value, int) and not isinstance(value, bool) and not _INT64[0] <= value <= _INT64[1]:
+            names = declared_names(schema) if names is None else names
             pointer = "/" + (name.replace("~", "~0").replace("/", "~1") if name in names else "*")
             lines.append(f"argument {pointer}: an integer outside the signed 64-bit range")
     return lines

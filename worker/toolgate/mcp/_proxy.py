@@ -474,25 +474,28 @@ class Proxy:
                 return self._fixed("TOOL_NOT_SERVED")  # no live worker decides it: nothing would answer
             if self._queued >= self.options.max_queued:
                 return self._fixed("PROXY_BUSY")
+            waited = self._slots.locked()  # a free slot is taken without yielding: nothing changes
             self._queued += 1
             try:
                 await self._slots.acquire()
             finally:
                 self._queued -= 1
             try:
-                # Checked again as it leaves the queue: the definition may have been
-                # withdrawn (or reviewed anew) while it waited for a slot, and the request
-                # record is built anew (its expiry counts from now).
-                current = self.served.get(name)
-                if current is None:
-                    return self._fixed(self.refused.get(name, "TOOL_CHANGED"))
-                checked = self._checked(current, arguments, meta)
-                if not isinstance(checked, tuple):
-                    return checked
+                if waited:
+                    # Checked again as it leaves the queue: the definition may have been
+                    # withdrawn (or reviewed anew) while it waited for a slot, and the request
+                    # record is built anew (its expiry counts from now).
+                    current = self.served.get(name)
+                    if current is None:
+                        return self._fixed(self.refused.get(name, "TOOL_CHANGED"))
+                    served = current
+                    checked = self._checked(served, arguments, meta)
+                    if not isinstance(checked, tuple):
+                        return checked
                 if self.decider is not None:
                     # The decider and the served tool come from one set: both are swapped together.
-                    return await self._decide_here(self.decider, current, name, arguments, checked)
-                return await self._call(current, name, arguments, *checked)
+                    return await self._decide_here(self.decider, served, name, arguments, checked)
+                return await self._call(served, name, arguments, *checked)
             finally:
                 self._slots.release()
         except Exception as exc:  # never a JSON-RPC error to the host: a code, its text here

@@ -33,6 +33,7 @@ from toolgate.mcp._options import (
 )
 from toolgate.mcp._proxy import Proxy
 from toolgate.mcp._stats import stats_registry
+from toolgate.mcp._stdio import host_stdio
 from toolgate.mcp._upstream_process import SigtermEndsUpstream, upstream_env_names, with_upstream_env
 from toolgate.registry._snapshot import load_contracts
 
@@ -237,9 +238,7 @@ def no_tools_served(contracts: ContractSet, server: str, contracts_dir: str) -> 
 async def _serve_host(proxy: Proxy, listen: Listen, names: list[str]) -> None:
     server = proxy.mcp_server()
     if listen.stdio:
-        from mcp.server.stdio import stdio_server
-
-        async with stdio_server() as (read, write):
+        async with host_stdio() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         return
     import uvicorn
