@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolgate._errors import RejectedInput
 from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.gate import _gate as gate_module
 from toolgate.gate import _parse
@@ -372,10 +373,9 @@ class TestCheckDepth:
         """_check_depth rejects as NESTING_TOO_DEEP iff value_depth exceeds the limit."""
         raw = json.dumps(value, allow_nan=True).encode()
         brackets = raw.count(b"[") + raw.count(b"{")
-        try:
-            _parse._check_depth(value, max_depth, brackets)
-        except Exception as exc:
-            assert getattr(exc, "code", None) == "NESTING_TOO_DEEP"
-            assert value_depth(value) > max_depth
+        if value_depth(value) > max_depth:
+            with pytest.raises(RejectedInput) as refused:
+                _parse._check_depth(value, max_depth, brackets)
+            assert refused.value.code == "NESTING_TOO_DEEP"
         else:
-            assert value_depth(value) <= max_depth
+            _parse._check_depth(value, max_depth, brackets)

@@ -390,3 +390,33 @@ class TestVerdictsAsBefore:
             request = corpus_request(case)
             verdict = new.evaluate(message, request, NOW, lambda rid, attempt: False)
             assert verdict == old.evaluate(message, request, NOW, lambda rid, attempt: False), case["file"]
+
+
+class TestLocatedReportsKept:
+    """A located extra member's report is made once per contract version and reused as it was."""
+
+    def test_a_second_rejection_reports_as_the_first(self) -> None:
+        """Every fixture decided twice by one gate gets the verdict of a gate without the search."""
+        contracts = ContractSet.load(CONTRACTS)
+        keyring = fixtures_keyring(CONTRACTS)
+        new, old = Gate(contracts, keyring), legacy_gate(Gate(contracts, keyring))
+        cases = [case for contract in contracts for case in load_cases(contract, keyring)]
+        for _ in range(2):
+            for case in cases:
+                assert run_case(new, case).verdict == run_case(old, case).verdict, case.path
+        assert any(prepared.located for prepared in new._prepared.values())
+
+    def test_extra_members_at_other_paths_keep_their_own_reports(self) -> None:
+        """An extra member at the root and one in data, alternately, each keep their own paths."""
+        gate = Gate(ContractSet.load(CONTRACTS))
+        prepared = next(p for c, p in gate._prepared.items() if c.key == "review_status@v1")
+        data = {**envelope()["data"], "extra": 1}
+        for _ in range(2):
+            root = _schema_rejection(prepared, envelope(extra=True))
+            inner = _schema_rejection(prepared, envelope(data=data))
+            assert (root.instance_path, root.schema_path) == ("", "/oneOf/0/additionalProperties")
+            assert (inner.instance_path, inner.schema_path) == (
+                "/data",
+                "/$defs/reviewStatus/additionalProperties",
+            )
+            assert root.detail == inner.detail == UNEXPECTED_MEMBER

@@ -136,6 +136,20 @@ class TestConnectHeaders:
         stages = [v for n, v in quarantine.headers if n == "__connect.errors.stage"]
         assert stages == [b"schema"]
 
+    def test_names_remembered_keep_and_drop_as_the_first_time(self, gate: Gate) -> None:
+        """A header name seen before is kept or dropped as when first seen, in any case spelling."""
+        base = message(review_value(admin_override=True))
+        forged = [("TG-Error-Code", b"NONE"), ("__Connect.Errors.Stage", b"none"), ("x-kept", b"1")]
+        msg = msgspec.structs.replace(base, headers=[*base.headers, *forged], origin="toolgate.intake/0/1")
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        first, second = (outputs(msg, verdict, decided_at=NOW, **TOPICS)[1] for _ in range(2))
+        assert first == second
+        names = [n for n, _ in second.headers]
+        assert "x-kept" in names
+        assert "TG-Error-Code" not in names
+        assert "__Connect.Errors.Stage" not in names
+        assert dict(second.headers)["tg-error-code"] == b"SCHEMA_VIOLATION"
+
     def test_origin_that_is_not_topic_partition_offset(self, gate: Gate) -> None:
         """An origin of another shape (offline check) gives empty coordinates, never a guess."""
         msg = msgspec.structs.replace(message(review_value(admin_override=True)), origin="file.json")

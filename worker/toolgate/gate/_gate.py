@@ -546,7 +546,9 @@ class _PreparedContract:
         self.declared_names = contract.declared_names
         self._branches: Branches | bool | None = False  # False: not built yet
         # (instance path, schema path) of a Located error -> its report's fields
-        self.located: dict[tuple[tuple[str | int, ...], tuple[str | int, ...]], tuple[str, str, str, str]] = {}
+        self.located: dict[
+            tuple[tuple[str | int, ...], tuple[str | int, ...]], tuple[str, str, str, str]
+        ] = {}
         # Every value the schema accepts is within the depth limit and holds no infinite
         # number (gate/_depth.py): the parse's checks after jiter need not run on a value
         # the schema is about to accept.
