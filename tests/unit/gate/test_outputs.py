@@ -84,6 +84,13 @@ class TestOutputs:
         assert replay_count(message(tg_replay_count="2")) == 2
         assert replay_count(message(tg_replay_count="x")) == 0
 
+    def test_replay_count_name_in_any_case(self) -> None:
+        """tg-replay-count is found in any case spelling, and a longer or other name is not it."""
+        base = message()
+        for name, expected in [("TG-Replay-Count", 3), ("tg-replay-count-x", 0), ("x-replay-count", 0)]:
+            found = replay_count(msgspec.structs.replace(base, headers=[*base.headers, (name, b"3")]))
+            assert found == expected, name
+
     def test_audit_is_json_with_fixed_fields(self, gate: Gate) -> None:
         """The audit event decodes as JSON with the fields of docs/design.md (Messages)."""
         msg = message()

@@ -184,10 +184,14 @@ def replay_origin(message: Message) -> str | None:
     return None
 
 
+_REPLAY_COUNT_LENGTH = len("tg-replay-count")
+
+
 def replay_count(message: Message) -> int:
     """How many times this message has been replayed from the quarantine (0 if never)."""
     for name, value in message.headers:
-        if name.lower() == "tg-replay-count":
+        # The length first: most names are not as long as the one sought, and are not lowered.
+        if len(name) == _REPLAY_COUNT_LENGTH and name.lower() == "tg-replay-count":
             try:
                 return max(0, int(value or b"0"))
             except ValueError:
