@@ -15,7 +15,7 @@ Policy (RFC 8259 plus what parsers disagree on):
 jiter does the parse (Rust, with duplicate detection). The depth and infinity checks
 walk the parsed value only when a cheap byte scan says they could fail: most results
 have fewer brackets than the depth limit and no exponent. When no number can
-overflow, the depth alone is checked, a level at a time, without visiting leaves.
+overflow, the depth alone is checked, a level at a time, ending once every bracket is seen.
 The gate defers both checks (:func:`check_parsed`) past the schema stage where the
 contract's schema already refuses whatever they would (gate/_depth.py).
 """
