@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolgate._errors import RejectedInput
 from toolgate.authoring._fixtures import fixtures_keyring
 from toolgate.gate import _gate as gate_module
 from toolgate.gate import _parse
@@ -361,3 +362,20 @@ def test_an_accepted_value_is_not_walked(monkeypatch: pytest.MonkeyPatch, tmp_pa
     walked = _undeferred(gate)
     assert walked.evaluate(message(listing, tool="listing"), request, NOW).accepted
     assert (len(scans), calls) == (2, [4, 4])
+
+
+class TestCheckDepth:
+    """The parse's depth check refuses exactly the values nested deeper than the limit."""
+
+    @settings(DERANDOMIZED, max_examples=300)
+    @given(value=_json, max_depth=st.integers(0, 5))
+    def test_refuses_exactly_the_values_deeper_than_the_limit(self, value: Any, max_depth: int) -> None:
+        """_check_depth rejects as NESTING_TOO_DEEP iff value_depth exceeds the limit."""
+        raw = json.dumps(value, allow_nan=True).encode()
+        brackets = raw.count(b"[") + raw.count(b"{")
+        if value_depth(value) > max_depth:
+            with pytest.raises(RejectedInput) as refused:
+                _parse._check_depth(value, max_depth, brackets)
+            assert refused.value.code == "NESTING_TOO_DEEP"
+        else:
+            _parse._check_depth(value, max_depth, brackets)

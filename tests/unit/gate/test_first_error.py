@@ -367,26 +367,47 @@ class TestVerdictsAsBefore:
     """Whole verdicts (agent bytes, diagnostics, digests) with the search and without it."""
 
     def test_fixtures(self) -> None:
-        """Every bundled fixture gets the same verdict."""
+        """Every bundled fixture gets the same verdict, also decided a second time by the same
+        gate (a located extra member's report then kept from the first)."""
         contracts = ContractSet.load(CONTRACTS)
         keyring = fixtures_keyring(CONTRACTS)
         new, old = Gate(contracts, keyring), legacy_gate(Gate(contracts, keyring))
         cases = [case for contract in contracts for case in load_cases(contract, keyring)]
         schema_rejections = 0
-        for case in cases:
+        for case in cases * 2:
             verdict = run_case(new, case).verdict
             assert verdict == run_case(old, case).verdict, case.path
             schema_rejections += verdict.stage == "schema"
         assert schema_rejections
+        assert any(prepared.located for prepared in new._prepared.values())
 
     def test_corpus(self) -> None:
-        """Every hostile corpus file gets the same verdict."""
+        """Every hostile corpus file gets the same verdict, also decided a second time by the same gate."""
         contracts = corpus_contracts()
         keyring = fixtures_keyring(CONTRACTS)
         new, old = Gate(contracts, keyring), legacy_gate(Gate(contracts, keyring))
-        for case in CASES:
+        for case in CASES * 2:
             raw = (CORPUS / case["file"]).read_bytes()
             message = corpus_message(new, case, raw)
             request = corpus_request(case)
             verdict = new.evaluate(message, request, NOW, lambda rid, attempt: False)
             assert verdict == old.evaluate(message, request, NOW, lambda rid, attempt: False), case["file"]
+
+
+class TestLocatedReportsKept:
+    """A located extra member's report is made once per contract version and reused as it was."""
+
+    def test_extra_members_at_other_paths_keep_their_own_reports(self) -> None:
+        """An extra member at the root and one in data, alternately, each keep their own paths."""
+        gate = Gate(ContractSet.load(CONTRACTS))
+        prepared = next(p for c, p in gate._prepared.items() if c.key == "review_status@v1")
+        data = {**envelope()["data"], "extra": 1}
+        for _ in range(2):
+            root = _schema_rejection(prepared, envelope(extra=True))
+            inner = _schema_rejection(prepared, envelope(data=data))
+            assert (root.instance_path, root.schema_path) == ("", "/oneOf/0/additionalProperties")
+            assert (inner.instance_path, inner.schema_path) == (
+                "/data",
+                "/$defs/reviewStatus/additionalProperties",
+            )
+            assert root.detail == inner.detail == UNEXPECTED_MEMBER

@@ -84,6 +84,13 @@ class TestOutputs:
         assert replay_count(message(tg_replay_count="2")) == 2
         assert replay_count(message(tg_replay_count="x")) == 0
 
+    def test_replay_count_name_in_any_case(self) -> None:
+        """tg-replay-count is found in any case spelling, and a longer or other name is not it."""
+        base = message()
+        for name, expected in [("TG-Replay-Count", 3), ("tg-replay-count-x", 0), ("x-replay-count", 0)]:
+            found = replay_count(msgspec.structs.replace(base, headers=[*base.headers, (name, b"3")]))
+            assert found == expected, name
+
     def test_audit_is_json_with_fixed_fields(self, gate: Gate) -> None:
         """The audit event decodes as JSON with the fields of docs/design.md (Messages)."""
         msg = message()
@@ -135,6 +142,20 @@ class TestConnectHeaders:
         quarantine = outputs(msg, verdict, decided_at=NOW, **TOPICS)[1]
         stages = [v for n, v in quarantine.headers if n == "__connect.errors.stage"]
         assert stages == [b"schema"]
+
+    def test_names_remembered_keep_and_drop_as_the_first_time(self, gate: Gate) -> None:
+        """A header name seen before is kept or dropped as when first seen, in any case spelling."""
+        base = message(review_value(admin_override=True))
+        forged = [("TG-Error-Code", b"NONE"), ("__Connect.Errors.Stage", b"none"), ("x-kept", b"1")]
+        msg = msgspec.structs.replace(base, headers=[*base.headers, *forged], origin="toolgate.intake/0/1")
+        verdict = gate.evaluate(msg, review_request(), NOW)
+        first, second = (outputs(msg, verdict, decided_at=NOW, **TOPICS)[1] for _ in range(2))
+        assert first == second
+        names = [n for n, _ in second.headers]
+        assert "x-kept" in names
+        assert "TG-Error-Code" not in names
+        assert "__Connect.Errors.Stage" not in names
+        assert dict(second.headers)["tg-error-code"] == b"SCHEMA_VIOLATION"
 
     def test_origin_that_is_not_topic_partition_offset(self, gate: Gate) -> None:
         """An origin of another shape (offline check) gives empty coordinates, never a guess."""

@@ -8,7 +8,6 @@ plain lists.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -167,18 +166,35 @@ def decide_batch(
     # Only a tool with a shadow version needs the shadow check (ContractSet.shadows).
     shadowed = frozenset(c.spec.tool for c in gate.contracts if c.spec.status == "shadow")
     contract_set = set_headers(gate.contracts.label)
-    # What every decision's records share, bound once per batch.
-    write = functools.partial(
-        outputs,
-        agent_topic=topics.agent,
-        quarantine_topic=topics.quarantine,
-        audit_topic=topics.audit,
-        decided_at=now,
-        max_record_bytes=max_record_bytes,
-        rejected_at=now.isoformat().encode(),
-        contract_set=contract_set,
-        sealer=sealer_for(gate.keyring),  # the quarantine at rest (gate/_sealing.py)
-    )
+    # What every decision's records share, bound once per batch: as locals passed by name
+    # (a functools.partial holding keywords merges them into a new dict on every call).
+    agent_topic, quarantine_topic, audit_topic = topics.agent, topics.quarantine, topics.audit
+    rejected_at = now.isoformat().encode()
+    sealer = sealer_for(gate.keyring)  # the quarantine at rest (gate/_sealing.py)
+
+    def write(
+        message: Message,
+        verdict: Verdict,
+        *,
+        trace: TraceContext | None,
+        replays: int,
+        attempt_has_answer: bool = False,
+    ) -> list[OutRecord]:
+        return outputs(
+            message,
+            verdict,
+            agent_topic=agent_topic,
+            quarantine_topic=quarantine_topic,
+            audit_topic=audit_topic,
+            decided_at=now,
+            max_record_bytes=max_record_bytes,
+            trace=trace,
+            attempt_has_answer=attempt_has_answer,
+            replays=replays,
+            rejected_at=rejected_at,
+            contract_set=contract_set,
+            sealer=sealer,
+        )
 
     for index, message in enumerate(messages):
         started = time.perf_counter()

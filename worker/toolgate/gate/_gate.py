@@ -517,6 +517,7 @@ class _PreparedContract:
         "error_patterns",
         "key",
         "limits",
+        "located",
         "max_bytes",
         "mcp",
         "retired",
@@ -544,6 +545,10 @@ class _PreparedContract:
         self.retryable_codes = contract.retryable_codes
         self.declared_names = contract.declared_names
         self._branches: Branches | bool | None = False  # False: not built yet
+        # (instance path, schema path) of a Located error -> its report's fields
+        self.located: dict[
+            tuple[tuple[str | int, ...], tuple[str | int, ...]], tuple[str, str, str, str]
+        ] = {}
         # Every value the schema accepts is within the depth limit and holds no infinite
         # number (gate/_depth.py): the parse's checks after jiter need not run on a value
         # the schema is about to accept.
@@ -710,6 +715,7 @@ _ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")  # what an agent envelope's er
 # Keywords whose message names a member the sender chose: reported as UNEXPECTED_MEMBER.
 _MASKED_KEYWORDS = frozenset({"additionalProperties", "unevaluatedProperties", "propertyNames"})
 UNEXPECTED_MEMBER = "unexpected property (name masked)"
+_LOCATED_MAX = 256  # Located errors' reports kept per contract version (a schema has few)
 
 
 def _schema_rejection(prepared: _PreparedContract, envelope: Any) -> RejectedInput:
@@ -722,20 +728,40 @@ def _schema_rejection(prepared: _PreparedContract, envelope: Any) -> RejectedInp
     if found is None:  # is_valid and validate disagree: never accept on that
         return RejectedInput("schema", "SCHEMA_VIOLATION", "schema violation")
     error, schema_path = found
+    located = error.message is None  # not built: the keyword's message is masked (Located)
+    if located:
+        # A Located error's paths are the schema's own (declared member names, its
+        # keywords): few per contract, so their pointers are made once each.
+        where = (tuple(error.instance_path), tuple(schema_path))
+        fields = prepared.located.get(where)
+        if fields is not None:
+            return _schema_violation(*fields)
     keyword = str(schema_path[-1]) if schema_path else ""
-    message = error.message  # None: not built, the keyword's message is masked (Located)
+    message = error.message
     if keyword in _MASKED_KEYWORDS:
         message = UNEXPECTED_MEMBER
     elif message is None:
         raise AssertionError(f"no message for a {keyword!r} error")
     else:
         message += _closure_bound(prepared, keyword, message)
+    fields = (
+        message,
+        _instance_pointer(error.instance_path, prepared.declared_names),
+        _json_pointer(schema_path),
+        keyword,
+    )
+    if located and len(prepared.located) < _LOCATED_MAX:
+        prepared.located[where] = fields
+    return _schema_violation(*fields)
+
+
+def _schema_violation(message: str, instance_path: str, schema_path: str, keyword: str) -> RejectedInput:
     return RejectedInput(
         "schema",
         "SCHEMA_VIOLATION",
         message,
-        instance_path=_instance_pointer(error.instance_path, prepared.declared_names),
-        schema_path=_json_pointer(schema_path),
+        instance_path=instance_path,
+        schema_path=schema_path,
         keyword=keyword,
     )
 

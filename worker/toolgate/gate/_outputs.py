@@ -69,6 +69,11 @@ _CONNECT_EXCEPTION_MESSAGE = CONNECT_PREFIX + "exception.message"
 # encoder object for every record instead of one per call.
 _encode_detail = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 _encode_json = msgspec.json.encode
+_WORKER_VERSION_HEADER = ("tg-worker-version", _WORKER_VERSION)
+_CONNECT_CLASS_HEADER = (_CONNECT_CLASS, _EXECUTING_CLASS)
+# Original header name -> whether a quarantine record keeps it (see quarantine_record).
+_kept_original: dict[str, bool] = {}
+_KEPT_ORIGINAL_MAX = 1024
 # Room left for headers and record overhead under the producer's max request size.
 _QUARANTINE_HEADROOM = 64 * 1024
 
@@ -179,10 +184,14 @@ def replay_origin(message: Message) -> str | None:
     return None
 
 
+_REPLAY_COUNT_LENGTH = len("tg-replay-count")
+
+
 def replay_count(message: Message) -> int:
     """How many times this message has been replayed from the quarantine (0 if never)."""
     for name, value in message.headers:
-        if name.lower() == "tg-replay-count":
+        # The length first: most names are not as long as the one sought, and are not lowered.
+        if len(name) == _REPLAY_COUNT_LENGTH and name.lower() == "tg-replay-count":
             try:
                 return max(0, int(value or b"0"))
             except ValueError:
@@ -324,35 +333,64 @@ def quarantine_record(
     ``replays``, :func:`replay_count` of the message; ``origin``, ``str(message.origin)``;
     ``rejected_at``, ``decided_at.isoformat()`` encoded. ``contract_set``: :func:`set_headers`
     of the deciding set (an original ``tg-contract-set``, of an earlier decision, is dropped)."""
-    headers = [
-        (name, value)
-        for name, value in message.headers
-        if (lower := name.lower()) not in _DROPPED_ORIGINALS and not lower.startswith(CONNECT_PREFIX)
-    ]
+    kept = _kept_original
+    headers: list[tuple[str, bytes]] = []
+    for pair in message.headers:
+        name = pair[0]
+        keep = kept.get(name)
+        if keep is None:
+            lower = name.lower()
+            keep = lower not in _DROPPED_ORIGINALS and not lower.startswith(CONNECT_PREFIX)
+            if len(kept) >= _KEPT_ORIGINAL_MAX:  # attacker-chosen names: stay bounded
+                kept.clear()
+            kept[name] = keep
+        if keep:
+            headers.append(pair)
+    originals = sum([len(n) + len(v or b"") for n, v in headers])
     diagnostics = verdict.diagnostics
+    exception_message = diagnostics.message if diagnostics is not None else ""
     sealed_text = ""  # the diagnostics' message, which a sealed record holds encrypted
-    if sealer is not None and diagnostics is not None and diagnostics.message:
-        sealed_text = diagnostics.message
-        diagnostics = msgspec.structs.replace(diagnostics, message="")
-    origin_bytes = (str(message.origin) if origin is None else origin).encode()
+    if sealer is not None:
+        exception_message = ""
+        if diagnostics is not None and diagnostics.message:
+            sealed_text = diagnostics.message
+            diagnostics = msgspec.structs.replace(diagnostics, message="")
+    coordinates = message.origin
+    if isinstance(coordinates, Origin):
+        topic_name = coordinates.topic.encode()
+        partition = str(coordinates.partition).encode()
+        offset = str(coordinates.offset).encode()
+    else:  # a label (an offline check): no coordinates, never a guess
+        topic_name = partition = offset = b""
+    origin_bytes = (str(coordinates) if origin is None else origin).encode()
     digest = verdict.raw_sha256.encode()
-    headers += [
-        ("tg-error-stage", (verdict.stage or "").encode()),
-        ("tg-error-code", (verdict.code or "").encode()),
+    stage = (verdict.stage or "").encode()
+    code = (verdict.code or "").encode()
+    # The same headers as connect_headers() gives, built in the one list.
+    added: list[tuple[str, bytes]] = [
+        ("tg-error-stage", stage),
+        ("tg-error-code", code),
         ("tg-error-detail", error_detail(diagnostics)),
         ("tg-origin", origin_bytes),
         ("tg-raw-sha256", digest),
         ("tg-contract", (verdict.contract or "").encode()),
-        ("tg-worker-version", _WORKER_VERSION),
+        _WORKER_VERSION_HEADER,
         ("tg-rejected-at", decided_at.isoformat().encode() if rejected_at is None else rejected_at),
         ("tg-replay-count", str(replay_count(message) if replays is None else replays).encode()),
-        *connect_headers(message, verdict, None if sealer is None else ""),
+        (_CONNECT_TOPIC, topic_name),
+        (_CONNECT_PARTITION, partition),
+        (_CONNECT_OFFSET, offset),
+        (_CONNECT_STAGE, stage),
+        _CONNECT_CLASS_HEADER,
+        (_CONNECT_EXCEPTION_CLASS, code),
+        (_CONNECT_EXCEPTION_MESSAGE, exception_message.encode()),
         *contract_set,
     ]
     if trace is not None:
-        headers += trace.headers()
+        added += trace.headers()
+    headers += added
     value = message.value
-    budget = max_record_bytes - _QUARANTINE_HEADROOM - sum(len(n) + len(v or b"") for n, v in headers)
+    budget = max_record_bytes - _QUARANTINE_HEADROOM - originals - sum([len(n) + len(v) for n, v in added])
     if value is not None and len(value) > budget:
         headers.append(("tg-truncated", str(len(value)).encode()))
         value = value[: max(budget, 0)]

@@ -15,7 +15,7 @@ Policy (RFC 8259 plus what parsers disagree on):
 jiter does the parse (Rust, with duplicate detection). The depth and infinity checks
 walk the parsed value only when a cheap byte scan says they could fail: most results
 have fewer brackets than the depth limit and no exponent. When no number can
-overflow, the depth alone is checked, a level at a time, without visiting leaves.
+overflow, the depth alone is checked, a level at a time, ending once every bracket is seen.
 The gate defers both checks (:func:`check_parsed`) past the schema stage where the
 contract's schema already refuses whatever they would (gate/_depth.py).
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import re
-from itertools import chain
 from typing import Any
 
 import jiter
@@ -128,9 +127,11 @@ def _check_depth(root: Any, max_depth: int, brackets: int) -> None:
 
     ``brackets`` (the count of ``[`` and ``{`` bytes, strings included) bounds the
     number of objects and arrays: once that many were seen, no level is deeper, and
-    the leaves of the last level need not be visited at all.
+    the leaves of the last level need not be visited at all. The value is jiter's, so
+    its objects and arrays are exactly ``dict`` and ``list`` (a type test, not isinstance:
+    a third of the walk's cost).
     """
-    level = [root] if isinstance(root, (dict, list)) else []
+    level = [root] if type(root) in _CONTAINERS else []
     seen = len(level)
     depth = 0
     while level:
@@ -141,14 +142,17 @@ def _check_depth(root: Any, max_depth: int, brackets: int) -> None:
             )
         if seen >= brackets:
             return
-        children = list(
-            chain.from_iterable(node.values() if isinstance(node, dict) else node for node in level)
-        )
-        kinds = set(map(type, children))  # C speed: leaves are not visited one by one
-        if dict not in kinds and list not in kinds:
-            return
-        level = [child for child in children if isinstance(child, (dict, list))]
-        seen += len(level)
+        below: list[Any] = []
+        add = below.append
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                if type(child) in _CONTAINERS:
+                    add(child)
+        level = below
+        seen += len(below)
+
+
+_CONTAINERS = frozenset({dict, list})
 
 
 def extract_text(raw: bytes, pattern: TextPattern) -> dict[str, str]:
