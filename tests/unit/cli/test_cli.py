@@ -252,6 +252,7 @@ class TestBadInput:
             ("contracts", "pull"): ["pulled"],
             ("contracts", "publish"): ["--publisher-key", "p"],
             ("contracts", "import-mcp"): ["--server", "s", "--tools-list", "t.json"],
+            ("contracts", "rebound"): ["folder"],
             ("mcp-proxy",): ["--server", "s", "--upstream-url", "http://127.0.0.1:1/mcp"],
             ("topics", "grow"): ["--partitions", "6"],
         }.get(words, [])

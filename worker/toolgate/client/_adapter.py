@@ -108,7 +108,7 @@ class AdapterSide:
     ) -> None:
         """Send records a decision made in this process wrote (topic, key, value, headers), each
         to its key's murmur2 partition, in one hand-over (one produce request per partition
-        leader: :meth:`toolgate.client._sender.Sender.send_all`), and return once the broker
+        leader: ``Sender.send_all``), and return once the broker
         acknowledged every one (acks=all, idempotent producer: a retried send is not written
         twice).
 
