@@ -164,6 +164,10 @@ class OwnedPartition:
     # its own commit): a take-over again that reads another restores its state first.
     known_offset: int | None = None
     restoring: bool = False  # its requests and accepted attempts are being read
+    # Its state was read (restored) before a producer of this owner fenced the previous
+    # owner: the assignment's take-over failed and its restore ran anyway. The take-over
+    # that succeeds restores it again.
+    unfenced_state: bool = False
     # State tombstones due: requests that ended (expired or tombstoned) with an entry in
     # the changelog; written with the next batch, or by the sweep when it is idle.
     tombstones: set[str] = field(default_factory=set)
@@ -330,7 +334,17 @@ class OwnedPartition:
         self._drop_queue()
         self._settle(committed)
         self.known_offset = committed
-        if known is not None and committed != known:
+        if self.unfenced_state:
+            # Its state was read before this owner fenced the previous one, whose open
+            # transaction may have committed acceptances since (before this fence): the
+            # accepted ledger would miss them. Read it again now that nobody else commits.
+            log.info(
+                "partition taken over after its state was read; restoring its state again",
+                extra={"partition": self.tp.partition, "committed": committed},
+            )
+            self.unfenced_state = False
+            await self.uses.restore(self)
+        elif known is not None and committed != known:
             # Moved since this owner last knew it committed: by its own commit whose answer
             # was lost, or by another owner (the offset cannot tell them apart, even where
             # both decided the same records: with other requests or ledgers, other verdicts).
@@ -541,13 +555,19 @@ class OwnedPartition:
         uses = self.uses
         backoff = uses.aborted(self.tp, exc)
         await uses.sleep(backoff)  # back off before retrying a failing cluster
-        if not self.owned or self.closing:
-            return  # no longer ours
+        # The failed producer goes, and the offset to continue from with it, whether or not
+        # the partition is still ours: a batch begun on it would commit an offset past the
+        # failed batch's records, which are not queued again (they would never be decided).
         old, self.producer = self.producer, None
         self.next_offset = None
         if old is not None:
             with contextlib.suppress(Exception):
                 await old.stop()
+        if not self.owned or self.closing:
+            # No longer ours (revoked, fenced or stopping during the backoff): its task
+            # starts no further batch, and the next owner decides the failed batch again.
+            self.closing = True
+            return
         try:
             await self.take_over()
         except KafkaError as start_exc:
