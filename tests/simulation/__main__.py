@@ -131,7 +131,7 @@ def shrink(
 def _report_failure(
     seed: int, invariant: str, detail: str, bug: str | None, gate: Any, budget_s: float
 ) -> None:
-    from tests.simulation.world import run_schedule
+    from tests.simulation.world import profile_of, run_schedule
 
     worker_class = _worker_class(bug)
     first = run_schedule(seed, gate, worker_class=worker_class)
@@ -147,6 +147,9 @@ def _report_failure(
         json.dumps(
             {
                 "seed": seed,
+                # The profile is the seed's (or --profile's) when recorded: replayed with it,
+                # a schedule survives a change of PROFILES.
+                "profile": profile_of(seed).name,
                 "bug": bug,
                 "invariant": invariant,
                 "choices": {str(k): v for k, v in small.items()},
@@ -175,16 +178,22 @@ def _chunks(seeds: list[int], jobs: int) -> list[list[int]]:
 
 def replay(path: Path, gate: Any) -> int:
     """Run one recorded schedule and print what it chose and what broke."""
-    from tests.simulation.world import run_schedule
+    from tests.simulation import world
+    from tests.simulation.world import PROFILES, run_schedule
 
     try:
         spec = json.loads(path.read_text())
         seed = int(spec["seed"])
         choices = {int(k): int(v) for k, v in spec["choices"].items()}
         bug = spec.get("bug")
+        profile = spec.get("profile")  # older recordings: the seed's profile now
+        if profile is not None and profile not in {p.name for p in PROFILES}:
+            raise ValueError(f"no profile {profile!r}")
     except (OSError, ValueError, KeyError) as exc:
         print(f"simulation: {path}: not a recorded schedule ({exc})", file=sys.stderr)
         return 2
+    if profile is not None:
+        world.FORCED_PROFILE = profile
     outcome = run_schedule(seed, gate, replay=choices, worker_class=_worker_class(bug))
     for index in sorted(outcome.choices.notes):
         print(f"#{index}: {outcome.choices.notes[index]}")
@@ -270,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--profile",
-        choices=["mixed", "take-over", "rollout", "restore", "requests-race", "outage"],
+        choices=["mixed", "take-over", "rollout", "restore", "retry", "requests-race", "outage"],
         help="run every schedule with this profile instead of going round them all",
     )
     parser.add_argument("--shrink-seconds", type=float, default=30.0, help="time to shrink each failure")

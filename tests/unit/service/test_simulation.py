@@ -92,6 +92,8 @@ class TestSchedules:
         kinds |= {"queue_full", "revoke_in_flight"}
         # The rollout profile's contracts topic: its reads lag, or are cut off until healed.
         kinds |= {"contracts_lag", "contracts_cut"}
+        # The retry profile: a failed transaction's backoff ends as its partition is revoked.
+        kinds |= {"revoked_at_backoff"}
         assert {kind for kind in kinds if not faults.get(kind)} == set(), out[-4000:]
         seeds = range(FIRST_SEED, FIRST_SEED + SCHEDULES)
         assert {profile_of(seed).name for seed in seeds} == {p.name for p in PROFILES}
