@@ -30,6 +30,7 @@ from typing import Any
 OUT = Path(".simulation")
 BUG_BOUND = 500  # a planted bug must be found within this many schedules
 MAX_SHRUNK = 3  # failures shrunk and written out per run (the rest are listed with their seeds)
+PROGRESS = 1000  # a long run prints a line each this many schedules, and each failure as found
 
 
 def _gate() -> Any:
@@ -308,11 +309,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(args.jobs, initializer=_init) as pool:
         jobs = [(chunk, args.bug, False) for chunk in _chunks(seeds, args.jobs)]
+        done = 0
         for rows in pool.imap(_run_seeds, jobs):
             for seed, invariant, detail, counts in rows:
+                done += 1
                 faults.update(counts)
                 if invariant is not None:
                     failed.append((seed, invariant, detail))
+                    print(f"failing: SEED={seed}: {invariant}: {detail}", flush=True)  # shrunk at the end
+            if len(seeds) >= PROGRESS and done % PROGRESS < len(rows):
+                elapsed = time.perf_counter() - started
+                print(
+                    f"progress: {done} of {len(seeds)} schedules in {elapsed:.0f} s, {len(failed)} failing",
+                    flush=True,
+                )
         seconds = time.perf_counter() - started
         print(
             f"{len(seeds)} schedules in {seconds:.1f} s: {len(seeds) / seconds:.1f} schedules/s "
