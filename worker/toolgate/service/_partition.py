@@ -7,12 +7,14 @@ state is still being restored, the state tombstones due with its next transactio
 the transaction in flight. Its operations are the four the exactly-once scheme has:
 
 - :meth:`take_over`: fence the previous producer, then read the committed offset and
-  move the consumer to it;
+  move the consumer to it (a take-over retried after the assignment's failed restores the
+  state again: the assignment's restore read it before any fence);
 - :meth:`decide_and_commit`: decide a batch and commit the records, the state updates and
   the consumed offset in one transaction;
-- :meth:`abort`: after a failed transaction, back off, replace the producer and take the
+- :meth:`abort`: after a failed transaction, back off, retire the producer and take the
   partition over again (the committed offset says what the failed commit did; one that
   moved since this owner last knew it may be another owner's: its state is restored again);
+  a partition revoked meanwhile decides nothing more;
 - :meth:`fence`: another owner's producer took the transactional id: stop deciding.
 
 The poll loop does not wait for them: it hands the partition the records fetched for it
@@ -110,8 +112,9 @@ class Collaborators:
     # Called with a new producer before the committed offset is read at a take-over.
     prepare: Callable[[Producer], Awaitable[None]]
     # A take-over again read a committed offset this owner did not know (another owner may
-    # have committed since): read the partition's accepted ledger and requests again, as at
-    # assignment, before it decides (its ``restoring`` is set meanwhile).
+    # have committed since), or took the partition over after its state was read unfenced:
+    # read the partition's accepted ledger and requests again, as at assignment, before it
+    # decides (its ``restoring`` is set meanwhile).
     restore: Callable[[OwnedPartition], Awaitable[None]]
     committed: CommitListener
     # A transaction of the partition failed: count it; returns the backoff to wait.
@@ -316,7 +319,10 @@ class OwnedPartition:
         any owner the group gave the partition to meanwhile: when the committed offset is
         not the one this owner last knew, that owner may have committed since, and the
         state this one decides with (its accepted ledger) would miss what the other
-        accepted, so it is restored again first (``restore``).
+        accepted, so it is restored again first (``restore``). So is a partition whose
+        state was read before this owner fenced anyone (``unfenced_state``: the
+        assignment's take-over failed and its restore ran anyway): the previous owner's
+        open transaction may have committed in between.
         """
         self.producer = None
         self.next_offset = None
@@ -547,7 +553,9 @@ class OwnedPartition:
         state is unknown; the new one's ``init_transactions`` settles whatever the old one
         left open, and only then is the committed offset read and the consumer moved back
         to it (so a commit whose answer was lost is not decided twice, and its acceptances
-        join the accepted ledger: :meth:`_settle`). While the cluster
+        join the accepted ledger: :meth:`_settle`). The failed producer is retired even
+        when the partition was revoked, fenced or stopped during the backoff: a batch begun
+        on it would commit an offset past the failed batch's records. While the cluster
         does not answer, the partition stays owned without a producer and is taken over
         again before its next batch: a stopped producer is never used again (a
         transaction on it waits forever).

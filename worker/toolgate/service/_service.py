@@ -644,8 +644,9 @@ class Worker:
         )
 
     async def _restore_again(self, owned: OwnedPartition) -> None:
-        """``owned`` was taken over again after another owner committed it: its accepted
-        ledger misses what that owner accepted. Read it again from the state changelog, and
+        """``owned`` was taken over again after another owner committed it, or taken over
+        after its state was read before any fence: its accepted ledger may miss what that
+        owner accepted. Read it again from the state changelog, and
         the partition's requests up to their end, as at assignment."""
         partition = owned.tp.partition
         self.ledger.drop_partitions({partition}, self._intake_count)
