@@ -436,7 +436,11 @@ class FakeConsumer:
             if self.listener is not None:
                 await self.listener.on_partitions_revoked(set(old))
             self.must_revoke = False
-            self.broker.sync_group(self.group, self.subscribed)
+            if self in self.broker.members[self.group]:
+                # A member the group dropped (its session timed out) revokes, but hands out
+                # nothing: under the eager protocol every assignment follows its member's
+                # revoke, and it takes part again only once it rejoins.
+                self.broker.sync_group(self.group, self.subscribed)
         if self.next_assignment is not None:
             self._assigned, self.next_assignment = self.next_assignment, None
             self.paused.clear()

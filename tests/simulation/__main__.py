@@ -30,6 +30,7 @@ from typing import Any
 OUT = Path(".simulation")
 BUG_BOUND = 500  # a planted bug must be found within this many schedules
 MAX_SHRUNK = 3  # failures shrunk and written out per run (the rest are listed with their seeds)
+PROGRESS = 1000  # a long run prints a line each this many schedules, and each failure as found
 
 
 def _gate() -> Any:
@@ -131,7 +132,7 @@ def shrink(
 def _report_failure(
     seed: int, invariant: str, detail: str, bug: str | None, gate: Any, budget_s: float
 ) -> None:
-    from tests.simulation.world import run_schedule
+    from tests.simulation.world import profile_of, run_schedule
 
     worker_class = _worker_class(bug)
     first = run_schedule(seed, gate, worker_class=worker_class)
@@ -147,6 +148,9 @@ def _report_failure(
         json.dumps(
             {
                 "seed": seed,
+                # The profile is the seed's (or --profile's) when recorded: replayed with it,
+                # a schedule survives a change of PROFILES.
+                "profile": profile_of(seed).name,
                 "bug": bug,
                 "invariant": invariant,
                 "choices": {str(k): v for k, v in small.items()},
@@ -175,16 +179,22 @@ def _chunks(seeds: list[int], jobs: int) -> list[list[int]]:
 
 def replay(path: Path, gate: Any) -> int:
     """Run one recorded schedule and print what it chose and what broke."""
-    from tests.simulation.world import run_schedule
+    from tests.simulation import world
+    from tests.simulation.world import PROFILES, run_schedule
 
     try:
         spec = json.loads(path.read_text())
         seed = int(spec["seed"])
         choices = {int(k): int(v) for k, v in spec["choices"].items()}
         bug = spec.get("bug")
+        profile = spec.get("profile")  # older recordings: the seed's profile now
+        if profile is not None and profile not in {p.name for p in PROFILES}:
+            raise ValueError(f"no profile {profile!r}")
     except (OSError, ValueError, KeyError) as exc:
         print(f"simulation: {path}: not a recorded schedule ({exc})", file=sys.stderr)
         return 2
+    if profile is not None:
+        world.FORCED_PROFILE = profile
     outcome = run_schedule(seed, gate, replay=choices, worker_class=_worker_class(bug))
     for index in sorted(outcome.choices.notes):
         print(f"#{index}: {outcome.choices.notes[index]}")
@@ -270,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--profile",
-        choices=["mixed", "take-over", "rollout", "restore", "requests-race", "outage"],
+        choices=["mixed", "take-over", "rollout", "restore", "retry", "requests-race", "outage"],
         help="run every schedule with this profile instead of going round them all",
     )
     parser.add_argument("--shrink-seconds", type=float, default=30.0, help="time to shrink each failure")
@@ -299,11 +309,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(args.jobs, initializer=_init) as pool:
         jobs = [(chunk, args.bug, False) for chunk in _chunks(seeds, args.jobs)]
+        done = 0
         for rows in pool.imap(_run_seeds, jobs):
             for seed, invariant, detail, counts in rows:
+                done += 1
                 faults.update(counts)
                 if invariant is not None:
                     failed.append((seed, invariant, detail))
+                    print(f"failing: SEED={seed}: {invariant}: {detail}", flush=True)  # shrunk at the end
+            if len(seeds) >= PROGRESS and done % PROGRESS < len(rows):
+                elapsed = time.perf_counter() - started
+                print(
+                    f"progress: {done} of {len(seeds)} schedules in {elapsed:.0f} s, {len(failed)} failing",
+                    flush=True,
+                )
         seconds = time.perf_counter() - started
         print(
             f"{len(seeds)} schedules in {seconds:.1f} s: {len(seeds) / seconds:.1f} schedules/s "

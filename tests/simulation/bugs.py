@@ -9,6 +9,7 @@ read once per assigned partition).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -371,6 +372,39 @@ class _GivesUpAfterOutage(SimPartition):
         worker.failing_since = None  # type: ignore[attr-defined]
 
 
+class _RetriedTakeOverKeepsState(SimPartition):
+    """A take-over retried after the assignment's failed one decides with the state the
+    assignment's restore read before any fence: the previous owner's open transaction,
+    committed since, is missing from its ledger."""
+
+    @property
+    def unfenced_state(self) -> bool:
+        return False
+
+    @unfenced_state.setter
+    def unfenced_state(self, value: bool) -> None:
+        return None
+
+
+class _AbortKeepsFailedProducer(SimPartition):
+    """An abort that finds its partition revoked during the backoff returns with the failed
+    producer and its offset in place: the partition's task decides the next queued records
+    on it, and commits an offset past the failed batch."""
+
+    async def abort(self, exc: Exception) -> None:
+        backoff = self.uses.aborted(self.tp, exc)
+        await self.uses.sleep(backoff)
+        if not self.owned or self.closing:
+            return
+        old, self.producer = self.producer, None
+        self.next_offset = None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.stop()
+        with contextlib.suppress(KafkaError):
+            await self.take_over()
+
+
 def _worker(partition: type[SimPartition]) -> type[SimWorker]:
     return type(f"Worker{partition.__name__}", (SimWorker,), {"partition_class": partition})
 
@@ -392,6 +426,9 @@ BUGS: dict[str, type[SimWorker]] = {
     "catch-up-off-by-one": _CatchUpOffByOne,
     "offset-before-fence": _worker(_OffsetBeforeFence),
     "gives-up-after-outage": _worker(_GivesUpAfterOutage),
+    # a failed take-over or transaction, and what comes after it
+    "retried-take-over-keeps-state": _worker(_RetriedTakeOverKeepsState),
+    "abort-keeps-failed-producer": _worker(_AbortKeepsFailedProducer),
     # waits that give up on a failed read, and state lost with an aborted transaction
     "wait-gives-up-on-error": _WaitGivesUpOnError,
     "failed-read-as-caught-up": _FailedReadAsCaughtUp,

@@ -156,7 +156,12 @@ class Profile:
       at a commit, a send, or a result's wait for its request (``catch_up``);
     - ``rollout``: the faults of ``mixed``, and a contract version published to the
       contracts topic while results for it flow: the topic's reads lag, fail or are cut
-      off, and the workers' contracts catch-up meets them (tests/simulation/contracts.py).
+      off, and the workers' contracts catch-up meets them (tests/simulation/contracts.py);
+    - ``retry``: what follows a failure, with the retries meeting a take-over or a revoke:
+      half the producer starts fail (a take-over retried by the partition's task), a node
+      pauses at its commit with its transaction open and resumes just as such a retried
+      take-over starts (not at the assignment's), and a failed transaction's backoff ends
+      just as the group revokes the partition (``revoked_at_backoff``).
     """
 
     name: str
@@ -169,6 +174,14 @@ class Profile:
     # node starts a producer with the same transactional id (a take-over): the zombie's
     # commit races its successor's fence.
     wake_zombie: float = 0.0
+    # The same at a take-over the partition's own task retries (after the assignment's take-over
+    # failed, or after an abort), with ``wake_zombie`` at the assignment's; None: ``wake_zombie``
+    # at both.
+    wake_zombie_retried: float | None = None
+    # A partition's abort backs off, with this probability, until the group revokes the
+    # partition: the backoff ends just as the revoke has taken it from the worker, before its
+    # release began (what the abort then does with its failed producer decides).
+    revoked_at_backoff: float = 0.0
     # operation -> (probability, most milliseconds) of its latency, instead of the default
     latency: dict[str, tuple[float, int]] = field(default_factory=dict)
     # A contract version is published while results for it are written; when the set marker
@@ -212,6 +225,18 @@ ROLLOUT = Profile(
     contracts_lag=0.5,
     contracts_cut=0.5,
 )
+RETRY = Profile(
+    "retry",
+    boost={
+        "*": {"pause": 0.0},  # a node pauses with its transaction open, nowhere else
+        "commit": {"pause": 0.3},
+        "send": {"send_error": 0.05},
+        "init": {"init_error": 0.5, "pause": 0.0},
+    },
+    wake_zombie=0.0,
+    wake_zombie_retried=0.9,
+    revoked_at_backoff=0.8,
+)
 PROFILES: tuple[Profile, ...] = (
     Profile("mixed"),
     TAKE_OVER,
@@ -226,7 +251,7 @@ PROFILES: tuple[Profile, ...] = (
         slow_restore=0.4,
         failing_restore=0.3,
     ),
-    TAKE_OVER,
+    RETRY,
     # The request reader's polls lag behind the intake fetches: a result's request is often
     # the one record its catch-up still has to read.
     Profile(
@@ -249,8 +274,8 @@ FORCED_PROFILE: str | None = None
 
 
 def profile_of(seed: int) -> Profile:
-    """The profile of a seed: consecutive seeds go round :data:`PROFILES` (seven: two
-    ``take-over``, the rarest states to reach, one of each other)."""
+    """The profile of a seed: consecutive seeds go round :data:`PROFILES` (seven, one of
+    each)."""
     if FORCED_PROFILE is not None:
         return next(p for p in PROFILES if p.name == FORCED_PROFILE)
     return PROFILES[seed % len(PROFILES)]
@@ -273,6 +298,8 @@ class Node:
     # intake partition -> requests offsets below this it must have applied (its restore's
     # end offsets, its last catch-up that said it caught up): the oracle's floor
     must: dict[int, int] = field(default_factory=dict)
+    # A partition's backoff that ends as this node's next revoke starts (``revoked_at_backoff``).
+    revoking: list[asyncio.Future[None]] = field(default_factory=list)
 
     def group_consumer(self) -> FakeConsumer | None:
         """Its group consumer: the latest (a worker that rebuilt its clients has a new one)."""
@@ -360,6 +387,9 @@ class SimWorker(Worker):
         return owned
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        revoking, self.node.revoking = self.node.revoking, []
+        for backoff in revoking:
+            _settle(backoff)  # a backoff that ends as the revoke starts (``revoked_at_backoff``)
         given_up = [p for p in (self._partitions.get(tp) for tp in partitions) if isinstance(p, SimPartition)]
         if any(owned.task is not None for owned in given_up):
             self.world.faults["revoke_in_flight"] += 1  # a state the pipelined loop must handle
@@ -679,6 +709,7 @@ class World:
             metrics=_metrics(),
             clients=clients,
             gate_factory=gate_factory,
+            sleep=functools.partial(self._backoff, len(self.nodes)),
         )
         node = Node(len(self.nodes), clients, worker)
         worker.node = node
@@ -789,7 +820,8 @@ class World:
         choices = self.choices
         aim = self._aim(operation, client)
         calling.set(client)
-        if self.profile.wake_zombie and operation == "init" and not self.healed and self._wake_zombie(client):
+        wakes = self.profile.wake_zombie or self.profile.wake_zombie_retried
+        if wakes and operation == "init" and not self.healed and self._wake_zombie(client):
             # The take-over's start reaches the broker a moment later: the zombie's commit,
             # on its way, comes first or not.
             await asyncio.sleep(0.001 * choices.draw(30, 0.9, "take-over delayed"))
@@ -874,10 +906,46 @@ class World:
         span[1] = self.loop.time()
         self.broker.unstall(T.contracts)
 
+    async def _backoff(self, node_index: int, seconds: float) -> None:
+        """A worker's backoff; a partition's abort's after a failed transaction (its task's,
+        the failed producer still held) may end, with the profile's probability, just as the
+        group revokes the partition (``revoked_at_backoff``): every
+        member is made to rebalance, and the backoff lasts until this node's revoke starts
+        (at its next poll), at most a second more."""
+        task = asyncio.current_task()
+        node = self.nodes[node_index]
+        name = "" if task is None else task.get_name()
+        owned = name.startswith("partition:") and node.worker._owned(int(name.partition(":")[2]))
+        if (
+            not self.profile.revoked_at_backoff
+            or self.healed
+            or not owned
+            or owned.producer is None  # a take-over failed: no failed transaction's producer
+            or not self.choices.chance(
+                self.profile.revoked_at_backoff, f"node {node_index} revoked as its backoff ends"
+            )
+        ):
+            await asyncio.sleep(seconds)
+            return
+        self.faults["revoked_at_backoff"] += 1
+        for member in self.broker.members[GROUP]:
+            member.rebalance_pending = True
+        revoking = self.loop.create_future()
+        node.revoking.append(revoking)
+        self.loop.call_later(max(seconds, 1.0), _settle, revoking)
+        await revoking  # woken as the revoke starts: ahead of the releases it begins
+
     def _wake_zombie(self, producer: Any) -> bool:
         """A node paused with a transaction open on the transactional id ``producer`` is
         about to fence resumes now, with the profile's probability: its commit races the
         take-over. True when one did."""
+        chance = self.profile.wake_zombie
+        task = asyncio.current_task()
+        if self.profile.wake_zombie_retried is not None and task is not None:
+            if task.get_name().startswith("partition:"):  # not the assignment's take-over
+                chance = self.profile.wake_zombie_retried
+            if not chance:
+                return False
         for other in self.nodes:
             if other.state != "paused":
                 continue
@@ -886,9 +954,7 @@ class World:
                 for p in other.clients.producers
                 if p.transactional_id == producer.transactional_id and p.txn is not None
             ]
-            if held and self.choices.chance(
-                self.profile.wake_zombie, f"node {other.index} resumes at a take-over"
-            ):
+            if held and self.choices.chance(chance, f"node {other.index} resumes at a take-over"):
                 # Its heartbeat finds it out of the group a little later: the successor may
                 # decide a batch meanwhile.
                 self._resume(other, rejoin_after=0.05 * self.choices.draw(10, 0.9, "rejoins after"))
@@ -1510,6 +1576,11 @@ def note_failure(operation: str) -> None:
     failures = wait_failures.get()
     if failures is not None:
         failures.append(operation)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _partition_of(request_id: str, count: int) -> int:

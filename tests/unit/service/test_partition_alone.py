@@ -311,3 +311,42 @@ class TestTakeOverAgain:
         await owned.decide_and_commit([record])
         assert harness.ledger(rid(1), 1)
         assert harness.restores == []  # its own commit moved the offset it knows
+
+
+class TestAbortWhenNoLongerOwned:
+    """An abort whose partition was revoked, fenced or stopped during its backoff retires the
+    failed producer all the same: the partition's task decides nothing more, and the next
+    owner decides the failed batch, from the committed offset."""
+
+    async def test_records_queued_during_the_backoff_are_not_committed_past_the_failed_batch(
+        self, harness: Harness
+    ) -> None:
+        """The partition is revoked while its abort backs off and a later record is queued:
+        nothing is committed (an offset past the failed record would leave it undecided for
+        good), and the next owner decides both records."""
+        harness.request(1)
+        harness.request(2)
+        owned = harness.partition()
+        await owned.take_over()
+        failed, later = harness.result(1), harness.result(2)
+
+        async def revoked() -> None:
+            harness.owner = None  # the group moved it; its release has not run yet
+            owned.offer([later])  # fetched meanwhile: queued behind the failed batch
+
+        harness.meanwhile = revoked
+        harness.broker.fail("send", KafkaError("injected"))
+        owned.offer([failed])
+        assert owned.task is not None
+        await owned.task
+        assert len(harness.aborts) == 1
+        assert harness.commits == []
+        assert (CONFIG.group_id, TP) not in harness.broker.group_offsets
+        assert owned.producer is None
+        assert owned.closing
+        successor = harness.partition()
+        await successor.take_over()
+        assert successor.next_offset == failed.offset
+        await successor.decide_and_commit([failed, later])
+        assert harness.broker.group_offsets[(CONFIG.group_id, TP)] == later.offset + 1
+        assert harness.audit_codes() == ["-", "-"]

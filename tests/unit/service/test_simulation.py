@@ -10,9 +10,11 @@ and shrinks. ``make simulate`` runs the long version (10,000 schedules).
 from __future__ import annotations
 
 import collections
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from toolgate.gate._gate import Gate
@@ -92,6 +94,8 @@ class TestSchedules:
         kinds |= {"queue_full", "revoke_in_flight"}
         # The rollout profile's contracts topic: its reads lag, or are cut off until healed.
         kinds |= {"contracts_lag", "contracts_cut"}
+        # The retry profile: a failed transaction's backoff ends as its partition is revoked.
+        kinds |= {"revoked_at_backoff"}
         assert {kind for kind in kinds if not faults.get(kind)} == set(), out[-4000:]
         seeds = range(FIRST_SEED, FIRST_SEED + SCHEDULES)
         assert {profile_of(seed).name for seed in seeds} == {p.name for p in PROFILES}
@@ -130,6 +134,40 @@ class TestRules:
         assert [(o.seed, o.violation) for o in outcomes if o.violation is not None] == []
         rejected = sum((o.codes for o in outcomes), collections.Counter[str]())
         assert rejected["RULE_FAILED"] > 0, rejected
+
+
+REGRESSIONS = sorted((ROOT / "tests" / "simulation" / "regressions").glob("seed-*.json"))
+
+
+class TestRegressions:
+    """Schedules that broke an invariant, shrunk and kept with their cause
+    (tests/simulation/regressions/, docs/simulation.md, What it found): each replays to the
+    faults it was kept for, and holds."""
+
+    def test_every_kept_schedule_names_its_invariant_and_cause(self) -> None:
+        """Each kept schedule says which invariant it broke and why, and lists its faults."""
+        assert len(REGRESSIONS) >= 2
+        for path in REGRESSIONS:
+            spec = json.loads(path.read_text())
+            for key in ("invariant", "cause", "faults"):
+                assert spec[key], f"{path.name}: no {key}"
+            assert path.name == f"seed-{spec['seed']}.json"
+
+    @pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
+    def test_the_kept_schedule_reaches_its_faults_and_holds(self, path: Path) -> None:
+        """The replay injects the faults the schedule was kept for (the worker's client calls
+        still lead it there) and breaks no invariant."""
+        spec = json.loads(path.read_text())
+        run = _simulation("--replay", str(path))
+        out = run.stdout
+        made = set(re.findall(r"^(#\d+: .+)$", out, re.M))
+        moved = [fault for fault in spec["faults"] if fault not in made]
+        assert not moved, (
+            f"{path.name} no longer reaches {moved[:3]}: a change of the worker's client calls moved "
+            "its choices; find the state again (docs/simulation.md, Replaying and shrinking a failure)"
+        )
+        verdict = [line for line in out.splitlines() if line.startswith("SEED=")]
+        assert verdict == [f"SEED={spec['seed']}: held"], f"{verdict or run.stderr[-2000:]}: {spec['cause']}"
 
 
 class TestOracle:

@@ -254,6 +254,44 @@ class TestTakeOver:
         warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert "taking over a partition failed; retried before its next batch" in warnings
 
+    async def test_a_take_over_retried_after_assignment_reads_the_state_again(self, world: World) -> None:
+        """The assignment's take-over fails before it fences the previous owner, whose open
+        transaction commits an acceptance after the assignment's restore read the state: the
+        take-over retried reads it again, and a duplicate of that attempt is rejected, not
+        answered a second time."""
+        world.request(1)
+        answered, duplicate = world.result(1), world.result(1)
+        partition = answered.partition
+        zombie = world.clients.producer(transactional_id=tid(partition))
+        await zombie.start()
+        await zombie.begin_transaction()  # the previous owner, paused with its transaction open
+        entry = {
+            "request_id": rid(1),
+            "accepted_attempts": [1],
+            "expires_at": (NOW + timedelta(minutes=5)).isoformat(),
+        }
+        await zombie.send(T.state, json.dumps(entry).encode(), key=rid(1).encode(), partition=partition)
+        tp = TopicPartition(T.intake, partition)
+        await zombie.send_offsets_to_transaction({tp: answered.offset + 1}, CONFIG.group_id)
+        starts: list[Any] = []
+
+        async def hook(operation: str, node: Any, client: Any) -> None:
+            if operation != "init" or client is zombie or client.transactional_id != tid(partition):
+                return
+            starts.append(client)
+            if len(starts) == 1:
+                raise KafkaError("injected: the assignment's take-over fails to start")
+            if len(starts) == 2:
+                await zombie.commit_transaction()  # it resumes and commits just before the fence
+
+        world.broker.hook = hook
+        stats = await world.worker(burst=True).run()
+        assert len(starts) == 2
+        assert world.broker.group_offsets[(CONFIG.group_id, tp)] == duplicate.offset + 1
+        assert stats.decided == 1
+        assert world.codes() == ["DUPLICATE_RESULT"]
+        assert world.agent() == []
+
     async def test_take_over_failing_again_is_retried_with_backoff(self, world: World) -> None:
         """After an abort, the take-over fails twice more: each retry is counted and backed off
         (doubling) until the cluster answers; then the batch is decided once."""

@@ -7,12 +7,14 @@ state is still being restored, the state tombstones due with its next transactio
 the transaction in flight. Its operations are the four the exactly-once scheme has:
 
 - :meth:`take_over`: fence the previous producer, then read the committed offset and
-  move the consumer to it;
+  move the consumer to it (a take-over retried after the assignment's failed restores the
+  state again: the assignment's restore read it before any fence);
 - :meth:`decide_and_commit`: decide a batch and commit the records, the state updates and
   the consumed offset in one transaction;
-- :meth:`abort`: after a failed transaction, back off, replace the producer and take the
+- :meth:`abort`: after a failed transaction, back off, retire the producer and take the
   partition over again (the committed offset says what the failed commit did; one that
   moved since this owner last knew it may be another owner's: its state is restored again);
+  a partition revoked meanwhile decides nothing more;
 - :meth:`fence`: another owner's producer took the transactional id: stop deciding.
 
 The poll loop does not wait for them: it hands the partition the records fetched for it
@@ -110,8 +112,9 @@ class Collaborators:
     # Called with a new producer before the committed offset is read at a take-over.
     prepare: Callable[[Producer], Awaitable[None]]
     # A take-over again read a committed offset this owner did not know (another owner may
-    # have committed since): read the partition's accepted ledger and requests again, as at
-    # assignment, before it decides (its ``restoring`` is set meanwhile).
+    # have committed since), or took the partition over after its state was read unfenced:
+    # read the partition's accepted ledger and requests again, as at assignment, before it
+    # decides (its ``restoring`` is set meanwhile).
     restore: Callable[[OwnedPartition], Awaitable[None]]
     committed: CommitListener
     # A transaction of the partition failed: count it; returns the backoff to wait.
@@ -164,6 +167,10 @@ class OwnedPartition:
     # its own commit): a take-over again that reads another restores its state first.
     known_offset: int | None = None
     restoring: bool = False  # its requests and accepted attempts are being read
+    # Its state was read (restored) before a producer of this owner fenced the previous
+    # owner: the assignment's take-over failed and its restore ran anyway. The take-over
+    # that succeeds restores it again.
+    unfenced_state: bool = False
     # State tombstones due: requests that ended (expired or tombstoned) with an entry in
     # the changelog; written with the next batch, or by the sweep when it is idle.
     tombstones: set[str] = field(default_factory=set)
@@ -312,7 +319,10 @@ class OwnedPartition:
         any owner the group gave the partition to meanwhile: when the committed offset is
         not the one this owner last knew, that owner may have committed since, and the
         state this one decides with (its accepted ledger) would miss what the other
-        accepted, so it is restored again first (``restore``).
+        accepted, so it is restored again first (``restore``). So is a partition whose
+        state was read before this owner fenced anyone (``unfenced_state``: the
+        assignment's take-over failed and its restore ran anyway): the previous owner's
+        open transaction may have committed in between.
         """
         self.producer = None
         self.next_offset = None
@@ -330,7 +340,17 @@ class OwnedPartition:
         self._drop_queue()
         self._settle(committed)
         self.known_offset = committed
-        if known is not None and committed != known:
+        if self.unfenced_state:
+            # Its state was read before this owner fenced the previous one, whose open
+            # transaction may have committed acceptances since (before this fence): the
+            # accepted ledger would miss them. Read it again now that nobody else commits.
+            log.info(
+                "partition taken over after its state was read; restoring its state again",
+                extra={"partition": self.tp.partition, "committed": committed},
+            )
+            self.unfenced_state = False
+            await self.uses.restore(self)
+        elif known is not None and committed != known:
             # Moved since this owner last knew it committed: by its own commit whose answer
             # was lost, or by another owner (the offset cannot tell them apart, even where
             # both decided the same records: with other requests or ledgers, other verdicts).
@@ -533,7 +553,9 @@ class OwnedPartition:
         state is unknown; the new one's ``init_transactions`` settles whatever the old one
         left open, and only then is the committed offset read and the consumer moved back
         to it (so a commit whose answer was lost is not decided twice, and its acceptances
-        join the accepted ledger: :meth:`_settle`). While the cluster
+        join the accepted ledger: :meth:`_settle`). The failed producer is retired even
+        when the partition was revoked, fenced or stopped during the backoff: a batch begun
+        on it would commit an offset past the failed batch's records. While the cluster
         does not answer, the partition stays owned without a producer and is taken over
         again before its next batch: a stopped producer is never used again (a
         transaction on it waits forever).
@@ -541,13 +563,19 @@ class OwnedPartition:
         uses = self.uses
         backoff = uses.aborted(self.tp, exc)
         await uses.sleep(backoff)  # back off before retrying a failing cluster
-        if not self.owned or self.closing:
-            return  # no longer ours
+        # The failed producer goes, and the offset to continue from with it, whether or not
+        # the partition is still ours: a batch begun on it would commit an offset past the
+        # failed batch's records, which are not queued again (they would never be decided).
         old, self.producer = self.producer, None
         self.next_offset = None
         if old is not None:
             with contextlib.suppress(Exception):
                 await old.stop()
+        if not self.owned or self.closing:
+            # No longer ours (revoked, fenced or stopping during the backoff): its task
+            # starts no further batch, and the next owner decides the failed batch again.
+            self.closing = True
+            return
         try:
             await self.take_over()
         except KafkaError as start_exc:

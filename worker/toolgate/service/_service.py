@@ -683,8 +683,9 @@ class Worker:
         )
 
     async def _restore_again(self, owned: OwnedPartition) -> None:
-        """``owned`` was taken over again after another owner committed it: its accepted
-        ledger misses what that owner accepted. Read it again from the state changelog, and
+        """``owned`` was taken over again after another owner committed it, or taken over
+        after its state was read before any fence: its accepted ledger may miss what that
+        owner accepted. Read it again from the state changelog, and
         the partition's requests up to their end, as at assignment."""
         partition = owned.tp.partition
         self.ledger.drop_partitions({partition}, self._intake_count)
@@ -1045,10 +1046,14 @@ class Worker:
             # Each partition has its own transactional producer: they are started (and fence
             # their previous owners) together, so many partitions cost about one round.
             outcomes = await asyncio.gather(*(owned.take_over() for owned in taken), return_exceptions=True)
-            for tp, outcome in zip(ordered, outcomes, strict=True):
+            for owned, outcome in zip(taken, outcomes, strict=True):
+                tp = owned.tp
                 if isinstance(outcome, KafkaError):
                     # Raising here would end the listener with the remaining partitions
                     # assigned but never decided; they are taken over before their next batch.
+                    # The restore below reads their state before their previous owner is
+                    # fenced: that take-over reads it again.
+                    owned.unfenced_state = True
                     log.warning(
                         "taking over a partition failed; retried before its next batch",
                         extra={"partition": tp.partition, "error": repr(outcome)[:300]},
