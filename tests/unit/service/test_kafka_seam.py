@@ -3,6 +3,7 @@ private attributes of aiokafka or prometheus-client."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,19 @@ from tests import ROOT
 from tests.fakes.kafka import FakeBroker, FakeClients
 
 SEAM = ROOT / "worker" / "toolgate" / "service" / "_kafka.py"
-SOURCES = sorted(p for d in ("worker", "ops") for p in (ROOT / d).rglob("*.py") if ".venv" not in p.parts)
+
+
+def _sources(top: Path) -> list[Path]:
+    """The Python files under ``top``, leaving out hidden and dependency folders (a broker's data
+    folder, a build, node_modules), whose contents come and go while the tests run."""
+    found: list[Path] = []
+    for folder, names, files in os.walk(top):
+        names[:] = [n for n in names if not n.startswith(".") and n != "node_modules"]
+        found.extend(Path(folder) / f for f in files if f.endswith(".py"))
+    return found
+
+
+SOURCES = sorted(p for d in ("worker", "ops") for p in _sources(ROOT / d))
 
 # A Kafka client class named anywhere (a constructor call or an import of it).
 CONSTRUCTION = re.compile(r"\b(AIOKafkaConsumer|AIOKafkaProducer|AIOKafkaAdminClient|AIOKafkaClient)\b")
