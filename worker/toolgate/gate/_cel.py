@@ -25,6 +25,7 @@ from the result never reaches a detail.
 
 from __future__ import annotations
 
+import operator
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -664,6 +665,7 @@ _UNSURE: Final = _Unsure()
 _INT64: Final = (-(1 << 63), (1 << 63) - 1)
 _FAST_ITERATIONS: Final = 1000  # far below the runtime's 10,000 per evaluation
 _SCALARS: Final = (str, int, float)
+_EXACT: Final = 1 << 53  # integers a double holds exactly
 _RFC3339: Final = re.compile(
     r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:Z|[+-]\d{2}:\d{2})", re.ASCII
 )
@@ -677,14 +679,38 @@ def _same_scalar(left: Any, right: Any) -> bool:
     return kind is type(right) and kind in _SCALARS
 
 
+def _numbers(left: Any, right: Any) -> bool:
+    """An integer and a double the runtime compares as Python does: the integer within 2**53,
+    where it converts to a double exactly."""
+    if type(left) is int and type(right) is float:
+        return -_EXACT <= left <= _EXACT
+    if type(left) is float and type(right) is int:
+        return -_EXACT <= right <= _EXACT
+    return False
+
+
 def _compare(op: Callable[[Any, Any], bool], ordered: bool) -> Callable[[Fast, Fast], Fast]:
     def build(a: Fast, b: Fast) -> Fast:
+        constant = getattr(b, "constant", _NO_VALUE)
+        if type(constant) in _SCALARS:  # against a constant: its type known here
+            kind = type(constant)
+
+            def against(scope: Scope) -> Any:
+                left = a(scope)
+                if type(left) is kind or _numbers(left, constant):
+                    return op(left, constant)
+                raise _UNSURE
+
+            return against
+
         def run(scope: Scope) -> Any:
             left, right = a(scope), b(scope)
             kind = type(left)
             if kind is type(right) and (kind in _SCALARS or (kind is bool and not ordered)):
                 return op(left, right)
             if ordered and kind is datetime and type(right) is datetime:
+                return op(left, right)
+            if _numbers(left, right):
                 return op(left, right)
             raise _UNSURE
 
@@ -694,12 +720,12 @@ def _compare(op: Callable[[Any, Any], bool], ordered: bool) -> Callable[[Fast, F
 
 
 _COMPARISONS: Final = {
-    "_==_": _compare(lambda x, y: x == y, False),
-    "_!=_": _compare(lambda x, y: x != y, False),
-    "_<_": _compare(lambda x, y: x < y, True),
-    "_<=_": _compare(lambda x, y: x <= y, True),
-    "_>_": _compare(lambda x, y: x > y, True),
-    "_>=_": _compare(lambda x, y: x >= y, True),
+    "_==_": _compare(operator.eq, False),
+    "_!=_": _compare(operator.ne, False),
+    "_<_": _compare(operator.lt, True),
+    "_<=_": _compare(operator.le, True),
+    "_>_": _compare(operator.gt, True),
+    "_>=_": _compare(operator.ge, True),
 }
 
 
@@ -852,6 +878,7 @@ def _constant(value: Any) -> Fast:
     def run(_scope: Scope) -> Any:
         return value
 
+    run.constant = value  # type: ignore[attr-defined]  # read by _compare
     return run
 
 
@@ -957,7 +984,7 @@ def _holdable(value: Any) -> bool:
     """Whether CEL holds ``value`` as the fast path reads it (an integer within int64)."""
     kind = type(value)
     if kind is int:
-        return _INT64[0] <= value <= _INT64[1]
+        return bool(_INT64[0] <= value <= _INT64[1])
     if kind is dict:
         return all(type(k) is str and _holdable(v) for k, v in value.items())
     if kind is list:
@@ -978,10 +1005,7 @@ def holdable_checker(tree: Tree | None) -> Callable[[Any], bool]:
         def sized(value: Any) -> bool:
             if type(value) is not list:
                 return _holdable(value)
-            for one in value:
-                if not item(one):
-                    return False
-            return True
+            return all(item(one) for one in value)
 
         return sized
     members = [
