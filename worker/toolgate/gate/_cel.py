@@ -21,6 +21,11 @@ At run time a false rule is ``RULE_FAILED``; an evaluation error (a missing key,
 division by zero, overflow, a type mismatch, an RE2 pattern the runtime refuses) is
 ``RULE_FAILED`` too, with a detail naming the rule and the class of error only: a value
 from the result never reaches a detail.
+
+Most results pass every rule: a rule within a small subset (comparisons, logic, ``size``,
+``timestamp``, ``has``, member reads, indexes, ``all``, ``exists``) is also compiled to Python
+closures that vouch only for a certain ``true`` (the fast path, below); every other answer
+is the runtime's.
 """
 
 from __future__ import annotations
