@@ -887,6 +887,18 @@ def _constant(value: Any) -> Fast:
     return run
 
 
+def _ranged(iter_range: Fast, scope: Scope) -> list[Any]:
+    """The list a macro ranges over, its items counted against :data:`_FAST_ITERATIONS`."""
+    items = iter_range(scope)
+    if type(items) is not list:
+        raise _UNSURE
+    spent = scope[_SPENT]
+    spent[0] += len(items)
+    if spent[0] > _FAST_ITERATIONS:
+        raise _UNSURE
+    return items
+
+
 def _all(node: Node) -> Fast | None:
     """``range.all(var, predicate)`` as one loop (None: ``node`` is another comprehension)."""
     _, init, condition, step, result = node.loop
@@ -909,13 +921,7 @@ def _all(node: Node) -> Fast | None:
     var = node.name
 
     def run(scope: Scope) -> Any:
-        items = iter_range(scope)
-        if type(items) is not list:
-            raise _UNSURE
-        spent = scope[_SPENT]
-        spent[0] += len(items)
-        if spent[0] > _FAST_ITERATIONS:
-            raise _UNSURE
+        items = _ranged(iter_range, scope)
         inner = dict(scope)
         for item in items:
             inner[var] = item
@@ -934,13 +940,7 @@ def _comprehension(node: Node, parts: list[Fast]) -> Fast:
     var, accu = node.name, node.accu
 
     def run(scope: Scope) -> Any:
-        items = iter_range(scope)
-        if type(items) is not list:
-            raise _UNSURE
-        spent = scope[_SPENT]
-        spent[0] += len(items)
-        if spent[0] > _FAST_ITERATIONS:
-            raise _UNSURE
+        items = _ranged(iter_range, scope)
         inner = dict(scope)
         inner[accu] = accu_init(scope)
         for item in items:
