@@ -23,7 +23,8 @@ Steps, each CPU time (``process_time``) per result, median of ``--repeat`` loops
 5. the worker bench's workload with three ``cel`` rules added to its contract
    (:data:`CEL_RULES`: a list macro over the items, a count, the request and the clock),
    beside the same contract without them: the target is at most
-   :data:`CEL_TARGET` times the cost per result (``--rules-only``: steps 2 and 5 alone).
+   :data:`CEL_TARGET` times the cost per result (``--rules-only``: steps 2 and 5 alone); and
+   the same rules with the fast path off (the runtime deciding every result, as before it).
 
 Prints figures; it is not a test.
 """
@@ -172,6 +173,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         gate = Gate(ContractSet.load(write_contract(Path(tmp) / "contracts")))
         ruled = Gate(ContractSet.load(with_cel_rules(Path(tmp) / "ruled")))
+        slow_set = ContractSet.load(with_cel_rules(Path(tmp) / "slow"))
+        for contract in slow_set:
+            for rule in contract.cel_rules:
+                rule.fast = None  # the runtime decides every result
+        runtime_only = Gate(slow_set)
     backlog = list(results("decidebench", args.results, now))
     raw = [(r.key, r.value, r.headers) for r in backlog]
     requests = {r.key.decode(): msgspec.json.decode(r.request, type=RequestRecord) for r in backlog}
@@ -184,6 +190,9 @@ def main() -> int:
     with_label = "  the same contract with three cel rules"
     loops.append((without_label, batches(gate, raw, plain, now)))
     loops.append((with_label, batches(ruled, raw, plain, now)))
+    loops.append(
+        ("  the same, the fast path off (the runtime alone)", batches(runtime_only, raw, plain, now))
+    )
     if args.rules_only:
         return report(per_result(loops, args.repeat), args, without_label, with_label)
     accepted = [x for x, r in zip(raw, backlog, strict=True) if not r.rejected]

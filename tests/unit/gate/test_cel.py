@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from toolgate._errors import ContractError
 from toolgate.gate import ContractSet, Gate
 from toolgate.gate._cel import MAX_COST, error_class, rejected_rule
 
 from tests import cel_kit
+from tests.properties import DERANDOMIZED
 
 
 @pytest.fixture
@@ -378,3 +381,134 @@ class TestReadmeRules:
         fixture = re.search(r"```json\n(.*?)```", section, re.DOTALL)
         assert fixture is not None
         assert json.loads(fixture.group(1))["expect"]["rule"] in {r["name"] for r in rules}
+
+
+_SCALAR_VALUES = st.one_of(
+    st.integers(min_value=-3, max_value=3),
+    st.sampled_from([2**63 - 1, 2**63, -(2**63) - 1, 2**70, 2**53, 2**53 + 1, -(2**53) - 1]),
+    st.floats(min_value=-3, max_value=3, allow_nan=False),
+    st.sampled_from([0.5, 1.0, 100.0, float("nan"), 2.0**53, 2.0**53 + 2, -(2.0**53)]),
+    st.booleans(),
+    st.none(),
+    st.sampled_from(["blocked", "open", "acme", "ab", "", "é"]),
+    st.sampled_from(
+        [
+            "2026-05-01T11:00:00Z",
+            "2026-05-01T12:00:00.000001+00:00",
+            "2026-05-01T13:00:00+02:00",
+            "2026-05-01T12:00:00.123456789Z",
+            "2026-05-01 11:00:00Z",
+            "2026-05-01T11:00:00",
+            "0001-01-01T00:00:00+01:00",
+            "9999-12-31T23:30:00-01:00",
+            "2026-05-01T23:59:60Z",
+            "2026-13-01T11:00:00Z",
+        ]
+    ),
+)
+_ITEM = st.dictionaries(st.sampled_from(["state", "score", "id"]), _SCALAR_VALUES, max_size=3)
+_DATA = st.fixed_dictionaries(
+    {},
+    optional={
+        "items": st.one_of(st.lists(st.one_of(_ITEM, _SCALAR_VALUES), max_size=4), _ITEM),
+        "count": _SCALAR_VALUES,
+        "query": _SCALAR_VALUES,
+        "observed_at": _SCALAR_VALUES,
+        "note": _SCALAR_VALUES,
+        "flag": _SCALAR_VALUES,
+    },
+)
+
+
+class TestFastPath:
+    """A rule the Python fast path covers is vouched true only where the runtime finds it true,
+    and false only where the runtime finds it false; the rest is left to the runtime."""
+
+    EXPRS = (
+        "data.items.all(i, i.state != 'blocked' || i.score <= 100.0)",
+        "data.items.all(i, i.score > 0 && i.score < 2)",
+        "data.count == size(data.items)",
+        "data.query == request.bind.tenant && timestamp(data.observed_at) <= now",
+        "timestamp(data.observed_at) > now || !(data.flag == true)",
+        "has(data.note) ? data.note >= 'b' : data.count != 1",
+        "data.items[0].state == 'open' || data['count'] >= 2",
+        "size(data.query) == 2 && request.attempt == 1",
+        "data.items.exists(i, i.score == 1)",
+        "data.count == 1.0",
+        "data.count <= data.flag",
+        "data.count < data.flag || data.count == data.flag",
+    )
+
+    @staticmethod
+    def runtime(rule: Any, data: Any) -> str:
+        """The gate's answer without the fast path (the runtime over the data cut to what it reads)."""
+        from toolgate._errors import RejectedInput
+        from toolgate.gate._cel import RuleSet
+
+        rules = RuleSet([rule])
+        rules.fast = None
+        try:
+            rules.check(data, cel_kit.request(), "1.0", cel_kit.NOW)
+        except RejectedInput as rejected:
+            return "false" if rejected.detail.endswith("is false") else "error"
+        return "true"
+
+    @given(data=_DATA)
+    @settings(DERANDOMIZED, max_examples=300)
+    def test_every_answer_matches_the_runtime(self, data: dict[str, Any]) -> None:
+        """Whatever the fast path answers for a rule, the runtime answers the same over the same data."""
+        from toolgate.gate._cel import RuleSet, compile_rule
+
+        for index, expr in enumerate(self.EXPRS):
+            rule = compile_rule(f"r{index}", expr, "", kind="result", where="w", path="p", schema=None)
+            rules = RuleSet([rule])
+            if rules.fast is None:
+                continue
+            vouched = rules._surely_true(
+                {"data": data, "request": request_fields(), "now": cel_kit.NOW}, cel_kit.NOW
+            )
+            if vouched:
+                assert self.runtime(rule, data) == "true", expr
+
+    def test_it_covers_the_usual_rules(self) -> None:
+        """Comparisons, logic, size, timestamp, has, indexes, all() and exists() are covered; map() is not."""
+        from toolgate.gate._cel import compile_rule
+
+        covered = [
+            compile_rule("r", e, "", kind="result", where="w", path="p", schema=None).fast is not None
+            for e in (*self.EXPRS, "size(data.items.map(i, i.score)) == 1")
+        ]
+        assert covered == [True] * len(self.EXPRS) + [False]
+
+    def test_it_vouches_for_a_usual_result(self) -> None:
+        """A result every rule holds for is decided by the fast path alone."""
+        from toolgate.gate._cel import RuleSet, compile_rule
+
+        rules = RuleSet(
+            [
+                compile_rule(f"r{i}", e, "", kind="result", where="w", path="p", schema=None)
+                for i, e in enumerate(self.EXPRS[:3])
+            ]
+        )
+        data = {"items": [{"state": "open", "score": 1.5}, {"state": "blocked", "score": 0.5}], "count": 2}
+        variables = {"data": data, "request": request_fields(), "now": cel_kit.NOW}
+        assert rules._surely_true(variables, cel_kit.NOW)
+        assert not rules._surely_true({**variables, "data": {**data, "count": 3}}, cel_kit.NOW)
+        unread = {**data, "id": 2**64}  # cut away before the runtime converts: no refusal
+        assert rules._surely_true({**variables, "data": unread}, cel_kit.NOW)
+
+    def test_an_integer_past_64_bits_leaves_it_to_the_runtime(self) -> None:
+        """An item member the runtime is given, past 64 bits, is not vouched for: it refuses it."""
+        from toolgate.gate._cel import RuleSet, compile_rule
+
+        rule = compile_rule("r", self.EXPRS[0], "", kind="result", where="w", path="p", schema=None)
+        data = {"items": [{"state": "open", "score": 2**70}]}
+        assert not RuleSet([rule])._surely_true({"data": data, "now": cel_kit.NOW}, cel_kit.NOW)
+        assert self.runtime(rule, data) == "error"
+
+
+def request_fields() -> dict[str, Any]:
+    """The request variable as the gate builds it for rules over request members."""
+    from toolgate.gate._cel import request_variable
+
+    return request_variable(cel_kit.request())

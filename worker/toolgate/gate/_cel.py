@@ -21,11 +21,18 @@ At run time a false rule is ``RULE_FAILED``; an evaluation error (a missing key,
 division by zero, overflow, a type mismatch, an RE2 pattern the runtime refuses) is
 ``RULE_FAILED`` too, with a detail naming the rule and the class of error only: a value
 from the result never reaches a detail.
+
+Most results pass every rule: a rule within a small subset (comparisons, logic, ``size``,
+``timestamp``, ``has``, member reads, indexes, ``all``, ``exists``) is also compiled to Python
+closures that vouch only for a certain ``true`` (the fast path, below); every other answer
+is the runtime's.
 """
 
 from __future__ import annotations
 
+import operator
 import re
+import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +48,7 @@ MAX_EXPR_CHARS: Final = 4096
 MAX_RULES: Final = 64  # cel rules per contract, and argument rules per MCP tool
 MAX_COST: Final = 10_000_000  # static bound on the work of one rule (nodes x iterations)
 OTHER_RANGE: Final = 1024  # iterations assumed for a list macro over a request or argument list
+_NO_VALUE: Final = object()  # a constant the fast path does not read (null, uint, bytes)
 RULE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 REQUEST_FIELDS: Final = frozenset({"bind", "issued_at", "expires_at", "attempt", "tool"})
@@ -120,6 +128,8 @@ class Node:
     test_only: bool = False  # select: a has() test
     children: list[Node] = field(default_factory=list)  # select: [operand]; call: target+args
     string: str | None = None  # const: a string constant
+    value: Any = None  # const: a bool, int, double or string constant (_NO_VALUE: another kind)
+    accu: str = ""  # comprehension: the accumulator's name
     # comprehension: iter_range, accu_init, loop_condition, loop_step, result
     loop: list[Node] = field(default_factory=list)
 
@@ -149,11 +159,20 @@ def _node(buf: bytes) -> Node:
     elif 9 in parts:
         loop = _message(parts[9][0])
         node.kind, node.name = "comprehension", loop.get(1, [b""])[0].decode()
+        node.accu = loop.get(3, [b""])[0].decode() if 8 not in loop else ""  # two variables: no fast path
         node.loop = [_node(loop[n][0]) if n in loop else Node(0, "const") for n in (2, 4, 5, 6, 7)]
     elif 3 in parts:
         constant = _message(parts[3][0])
+        node.value = _NO_VALUE
         if 6 in constant:
-            node.string = constant[6][0].decode()
+            node.string = node.value = constant[6][0].decode()
+        elif 2 in constant:
+            node.value = bool(constant[2][0])
+        elif 3 in constant:
+            number = constant[3][0]
+            node.value = number - (1 << 64) if number >= 1 << 63 else number
+        elif 5 in constant:
+            node.value = struct.unpack("<d", constant[5][0])[0]
     return node
 
 
@@ -205,7 +224,7 @@ class CelRule:
     """One compiled rule: its name, source, program, and the parts of ``data`` (or ``args``)
     it reads (see :func:`read_tree`)."""
 
-    __slots__ = ("description", "expr", "name", "names", "program", "reads")
+    __slots__ = ("description", "expr", "fast", "name", "names", "program", "reads")
 
     def __init__(
         self,
@@ -215,6 +234,7 @@ class CelRule:
         program: Any,
         reads: Sequence[Read] = (),
         names: frozenset[str] = frozenset(),
+        fast: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         self.name = name
         self.expr = expr
@@ -222,6 +242,7 @@ class CelRule:
         self.program = program
         self.reads = tuple(reads)
         self.names = names  # the variables it reads (data, request, adapter_version, now, args)
+        self.fast = fast  # the fast path's closures (:func:`fast_program`), None: not covered
 
 
 Read = tuple[tuple[str, ...], bool]  # (path below data, True: read whole / False: only its size)
@@ -360,7 +381,8 @@ def compile_rule(
         if all(path for path, _ in request_reads):  # request.<field> only: name the fields
             names.discard("request")
             names.update(f"request.{path[0]}" for path, _ in request_reads)
-    return CelRule(name, expr, description, program, reads, frozenset(names))
+    fast = fast_program(root) if kind == "result" else None
+    return CelRule(name, expr, description, program, reads, frozenset(names), fast)
 
 
 def _idents(node: Node) -> Iterator[str]:
@@ -561,12 +583,15 @@ class RuleSet:
     rules one by one only when it errs (to name the rule), ``data`` cut to what they read and
     only the variables they name converted."""
 
-    __slots__ = ("combined", "prune", "request_fields", "rules", "uses")
+    __slots__ = ("combined", "fast", "holdable", "prune", "request_fields", "rules", "uses")
 
     def __init__(self, rules: Sequence[CelRule]) -> None:
         self.rules = tuple(rules)
         tree = read_tree(self.rules)
         self.prune = None if tree is None else pruner(tree)
+        self.holdable = holdable_checker(tree)
+        fast = tuple(r.fast for r in self.rules if r.fast is not None)
+        self.fast = fast if len(fast) == len(self.rules) else None
         self.uses = frozenset().union(*(r.names for r in self.rules))
         # request.<field> read alone: only those fields are built (the times as text cost most)
         self.request_fields = (
@@ -581,8 +606,6 @@ class RuleSet:
 
     def check(self, data: Any, request: Any, adapter_version: str | None, now: datetime) -> None:
         """Raise RULE_FAILED for the first rule not true of this result (see :func:`evaluate`)."""
-        if self.prune is not None:
-            data = self.prune(data)
         variables: dict[str, Any] = {"data": data if isinstance(data, dict) else {}}
         uses = self.uses
         if "request" in uses:
@@ -597,6 +620,10 @@ class RuleSet:
             variables["adapter_version"] = adapter_version or ""
         if "now" in uses:
             variables["now"] = now
+        if self.fast is not None and self._surely_true(variables, now):
+            return
+        if self.prune is not None:
+            variables["data"] = self.prune(variables["data"])
         combined = self.combined
         if combined is not None:
             try:
@@ -609,6 +636,410 @@ class RuleSet:
                 name = self.rules[first].name
                 raise _reject(name, f"rule {name!r} is false")
         evaluate(self.rules, variables)
+
+    def _surely_true(self, variables: dict[str, Any], now: datetime) -> bool:
+        """Whether the fast path vouches that every rule is true (False: the runtime decides)."""
+        if now.tzinfo is None or not self.holdable(variables["data"]):
+            return False
+        if "request" in variables and not _holdable(variables["request"]):
+            return False
+        scope = dict(variables)
+        scope[_SPENT] = [0]
+        try:
+            for fast in self.fast or ():
+                if fast(scope) is not True:
+                    return False
+        except _Unsure:
+            return False
+        return True
+
+
+# ---------------------------------------------------------------- the fast path
+# Most results pass every rule. A rule whose expression uses only the operations below is
+# also compiled to Python closures that answer "true" only where CEL's answer is certainly
+# true (same types on both sides, values CEL holds, no macro past a small iteration count),
+# and raise _Unsure for anything else: the runtime then decides as before, so a verdict never
+# depends on this path (tests/unit/gate/test_cel.py compares both over generated data).
+
+
+class _Unsure(Exception):
+    """The fast path cannot vouch for CEL's answer: the runtime decides."""
+
+
+_UNSURE: Final = _Unsure()
+_INT64: Final = (-(1 << 63), (1 << 63) - 1)
+_FAST_ITERATIONS: Final = 1000  # far below the runtime's 10,000 per evaluation
+_SCALARS: Final = (str, int, float)
+_EXACT: Final = 1 << 53  # integers a double holds exactly
+_RFC3339: Final = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:Z|[+-]\d{2}:\d{2})", re.ASCII
+)
+Scope = dict[str, Any]
+_SPENT: Final = "\x00spent"  # a scope's iteration count so far (a one-item list), no CEL name
+Fast = Callable[[Scope], Any]
+
+
+def _same_scalar(left: Any, right: Any) -> bool:
+    kind = type(left)
+    return kind is type(right) and kind in _SCALARS
+
+
+def _numbers(left: Any, right: Any) -> bool:
+    """An integer and a double the runtime compares as Python does: the integer within 2**53,
+    where it converts to a double exactly."""
+    if type(left) is int and type(right) is float:
+        return -_EXACT <= left <= _EXACT
+    if type(left) is float and type(right) is int:
+        return -_EXACT <= right <= _EXACT
+    return False
+
+
+def _compare(op: Callable[[Any, Any], bool], ordered: bool) -> Callable[[Fast, Fast], Fast]:
+    def build(a: Fast, b: Fast) -> Fast:
+        constant = getattr(b, "constant", _NO_VALUE)
+        if type(constant) in _SCALARS:  # against a constant: its type known here
+            kind = type(constant)
+
+            def against(scope: Scope) -> Any:
+                left = a(scope)
+                if type(left) is kind or _numbers(left, constant):
+                    return op(left, constant)
+                raise _UNSURE
+
+            return against
+
+        def run(scope: Scope) -> Any:
+            left, right = a(scope), b(scope)
+            kind = type(left)
+            if kind is type(right) and (kind in _SCALARS or (kind is bool and not ordered)):
+                return op(left, right)
+            if ordered and kind is datetime and type(right) is datetime:
+                return op(left, right)
+            if _numbers(left, right):
+                return op(left, right)
+            raise _UNSURE
+
+        return run
+
+    return build
+
+
+_COMPARISONS: Final = {
+    "_==_": _compare(operator.eq, False),
+    "_!=_": _compare(operator.ne, False),
+    "_<_": _compare(operator.lt, True),
+    "_<=_": _compare(operator.le, True),
+    "_>_": _compare(operator.gt, True),
+    "_>=_": _compare(operator.ge, True),
+}
+
+
+def _and(a: Fast, b: Fast) -> Fast:
+    def run(scope: Scope) -> Any:
+        left = a(scope)
+        if left is False:
+            return False
+        right = b(scope)
+        if right is False:
+            return False
+        if left is True and right is True:
+            return True
+        raise _UNSURE
+
+    return run
+
+
+def _or(a: Fast, b: Fast) -> Fast:
+    def run(scope: Scope) -> Any:
+        try:
+            if a(scope) is True:
+                return True
+            first_false = True
+        except _Unsure:
+            first_false = False
+        right = b(scope)
+        if right is True or (right is False and first_false):
+            return right
+        raise _UNSURE
+
+    return run
+
+
+def _not(a: Fast) -> Fast:
+    def run(scope: Scope) -> Any:
+        value = a(scope)
+        if type(value) is bool:
+            return not value
+        raise _UNSURE
+
+    return run
+
+
+def _size(a: Fast) -> Fast:
+    def run(scope: Scope) -> Any:
+        value = a(scope)
+        if type(value) in (str, list, dict):
+            return len(value)
+        raise _UNSURE
+
+    return run
+
+
+def _timestamp(a: Fast) -> Fast:
+    def run(scope: Scope) -> Any:
+        value = a(scope)
+        if type(value) is str and _RFC3339.fullmatch(value):
+            try:  # in UTC: a moment outside years 1-9999 there is out of CEL's range too
+                return datetime.fromisoformat(value).astimezone(UTC)
+            except (ValueError, OverflowError):
+                pass
+        raise _UNSURE
+
+    return run
+
+
+def _index(a: Fast, b: Fast) -> Fast:
+    def run(scope: Scope) -> Any:
+        container, key = a(scope), b(scope)
+        if type(container) is dict and type(key) is str and key in container:
+            return container[key]
+        if type(container) is list and type(key) is int and 0 <= key < len(container):
+            return container[key]
+        raise _UNSURE
+
+    return run
+
+
+def _conditional(a: Fast, b: Fast, c: Fast) -> Fast:
+    def run(scope: Scope) -> Any:
+        test = a(scope)
+        if test is True:
+            return b(scope)
+        if test is False:
+            return c(scope)
+        raise _UNSURE
+
+    return run
+
+
+def _not_strictly_false(a: Fast) -> Fast:
+    def run(scope: Scope) -> Any:
+        try:
+            return a(scope) is not False
+        except _Unsure:
+            return True
+
+    return run
+
+
+_CALLS: Final[Mapping[tuple[str, int], Callable[..., Fast]]] = {
+    **{(name, 2): build for name, build in _COMPARISONS.items()},
+    ("_&&_", 2): _and,
+    ("_||_", 2): _or,
+    ("!_", 1): _not,
+    ("size", 1): _size,
+    ("timestamp", 1): _timestamp,
+    ("_[_]", 2): _index,
+    ("_?_:_", 3): _conditional,
+    ("@not_strictly_false", 1): _not_strictly_false,
+}
+
+
+def _select(a: Fast, name: str, test_only: bool) -> Fast:
+    def run(scope: Scope) -> Any:
+        value = a(scope)
+        if type(value) is dict:
+            if test_only:
+                return name in value
+            if name in value:
+                return value[name]
+        raise _UNSURE
+
+    return run
+
+
+def _member(variable: str, name: str) -> Fast:
+    """``variable.name`` (:func:`_select` over :func:`_ident`, in one step)."""
+
+    def run(scope: Scope) -> Any:
+        value = scope.get(variable)
+        if type(value) is dict and name in value:
+            return value[name]
+        raise _UNSURE
+
+    return run
+
+
+def _ident(name: str) -> Fast:
+    def run(scope: Scope) -> Any:
+        if name in scope:
+            return scope[name]
+        raise _UNSURE
+
+    return run
+
+
+def _constant(value: Any) -> Fast:
+    def run(_scope: Scope) -> Any:
+        return value
+
+    run.constant = value  # type: ignore[attr-defined]  # read by _compare
+    return run
+
+
+def _ranged(iter_range: Fast, scope: Scope) -> list[Any]:
+    """The list a macro ranges over, its items counted against :data:`_FAST_ITERATIONS`."""
+    items = iter_range(scope)
+    if type(items) is not list:
+        raise _UNSURE
+    spent = scope[_SPENT]
+    spent[0] += len(items)
+    if spent[0] > _FAST_ITERATIONS:
+        raise _UNSURE
+    return items
+
+
+def _all(node: Node) -> Fast | None:
+    """``range.all(var, predicate)`` as one loop (None: ``node`` is another comprehension)."""
+    _, init, condition, step, result = node.loop
+    accu = node.accu
+    if not (
+        init.value is True
+        and condition.kind == "call"
+        and condition.name == "@not_strictly_false"
+        and [c.kind + c.name for c in condition.children] == ["ident" + accu]
+        and step.kind == "call"
+        and step.name == "_&&_"
+        and len(step.children) == 2
+        and step.children[0].kind + step.children[0].name == "ident" + accu
+        and result.kind + result.name == "ident" + accu
+    ):
+        return None
+    iter_range, predicate = fast_program(node.loop[0]), fast_program(step.children[1])
+    if iter_range is None or predicate is None:
+        return None
+    var = node.name
+
+    def run(scope: Scope) -> Any:
+        items = _ranged(iter_range, scope)
+        inner = dict(scope)
+        for item in items:
+            inner[var] = item
+            value = predicate(inner)
+            if value is not True:
+                if value is False:
+                    return False
+                raise _UNSURE
+        return True
+
+    return run
+
+
+def _comprehension(node: Node, parts: list[Fast]) -> Fast:
+    iter_range, accu_init, condition, step, result = parts
+    var, accu = node.name, node.accu
+
+    def run(scope: Scope) -> Any:
+        items = _ranged(iter_range, scope)
+        inner = dict(scope)
+        inner[accu] = accu_init(scope)
+        for item in items:
+            going = condition(inner)
+            if going is False:
+                break
+            if going is not True:
+                raise _UNSURE
+            inner[var] = item
+            inner[accu] = step(inner)
+        return result(inner)
+
+    return run
+
+
+def fast_program(node: Node) -> Fast | None:
+    """``node`` as closures over a scope of Python values (see above), or None when it uses
+    an operation the fast path does not cover."""
+    if node.kind == "const":
+        return None if node.value is _NO_VALUE or node.value is None else _constant(node.value)
+    if node.kind == "ident":
+        return _ident(node.name)
+    if node.kind == "select" and not node.test_only and node.children[0].kind == "ident":
+        return _member(node.children[0].name, node.name)
+    if node.kind == "select":
+        operand = fast_program(node.children[0]) if len(node.children) == 1 else None
+        return None if operand is None else _select(operand, node.name, node.test_only)
+    if node.kind == "call":
+        build = _CALLS.get((node.name, len(node.children)))
+        args = [fast_program(child) for child in node.children]
+        if build is None or any(a is None for a in args):
+            return None
+        return build(*args)
+    if node.kind == "comprehension" and node.accu:
+        every = _all(node)
+        if every is not None:
+            return every
+        parts = [fast_program(part) for part in node.loop]
+        if any(p is None for p in parts):
+            return None
+        return _comprehension(node, parts)  # type: ignore[arg-type]
+    return None
+
+
+def _holdable(value: Any) -> bool:
+    """Whether CEL holds ``value`` as the fast path reads it (an integer within int64)."""
+    kind = type(value)
+    if kind is int:
+        return bool(_INT64[0] <= value <= _INT64[1])
+    if kind is dict:
+        return all(type(k) is str and _holdable(v) for k, v in value.items())
+    if kind is list:
+        return all(_holdable(v) for v in value)
+    return kind in (str, float, bool) or value is None
+
+
+def holdable_checker(tree: Tree | None) -> Callable[[Any], bool]:
+    """:func:`_holdable` of what ``tree`` reads (None: all of it), as closures built once:
+    the runtime converts every member it is given, read or not, and refuses an integer
+    past 64 bits anywhere in them."""
+    if tree is None:
+        return _holdable
+    if SIZE_KEY in tree:  # as pruner(): a map kept whole, a list's items cut by "*"
+        below = tree.get("*", {})
+        item = _holdable if below == WHOLE else holdable_checker(below)
+
+        def sized(value: Any) -> bool:
+            if type(value) is not list:
+                return _holdable(value)
+            return all(item(one) for one in value)
+
+        return sized
+    members = [
+        (name, _holdable if below == WHOLE else holdable_checker(below))
+        for name, below in tree.items()
+        if name != "*"
+    ]
+    every = tree.get("*")
+    each = None if every is None else (_holdable if every == WHOLE else holdable_checker(every))
+
+    def check(value: Any) -> bool:
+        kind = type(value)
+        if kind is dict:
+            low, high = _INT64
+            for name, inner in members:
+                if name in value:
+                    member = value[name]
+                    kind = type(member)
+                    if kind is int:
+                        if not low <= member <= high:
+                            return False
+                    elif kind is not str and kind is not float and not inner(member):
+                        return False
+            return True
+        if kind is list:
+            return _holdable(value) if each is None else all(each(v) for v in value)
+        return _holdable(value)
+
+    return check
 
 
 def rejected_rule(verdict: Any) -> str | None:
