@@ -10,7 +10,10 @@ of that review with the decision it asks for:
   are the schema's shape can only be accepted);
 * ``data``: each projected pointer whose string is left free (lint's ``free-text-in-data``),
   with its bound and sample values: accept with a reason (written under ``free_text``) or cut
-  (taken out of the projection);
+  (taken out of the projection); and, beside that, each projected string or array of an
+  imported closure takes its own bound (written in ``schema.json``: the closure derived again
+  with the bound under ``x-toolgate-bounds``' ``at``, as ``contracts rebound`` writes it; at
+  most what ``limits.max_bytes`` holds);
 * ``bound``: how much of the upstream's own text passes (``$.mcp.text_max_length``): accept
   or set a bound;
 * ``finding``: any other lint finding, which the review cannot settle: it holds activation.
@@ -24,9 +27,9 @@ Decisions come from flags (:func:`parse_decisions`: ``--accept-text POINTER=REAS
 or a place holding several) or from a terminal (:func:`ask_decisions`). :func:`apply` writes
 them as a careful hand edit would: lines of ``contract.yaml`` changed in place (status,
 ``free_text`` entries, projection lines, the definition's texts, bounds), the input schema
-rewritten as import writes it; every edit is checked by loading the result, and activation by
-linting it. It never marks reviewed a text it did not show: a refused screen is never
-activated, and an item left undecided holds activation.
+rewritten as import writes it, a field's bound written in the closure; every edit is checked
+by loading the result, and activation by linting it. It never marks reviewed a text it did
+not show: a refused screen is never activated, and an item left undecided holds activation.
 """
 
 from __future__ import annotations
@@ -419,7 +422,11 @@ def render(view: Screen) -> Iterator[str]:
     sections: tuple[tuple[Kind, str], ...] = (
         ("text", "texts the host's model reads (accept, rewrite or cut each):"),
         ("unserved", "texts in the files the proxy does not serve (shown; nothing to decide):"),
-        ("data", "what the agent gets, the projection (a free string: accept with a reason, or cut):"),
+        (
+            "data",
+            "what the agent gets, the projection (a free string: accept with a reason, or cut; "
+            "a string or array: set its bound):",
+        ),
         ("bound", "the upstream's own text (accept, or set a bound):"),
         ("finding", "lint findings the review cannot settle (fix them by hand; activation waits):"),
     )
@@ -544,19 +551,21 @@ def _cuttable(decision: Decision, item: Item) -> bool:
 
 def ask_decisions(view: Screen, ask: Callable[[str], str], say: Callable[[str], None]) -> list[Decision]:
     """Each item that takes a decision, asked on a terminal: ``a``ccept (with a reason),
-    ``r``ewrite, ``c``ut, ``b``ound, or ``s``kip (left undecided)."""
+    ``r``ewrite, ``c``ut, ``b``ound, or ``s``kip (left undecided). A projected field's bound is
+    asked beside its accept or cut: after it, the field is asked again without it."""
     keys: dict[str, Action] = {"a": "accept", "r": "rewrite", "c": "cut", "b": "bound"}
     prompts = {"accept": "reason (at least 10 characters)", "rewrite": "new text", "bound": "bound"}
     out: list[Decision] = []
     for item in view.decidable:
         where = f"{item.file} {item.pointer}" if item.file == INPUT else item.pointer
-        offered = "  ".join(f"[{a[0]}]{a[1:]}" for a in item.actions) + "  [s]kip"
+        actions = item.actions
         while True:
+            offered = "  ".join(f"[{a[0]}]{a[1:]}" for a in actions) + "  [s]kip"
             answer = ask(f"{where}: {item.text}\n  {offered} > ").strip().lower()[:1]
             action = keys.get(answer)
             if answer in ("s", ""):
                 break
-            if action is None or action not in item.actions:
+            if action is None or action not in actions:
                 say(f"  one of: {offered}")
                 continue
             if action == "cut":
@@ -569,6 +578,15 @@ def ask_decisions(view: Screen, ask: Callable[[str], str], say: Callable[[str], 
             except ConfigError as exc:
                 say("  " + str(exc).rsplit(": ", 1)[-1])
                 continue
+            if item.kind == "data" and action == "bound":
+                over = _bound_ceiling(view.contract, item.pointer, int(out[-1].value))
+                if over or int(out[-1].value) < 1:
+                    out.pop()
+                    say("  " + (over or "a bound is at least 1"))
+                    continue
+                actions = tuple(a for a in actions if a != "bound")
+                if actions:
+                    continue
             break
     return out
 
