@@ -478,7 +478,24 @@ class TestFieldBound:
         line = _check_message(demo, tmp_path, 5000)
         assert line["outcome"] == "accepted", line
         assert line["agent"] == {**line["agent"], "data": {"success": True, "message": "m" * 5000}}  # type: ignore[dict-item]
-        assert _check_message(demo, tmp_path, 6001)["code"] == "SCHEMA_VIOLATION"
+        over = _check_message(demo, tmp_path, 6001)
+        assert over["code"] == "SCHEMA_VIOLATION"
+        assert over["diagnostics"]["message"].endswith(  # type: ignore[index]
+            "a field's own bound (at, in x-toolgate-bounds of memory.delete_entities@v1's schema.json), "
+            "set in a draft's review up to limits.max_bytes: toolgate contracts review --bound "
+            "/data/<the field>=N"
+        )
+
+    def test_the_advertised_schema_says_the_bound(
+        self, demo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The proxy advertises maxLength 6000 for the message after the review's bound, not 1024."""
+        from toolgate.authoring._advertised import advertised_output_schema
+
+        _review(demo, capsys, DELETE, "--bound=/data/message=6000")
+        schema = advertised_output_schema(load_contract(demo / DELETE / "v1"))
+        assert schema is not None
+        assert schema["properties"]["message"]["maxLength"] == 6000
 
     def test_the_new_bound_is_shown(self, demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """After the bound is written, the field's line on the next screen says it."""
