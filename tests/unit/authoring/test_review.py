@@ -427,3 +427,160 @@ class TestSamplesFile:
             demo, capsys, "memory.read_graph", "memory.create_entities", f"--samples={results}"
         )
         assert out.count(f'samples "{"n" * 79}... (202 characters)') == 2
+
+
+DELETE = "memory.delete_entities"
+MESSAGE = "--accept-text=/data=the message as the server wrote it, read as data"
+
+
+def _closure_bounds(folder: Path) -> dict[str, object]:
+    schema = json.loads((folder / "schema.json").read_text())
+    bounds: dict[str, object] = schema["$defs"]["structuredContent"]["allOf"][1]["x-toolgate-bounds"]
+    return bounds
+
+
+def _check_message(demo: Path, tmp_path: Path, length: int) -> dict[str, object]:
+    from tests import mcp_kit
+
+    value = {"content": [], "structuredContent": {"success": True, "message": "m" * length}}
+    return mcp_kit.toolgate_check(
+        demo, tmp_path, value, tool=DELETE, request_id="req.review0001", now="2026-05-01T09:15:00Z"
+    )
+
+
+class TestFieldBound:
+    """A projected string's or array's own bound is set by the review, written in the imported
+    closure, held to what limits.max_bytes holds, and shown on the field's line."""
+
+    def test_flag_bound_serves_a_longer_value(
+        self, demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--bound /data/message=6000: the closure names it, lint is clean, and a 5,000-character
+        message passes toolgate check whole."""
+        folder = demo / DELETE / "v1"
+        before = _files(folder)
+        code, out, err = _review(
+            demo, capsys, DELETE, TEXTS, ARGS, MESSAGE, "--bound=/data/message=6000", "--activate"
+        )
+        assert code == 0, out + err
+        assert "/data/message: a string the outputSchema leaves free  (accept/cut/bound)" in out
+        assert "[bound: a string at most 1024 characters]" in out
+        assert f'{DELETE}: bound /data/message: "6000"' in out
+        assert out.splitlines()[-1] == f"{DELETE}: 7 items decided, 0 not: activated (status: active)"
+        after = _files(folder)
+        assert {name for name in before if before[name] != after[name]} == {"contract.yaml", "schema.json"}
+        assert _closure_bounds(folder) == {
+            "max_string": 1024,
+            "max_items": 100,
+            "at": {"/message": {"maxLength": 6000}},
+        }
+        assert _lint(folder) == []
+        line = _check_message(demo, tmp_path, 5000)
+        assert line["outcome"] == "accepted", line
+        assert line["agent"] == {**line["agent"], "data": {"success": True, "message": "m" * 5000}}  # type: ignore[dict-item]
+        over = _check_message(demo, tmp_path, 6001)
+        assert over["code"] == "SCHEMA_VIOLATION"
+        assert over["diagnostics"]["message"].endswith(  # type: ignore[index]
+            "a field's own bound (at, in x-toolgate-bounds of memory.delete_entities@v1's schema.json), "
+            "set in a draft's review up to limits.max_bytes: toolgate contracts review --bound "
+            "/data/<the field>=N"
+        )
+
+    def test_the_advertised_schema_says_the_bound(
+        self, demo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The proxy advertises maxLength 6000 for the message after the review's bound, not 1024."""
+        from toolgate.authoring._advertised import advertised_output_schema
+
+        _review(demo, capsys, DELETE, "--bound=/data/message=6000")
+        schema = advertised_output_schema(load_contract(demo / DELETE / "v1"))
+        assert schema is not None
+        assert schema["properties"]["message"]["maxLength"] == 6000
+
+    def test_the_new_bound_is_shown(self, demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """After the bound is written, the field's line on the next screen says it."""
+        code, _, _ = _review(demo, capsys, DELETE, "--bound=/data/message=6000")
+        assert code == 1  # left a draft, its texts undecided
+        _, out, _ = _review(demo, capsys, DELETE)
+        assert "[bound: a string at most 6000 characters]" in out
+
+    def test_an_array_of_every_item_is_bounded(self, demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """/data/entities/*/observations=500: the array in every entity is held to 500 items."""
+        from toolgate.gate._contracts import schema_bound
+
+        folder = demo / "memory.read_graph" / "v1"
+        _review(demo, capsys, "memory.read_graph", "--bound=/data/entities/*/observations=500")
+        assert _closure_bounds(folder)["at"] == {"/entities/0/observations": {"maxItems": 500}}
+        contract = load_contract(folder)
+        tokens = dict(contract.data_projection)["/data/entities/*/observations"]
+        assert schema_bound(contract.schema, tokens, "maxItems") == 500
+        assert schema_bound(contract.schema, tokens, "maxLength") is None
+        assert "closure-mismatch" not in _lint(folder)
+
+    def test_over_max_bytes_refused_and_nothing_written(
+        self, demo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A bound past what limits.max_bytes holds: one line naming the pointer and both figures, exit 2."""
+        folder = demo / DELETE / "v1"
+        before = _files(folder)
+        code, _, err = _review(demo, capsys, DELETE, MESSAGE, "--bound=/data/message=70000", "--activate")
+        assert code == 2
+        assert len(err.strip().splitlines()) == 1
+        assert "/data/message: a bound of 70000 is above the 65536 characters limits.max_bytes 65536" in err
+        assert _files(folder) == before
+
+    def test_a_field_that_is_not_a_string_or_array(
+        self, demo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """/data/success is a boolean: a bound is refused, saying what it takes."""
+        folder = demo / DELETE / "v1"
+        before = _files(folder)
+        code, _, err = _review(demo, capsys, DELETE, "--bound=/data/success=10")
+        assert code == 2
+        assert "it takes cut, not bound" in err
+        assert _files(folder) == before
+
+    def test_rebound_keeps_the_field_bound(self, demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """contracts rebound of the whole closure leaves the field's own bound, and lint re-derives it."""
+        from toolgate.authoring._rebound import rebound
+
+        folder = demo / DELETE / "v1"
+        _review(demo, capsys, DELETE, "--bound=/data/message=6000")
+        rebound(folder, max_string=2000, max_items=None)
+        assert _closure_bounds(folder) == {
+            "max_string": 2000,
+            "max_items": 100,
+            "at": {"/message": {"maxLength": 6000}},
+        }
+        assert "closure-mismatch" not in _lint(folder)
+
+    def test_a_hand_edited_bound_is_a_closure_mismatch(
+        self, demo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A position's maxLength changed without its at entry no longer re-derives: lint says so."""
+        folder = demo / DELETE / "v1"
+        _review(demo, capsys, DELETE, "--bound=/data/message=6000")
+        path = folder / "schema.json"
+        schema = json.loads(path.read_text())
+        closure = schema["$defs"]["structuredContent"]["allOf"][1]
+        (position,) = [p for p in closure["$defs"].values() if p.get("maxLength") == 6000]
+        position["maxLength"] = 7000
+        path.write_text(json.dumps(schema, indent=2) + "\n")
+        assert "closure-mismatch" in _lint(folder)
+
+    def test_on_a_terminal_bound_then_accept(self, demo: Path) -> None:
+        """b 6000 on a free field, then a with a reason: both decided; a bound too high is asked again."""
+        contract = load_contract(demo / DELETE / "v1")
+        view = review.screen(contract, lint_contracts(ContractSet([contract])))
+        answers = iter(
+            ["s"] * 6  # the texts and /data/success skipped
+            + ["b", "70000", "b", "6000", "a", "the message, read as data"]
+            + ["s"]  # the text bound
+        )
+        said: list[str] = []
+        decisions = review.ask_decisions(view, lambda _prompt: next(answers), said.append)
+        assert [(d.pointer, d.action, d.value) for d in decisions] == [
+            ("/data/message", "bound", "6000"),
+            ("/data/message", "accept", "the message, read as data"),
+        ]
+        assert any("a bound of 70000 is above" in line for line in said)

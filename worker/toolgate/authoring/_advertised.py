@@ -265,15 +265,20 @@ def _array_of_objects(nodes: list[dict[str, Any]], max_items: int) -> dict[str, 
 
 
 def closure_bounds(schema: Any) -> tuple[int, int] | None:
-    """The (max_string, max_items) the closure of an imported schema enforces everywhere."""
-    from toolgate.authoring._close import BOUNDS_KEY, split
+    """The (max_string, max_items) the closure of an imported schema enforces everywhere: its
+    bounds, or a field's own where looser (``contracts review --bound``)."""
+    from toolgate.authoring._close import BOUNDS_KEY, own_bounds, split
 
     parts = split(schema)
     bounds = parts[1].get(BOUNDS_KEY) if parts is not None else None
     if not isinstance(bounds, dict):
         return None
     strings, items = bounds.get("max_string"), bounds.get("max_items")
-    if isinstance(strings, int) and isinstance(items, int):
+    at = own_bounds(bounds)
+    if isinstance(strings, int) and isinstance(items, int) and at is not None:
+        own = list(at.values())
+        strings = max([strings, *(b["maxLength"] for b in own if "maxLength" in b)])
+        items = max([items, *(b["maxItems"] for b in own if "maxItems" in b)])
         return strings, items
     return None
 

@@ -44,6 +44,7 @@ from toolgate.gate._gate import CLOSURE_BOUNDS_KEY
 
 UPSTREAM_ID: Final = "urn:toolgate:upstream:"
 CLOSURE_ID: Final = "urn:toolgate:closure:"
+AT_KEY: Final = "at"  # under BOUNDS_KEY: positions with their own bound, by instance path
 BOUNDS_KEY: Final = CLOSURE_BOUNDS_KEY  # the closure's bounds: lint re-derives it, the gate names them
 MAX_POSITIONS: Final = 2000  # skeleton positions: a shape past this is refused, not analysed
 MAX_NESTING: Final = 64  # instance positions and $ref chains deeper than this are refused
@@ -86,12 +87,15 @@ def _value_types(value: Any) -> set[str]:
 class _Closer:
     """One derivation of a closure from one upstream schema."""
 
-    def __init__(self, upstream: Any, max_string: int, max_items: int) -> None:
+    def __init__(
+        self, upstream: Any, max_string: int, max_items: int, at: dict[str, dict[str, int]] | None = None
+    ) -> None:
         self.root = upstream
         self.max_string = max_string
         self.max_items = max_items
+        self.at_bounds = at or {}  # instance path -> its own maxLength/maxItems (a reviewer's bound)
         self.defs: dict[str, Any] = {}
-        self.names: dict[frozenset[str], str] = {}
+        self.names: dict[Any, str] = {}
         self.types_memo: dict[str, frozenset[str]] = {}
         self.pattern_memo: dict[str, Any] = {}  # pattern -> its compiled check
         self.reach_memo: dict[str, tuple[str, ...]] = {}
@@ -265,16 +269,18 @@ class _Closer:
         return bool(check(name))
 
     def skeleton(self, entries: frozenset[str], where: str, depth: int) -> dict[str, Any]:
-        """A reference to the closure of the position whose schemas are ``entries``."""
-        if entries in self.names:
-            return {"$ref": f"#/$defs/{self.names[entries]}"}
+        """A reference to the closure of the position whose schemas are ``entries`` (a
+        position with its own bound is never shared)."""
+        key: Any = (entries, where) if where in self.at_bounds else entries
+        if key in self.names:
+            return {"$ref": f"#/$defs/{self.names[key]}"}
         if depth > MAX_NESTING:
             raise Unclosable(where, f"instance positions nested deeper than {MAX_NESTING}: not analysed")
         if len(self.names) >= MAX_POSITIONS:
             raise Unclosable(where, f"more than {MAX_POSITIONS} positions to close: not analysed")
         self.step(where, len(entries))
         name = f"p{len(self.names)}"
-        self.names[entries] = name
+        self.names[key] = name
         self.defs[name] = self.position(entries, where, depth)
         return {"$ref": f"#/$defs/{name}"}
 
@@ -294,9 +300,10 @@ class _Closer:
             out.update(self.array_position(dicts, where, depth))
         if "string" in kinds:
             shortest = max((n.get("minLength", 0) for _, n in dicts if _count(n.get("minLength"))), default=0)
-            if shortest > self.max_string:
+            bound = self.at_bounds.get(where, {}).get("maxLength", self.max_string)
+            if shortest > bound:
                 raise Unclosable(where, f"strings of at least {shortest} characters exceed the bound")
-            out["maxLength"] = self.max_string
+            out["maxLength"] = bound
         return out
 
     def object_position(
@@ -385,10 +392,11 @@ class _Closer:
             raise Unclosable(
                 where, "may be an array whose items no schema constrains (declare type and items)"
             )
-        if longest > self.max_items:
+        bound = self.at_bounds.get(where, {}).get("maxItems", self.max_items)
+        if longest > bound:
             raise Unclosable(where, f"arrays of at least {longest} items exceed the bound")
-        out: dict[str, Any] = {"maxItems": self.max_items}
-        reach = min(max((len(p) for p, _, _ in prefixes), default=0), self.max_items)
+        out: dict[str, Any] = {"maxItems": bound}
+        reach = min(max((len(p) for p, _, _ in prefixes), default=0), bound)
         if reach:
             positions = []
             for i in range(reach):
@@ -428,8 +436,12 @@ def _no_nested_resources(upstream: dict[str, Any]) -> None:
             stack.extend((_join(pointer, i), v) for i, v in enumerate(node))
 
 
-def closure(upstream: Any, tool: str, *, max_string: int, max_items: int) -> dict[str, Any]:
-    """The closure of ``upstream`` (see the module docstring).
+def closure(
+    upstream: Any, tool: str, *, max_string: int, max_items: int, at: dict[str, dict[str, int]] | None = None
+) -> dict[str, Any]:
+    """The closure of ``upstream`` (see the module docstring). ``at`` gives positions their
+    own bounds, by instance path (``{"/content": {"maxLength": 6000}}``; an array's every item
+    is its index ``0``): written under the bounds' ``at``, so that lint derives the same.
 
     Raises:
         Unclosable: a position that cannot be closed soundly, named by its instance path.
@@ -437,11 +449,14 @@ def closure(upstream: Any, tool: str, *, max_string: int, max_items: int) -> dic
     if not isinstance(upstream, dict):
         raise Unclosable("", "an outputSchema is a JSON object")
     _no_nested_resources(upstream)
-    closer = _Closer(upstream, max_string, max_items)
+    closer = _Closer(upstream, max_string, max_items, at)
     start = closer.skeleton(frozenset({""}), "", 0)
+    bounds: dict[str, Any] = {"max_string": max_string, "max_items": max_items}
+    if at:
+        bounds[AT_KEY] = {where: dict(sorted(own.items())) for where, own in sorted(at.items())}
     return {
         "$id": CLOSURE_ID + tool,
-        BOUNDS_KEY: {"max_string": max_string, "max_items": max_items},
+        BOUNDS_KEY: bounds,
         **start,
         "$defs": closer.defs,
     }
@@ -595,23 +610,50 @@ def split(node: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
     return upstream, skeleton
 
 
+def own_bounds(bounds: dict[str, Any]) -> dict[str, dict[str, int]] | None:
+    """The positions' own bounds a closure's bounds name (``at``), or None when not in the
+    shape :func:`closure` writes."""
+    at = bounds.get(AT_KEY, {})
+    if not isinstance(at, dict):
+        return None
+    for where, own in at.items():
+        if not (
+            isinstance(where, str)
+            and isinstance(own, dict)
+            and own
+            and set(own) <= {"maxLength", "maxItems"}
+            and all(_count(v) and v > 0 for v in own.values())
+        ):
+            return None
+    return at
+
+
 def rederive(upstream: dict[str, Any], skeleton: dict[str, Any]) -> bool:
     """Whether ``skeleton`` is exactly the closure :func:`closure` derives from ``upstream``."""
     bounds = skeleton.get(BOUNDS_KEY)
-    if not (isinstance(bounds, dict) and set(bounds) == {"max_string", "max_items"}):
+    if not (
+        isinstance(bounds, dict)
+        and {"max_string", "max_items"} <= set(bounds) <= {"max_string", "max_items", AT_KEY}
+    ):
         return False
-    if not all(_count(v) and v > 0 for v in bounds.values()):
+    if not all(_count(bounds[k]) and bounds[k] > 0 for k in ("max_string", "max_items")):
+        return False
+    at = own_bounds(bounds)
+    if at is None:
         return False
     tool = str(skeleton["$id"])[len(CLOSURE_ID) :]
     embedded = {k: v for k, v in upstream.items() if k != "$id"}
     try:
-        expected = closure(embedded, tool, max_string=bounds["max_string"], max_items=bounds["max_items"])
+        expected = closure(
+            embedded, tool, max_string=bounds["max_string"], max_items=bounds["max_items"], at=at
+        )
     except Unclosable:
         return False
     return bool(expected == skeleton)
 
 
 __all__ = [
+    "AT_KEY",
     "BOUNDS_KEY",
     "CLOSURE_ID",
     "MAX_NESTING",
@@ -625,6 +667,7 @@ __all__ = [
     "closure",
     "holds_leaves",
     "leaves",
+    "own_bounds",
     "rederive",
     "split",
 ]

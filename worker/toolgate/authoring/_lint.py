@@ -1014,16 +1014,20 @@ def _closure_fits(skeleton: dict[str, Any], max_bytes: int) -> bool:
     """Whether an imported closure bounds every string and array within what a result of
     ``max_bytes`` can hold (the envelope's leaf follows the closure's bounds; only a closure
     lint re-derived counts: :func:`_lint_imported` reports any other)."""
-    from toolgate.authoring._close import BOUNDS_KEY
+    from toolgate.authoring._close import BOUNDS_KEY, own_bounds
 
     bounds = skeleton.get(BOUNDS_KEY)
     strings, items = bound_ceilings(max_bytes)
+    ceilings = {"maxLength": strings, "maxItems": items}
+    at = own_bounds(bounds) if isinstance(bounds, dict) else None
     return (
         isinstance(bounds, dict)
         and _is_count(bounds.get("max_string"))
         and _is_count(bounds.get("max_items"))
         and bounds["max_string"] <= strings
         and bounds["max_items"] <= items
+        and at is not None
+        and all(v <= ceilings[k] for own in at.values() for k, v in own.items())
     )
 
 

@@ -4,7 +4,8 @@ Import closes a tool's ``outputSchema`` with one bound on every string (``--max-
 one on every array (``--max-items``), written in the closure as ``x-toolgate-bounds`` and as
 the ``maxLength``/``maxItems`` of each of its positions. A tool whose results are larger
 (a file of 5,000 characters, a folder of 120 entries) needs larger bounds: :func:`rebound`
-derives the closure again from the same upstream part with the bounds the reviewer gives,
+derives the closure again from the same upstream part with the bounds the reviewer gives
+(a field's own bound, set by ``contracts review --bound``, stays),
 each at most the contract's ``limits.max_bytes`` (a string cannot be longer, nor an array
 hold more items than half as many), and writes ``schema.json`` back. Nothing else changes:
 lint's ``closure-mismatch`` holds (the closure is the one derived from the upstream part
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from toolgate._errors import ConfigError
-from toolgate.authoring._close import BOUNDS_KEY, CLOSURE_ID, Unclosable, closure, split
+from toolgate.authoring._close import BOUNDS_KEY, CLOSURE_ID, Unclosable, closure, own_bounds, split
 from toolgate.gate._contracts import bound_ceilings, load_contract
 
 DATA_DEF = "structuredContent"  # where import puts the closed data schema in the envelope's $defs
@@ -62,7 +63,9 @@ def rebound(folder: Path, *, max_string: int | None, max_items: int | None) -> s
     tool = str(skeleton["$id"])[len(CLOSURE_ID) :]
     embedded = {k: v for k, v in upstream.items() if k != "$id"}
     try:
-        derived = closure(embedded, tool, max_string=new["max_string"], max_items=new["max_items"])
+        derived = closure(
+            embedded, tool, max_string=new["max_string"], max_items=new["max_items"], at=own_bounds(bounds)
+        )
     except Unclosable as exc:
         raise ConfigError(f"{path}: cannot be closed with these bounds at {exc}") from None
     defs[DATA_DEF] = {"allOf": [upstream, derived]}

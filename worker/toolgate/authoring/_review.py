@@ -10,7 +10,10 @@ of that review with the decision it asks for:
   are the schema's shape can only be accepted);
 * ``data``: each projected pointer whose string is left free (lint's ``free-text-in-data``),
   with its bound and sample values: accept with a reason (written under ``free_text``) or cut
-  (taken out of the projection);
+  (taken out of the projection); and, beside that, each projected string or array of an
+  imported closure takes its own bound (written in ``schema.json``: the closure derived again
+  with the bound under ``x-toolgate-bounds``' ``at``, as ``contracts rebound`` writes it; at
+  most what ``limits.max_bytes`` holds);
 * ``bound``: how much of the upstream's own text passes (``$.mcp.text_max_length``): accept
   or set a bound;
 * ``finding``: any other lint finding, which the review cannot settle: it holds activation.
@@ -24,9 +27,9 @@ Decisions come from flags (:func:`parse_decisions`: ``--accept-text POINTER=REAS
 or a place holding several) or from a terminal (:func:`ask_decisions`). :func:`apply` writes
 them as a careful hand edit would: lines of ``contract.yaml`` changed in place (status,
 ``free_text`` entries, projection lines, the definition's texts, bounds), the input schema
-rewritten as import writes it; every edit is checked by loading the result, and activation by
-linting it. It never marks reviewed a text it did not show: a refused screen is never
-activated, and an item left undecided holds activation.
+rewritten as import writes it, a field's bound written in the closure; every edit is checked
+by loading the result, and activation by linting it. It never marks reviewed a text it did
+not show: a refused screen is never activated, and an item left undecided holds activation.
 """
 
 from __future__ import annotations
@@ -247,14 +250,20 @@ def screen(
                     Item("unserved", pointer, _shown(text), (), INPUT, "not served: the proxy drops it")
                 )
     free = {f.pointer for f in findings if f.rule == "free-text-in-data"}
-    bound = _closure_bounds(contract)
     for i, pointer in enumerate(contract.spec.projection):
         seen = _sample_values(samples or [], pointer)
         shown = f"samples {', '.join(seen)}" if seen else ""
-        note = "; ".join(part for part in (bound, shown) if part)
+        note = "; ".join(part for part in (_field_bound(contract, pointer), shown) if part)
+        settable: tuple[Action, ...] = ("bound",) if _bound_keywords(contract, pointer) else ()
         if f"$.projection[{i}]" in free:
             items.append(
-                Item("data", pointer, "a string the outputSchema leaves free", ("accept", "cut"), note=note)
+                Item(
+                    "data",
+                    pointer,
+                    "a string the outputSchema leaves free",
+                    ("accept", "cut", *settable),
+                    note=note,
+                )
             )
         else:
             items.append(
@@ -262,7 +271,7 @@ def screen(
                     "data",
                     pointer,
                     "constrained (pattern, enum, const or format)",
-                    ("cut",),
+                    ("cut", *settable),
                     note=note,
                     asks=False,
                 )
@@ -310,17 +319,69 @@ def _is_keyword_place(pointer: str) -> bool:
     return tokens[-2] not in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
-def _closure_bounds(contract: Contract) -> str:
-    """The bounds the closure holds every projected string and array to (imported schemas)."""
-    from toolgate.authoring._close import BOUNDS_KEY, split
+def _field_bound(contract: Contract, pointer: str) -> str:
+    """The bound the agent envelope holds the projected field at ``pointer`` to: the
+    schema's own ``maxLength``/``maxItems`` there (else the envelope's default)."""
+    tokens = dict(contract.data_projection).get(pointer)
+    leaf = contract.leaf_bounds.get(tokens) if tokens is not None else None
+    if leaf is None:
+        return ""
+    strings, items, each = leaf.from_schema
+    parts = []
+    if strings is not None:
+        parts.append(f"a string at most {strings} characters")
+    if items is not None:
+        tail = f", each at most {each} characters" if each is not None else ""
+        parts.append(f"an array at most {items} items{tail}")
+    return "bound: " + (" or ".join(parts) if parts else "the envelope's default (the schema sets none)")
+
+
+def _closure_parts(contract: Contract) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The (upstream, closure) of an imported contract's data schema, or None."""
+    from toolgate.authoring._close import split
+    from toolgate.authoring._rebound import DATA_DEF
 
     defs = contract.schema.get("$defs")
-    parts = split(defs.get("structuredContent")) if isinstance(defs, dict) else None
-    bounds = parts[1].get(BOUNDS_KEY) if parts is not None else None
-    if not isinstance(bounds, dict):
-        return "bounded by the schema"
-    strings, items = bounds.get("max_string"), bounds.get("max_items")
-    return f"bound: strings at most {strings} characters, arrays {items} items"
+    return split(defs.get(DATA_DEF)) if isinstance(defs, dict) else None
+
+
+def _closure_place(pointer: str) -> tuple[tuple[str, ...], str]:
+    """A projected pointer's member path (``*`` every item) and the instance path the closure
+    names its position by (an array's every item is index ``0``)."""
+    tokens = tuple(parse_pointer(pointer)[1:])
+    where = "".join(
+        "/0" if t == EVERY_ITEM else "/" + t.replace("~", "~0").replace("/", "~1") for t in tokens
+    )
+    return tokens, where
+
+
+def _bound_keywords(contract: Contract, pointer: str) -> tuple[str, ...]:
+    """The keywords a bound set at the projected ``pointer`` writes (``maxLength`` for a
+    string, ``maxItems`` for an array) in an imported closure; empty: none can be set here."""
+    from toolgate.authoring._close import at_path
+
+    parts = _closure_parts(contract)
+    if parts is None:
+        return ()
+    position = at_path(parts[1], _closure_place(pointer)[0])
+    kinds = position.get("type", ()) if isinstance(position, dict) else ()
+    return tuple(k for kind, k in (("string", "maxLength"), ("array", "maxItems")) if kind in kinds)
+
+
+def _bound_ceiling(contract: Contract, pointer: str, value: int) -> str:
+    """Why ``value`` cannot bound the field at ``pointer`` (past what ``limits.max_bytes``
+    holds), or ``""``."""
+    from toolgate.gate._contracts import bound_ceilings
+
+    strings, items = bound_ceilings(contract.spec.limits.max_bytes)
+    for keyword in _bound_keywords(contract, pointer):
+        ceiling, unit = (strings, "characters") if keyword == "maxLength" else (items, "items")
+        if value > ceiling:
+            return (
+                f"{pointer}: a bound of {value} is above the {ceiling} {unit} limits.max_bytes "
+                f"{contract.spec.limits.max_bytes} of {contract.path} holds"
+            )
+    return ""
 
 
 def _sample_values(samples: list[dict[str, Any]], pointer: str) -> list[str]:
@@ -361,7 +422,11 @@ def render(view: Screen) -> Iterator[str]:
     sections: tuple[tuple[Kind, str], ...] = (
         ("text", "texts the host's model reads (accept, rewrite or cut each):"),
         ("unserved", "texts in the files the proxy does not serve (shown; nothing to decide):"),
-        ("data", "what the agent gets, the projection (a free string: accept with a reason, or cut):"),
+        (
+            "data",
+            "what the agent gets, the projection (a free string: accept with a reason, or cut; "
+            "a string or array: set its bound):",
+        ),
         ("bound", "the upstream's own text (accept, or set a bound):"),
         ("finding", "lint findings the review cannot settle (fix them by hand; activation waits):"),
     )
@@ -441,13 +506,23 @@ def decide(view: Screen, decisions: list[Decision]) -> tuple[list[tuple[Item, De
             raise ConfigError(
                 f"{d.flag} {d.pointer}: {tool}: it takes {' or '.join(item.actions)}, not {d.action}{note}"
             )
+        if item is not None and item.kind == "data" and d.action == "bound":
+            over = _bound_ceiling(view.contract, d.pointer, int(d.value))
+            if over or int(d.value) < 1:
+                raise ConfigError(f"{d.flag} {over or d.pointer + ': a bound is at least 1'}")
     chosen: list[tuple[Item, Decision]] = []
     used: set[int] = set()
     for item in view.decidable:
+        if item.kind == "data":  # a field's bound goes beside its accept or cut
+            for i, d in enumerate(decisions):
+                if d.action == "bound" and d.pointer == item.pointer:
+                    chosen.append((item, d))
+                    used.add(i)
         covering = [
             (i, d)
             for i, d in enumerate(decisions)
-            if d.covers(item.pointer)
+            if not (d.action == "bound" and item.kind == "data")
+            and d.covers(item.pointer)
             and (
                 d.pointer == item.pointer
                 or d.action == "accept"
@@ -476,19 +551,21 @@ def _cuttable(decision: Decision, item: Item) -> bool:
 
 def ask_decisions(view: Screen, ask: Callable[[str], str], say: Callable[[str], None]) -> list[Decision]:
     """Each item that takes a decision, asked on a terminal: ``a``ccept (with a reason),
-    ``r``ewrite, ``c``ut, ``b``ound, or ``s``kip (left undecided)."""
+    ``r``ewrite, ``c``ut, ``b``ound, or ``s``kip (left undecided). A projected field's bound is
+    asked beside its accept or cut: after it, the field is asked again without it."""
     keys: dict[str, Action] = {"a": "accept", "r": "rewrite", "c": "cut", "b": "bound"}
     prompts = {"accept": "reason (at least 10 characters)", "rewrite": "new text", "bound": "bound"}
     out: list[Decision] = []
     for item in view.decidable:
         where = f"{item.file} {item.pointer}" if item.file == INPUT else item.pointer
-        offered = "  ".join(f"[{a[0]}]{a[1:]}" for a in item.actions) + "  [s]kip"
+        actions = item.actions
         while True:
+            offered = "  ".join(f"[{a[0]}]{a[1:]}" for a in actions) + "  [s]kip"
             answer = ask(f"{where}: {item.text}\n  {offered} > ").strip().lower()[:1]
             action = keys.get(answer)
             if answer in ("s", ""):
                 break
-            if action is None or action not in item.actions:
+            if action is None or action not in actions:
                 say(f"  one of: {offered}")
                 continue
             if action == "cut":
@@ -501,6 +578,15 @@ def ask_decisions(view: Screen, ask: Callable[[str], str], say: Callable[[str], 
             except ConfigError as exc:
                 say("  " + str(exc).rsplit(": ", 1)[-1])
                 continue
+            if item.kind == "data" and action == "bound":
+                over = _bound_ceiling(view.contract, item.pointer, int(out[-1].value))
+                if over or int(out[-1].value) < 1:
+                    out.pop()
+                    say("  " + (over or "a bound is at least 1"))
+                    continue
+                actions = tuple(a for a in actions if a != "bound")
+                if actions:
+                    continue
             break
     return out
 
@@ -523,16 +609,15 @@ def apply(
             understands (then the edit is said, for a hand edit).
     """
     outcome = Outcome(decided=list(chosen))
-    decided = {id(item) for item, _ in chosen}
+    decided = {id(item) for item, d in chosen if not (item.kind == "data" and d.action == "bound")}
     outcome.undecided = [item for item in view.asking if id(item) not in decided]
     if view.refused:
         outcome.blocking.append("not shown whole: " + view.refused)
         return outcome
     contract = view.contract
     folder = contract.folder
-    originals = {
-        name: (folder / name).read_bytes() for name in ("contract.yaml", _input_name(contract)) if name
-    }
+    names = ("contract.yaml", _input_name(contract), contract.spec.schema)
+    originals = {name: (folder / name).read_bytes() for name in names if name}
     want_active = activate and not outcome.undecided
     if activate and outcome.undecided:
         outcome.blocking.append(f"{len(outcome.undecided)} items shown and not decided")
@@ -547,6 +632,7 @@ def apply(
         except ContractError as exc:
             raise ConfigError(f"{folder}: the review's edit does not load ({exc}): edit it by hand") from exc
         _check_spec_edit(contract, edited.spec, chosen, active=want_active)
+        _check_bounds(edited, chosen)
         left = [f for f in lint(edited) if want_active or f.rule not in SETTLED_HERE]
     if want_active and left:
         outcome.blocking.extend(f"{Path(f.file).name} {f.pointer or '/'}: {f.rule}" for f in left)
@@ -586,10 +672,14 @@ def _edited(
     for item, d in chosen:
         if item.kind == "text" and item.file == "contract.yaml" and d.action in ("rewrite", "cut"):
             lines = _definition_text(lines, item.pointer, d.value if d.action == "rewrite" else None)
-        elif d.action == "bound":
+        elif item.kind == "bound" and d.action == "bound":
             section, key = item.pointer[2:].rsplit(".", 1)
             lines = _replace_line(lines, section, key, str(int(d.value)))
     out["contract.yaml"] = "\n".join(lines).encode("utf-8")
+    bounds = {item.pointer: int(d.value) for item, d in chosen if item.kind == "data" and d.action == "bound"}
+    if bounds:
+        name = contract.spec.schema
+        out[name] = _bounded_schema(contract, originals[name], bounds)
     edits = {d.pointer: d for item, d in chosen if item.file == INPUT and d.action in ("rewrite", "cut")}
     if edits:
         name = _input_name(contract)
@@ -599,6 +689,35 @@ def _edited(
             _edit_schema(schema, pointer, edits[pointer])
         out[name] = (json.dumps(schema, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
     return out
+
+
+def _bounded_schema(contract: Contract, original: bytes, bounds: dict[str, int]) -> bytes:
+    """``schema.json`` with each projected field's own bound written where import keeps the
+    closure's bounds (``at`` of ``x-toolgate-bounds``) and the closure derived again with them,
+    as ``contracts rebound`` writes it."""
+    from toolgate.authoring._close import BOUNDS_KEY, CLOSURE_ID, Unclosable, closure, own_bounds, split
+    from toolgate.authoring._rebound import DATA_DEF
+
+    schema = json.loads(original)
+    defs = schema.get("$defs") if isinstance(schema, dict) else None
+    parts = split(defs.get(DATA_DEF)) if isinstance(defs, dict) else None
+    held = parts[1].get(BOUNDS_KEY) if parts is not None else None
+    at = own_bounds(held) if isinstance(held, dict) else None
+    if parts is None or not isinstance(held, dict) or at is None or not isinstance(defs, dict):
+        raise ConfigError(f"{contract.schema_path}: not the closure import writes: set the bound by hand")
+    upstream, skeleton = parts
+    at = {where: dict(own) for where, own in at.items()}
+    for pointer, value in bounds.items():
+        where = _closure_place(pointer)[1]
+        at[where] = {**at.get(where, {}), **dict.fromkeys(_bound_keywords(contract, pointer), value)}
+    tool = str(skeleton["$id"])[len(CLOSURE_ID) :]
+    embedded = {k: v for k, v in upstream.items() if k != "$id"}
+    try:
+        derived = closure(embedded, tool, max_string=held["max_string"], max_items=held["max_items"], at=at)
+    except Unclosable as exc:
+        raise ConfigError(f"{contract.schema_path}: cannot be bounded so at {exc}") from None
+    defs[DATA_DEF] = {"allOf": [upstream, derived]}
+    return (json.dumps(schema, indent=2) + "\n").encode("utf-8")
 
 
 def _pointer_order(pointer: str) -> tuple[tuple[int, int | str], ...]:
@@ -726,6 +845,23 @@ def _edit_schema(schema: Any, pointer: str, decision: Decision) -> None:
         del parent[last]
     else:
         parent[last] = decision.value
+
+
+def _check_bounds(edited: Contract, chosen: list[tuple[Item, Decision]]) -> None:
+    """Each bound set on a projected field is the bound the edited version holds it to."""
+    from toolgate.gate._contracts import schema_bound
+
+    projection = dict(edited.data_projection)
+    for item, d in chosen:
+        if item.kind != "data" or d.action != "bound" or item.pointer not in projection:
+            continue
+        for keyword in _bound_keywords(edited, item.pointer):
+            found = schema_bound(edited.schema, projection[item.pointer], keyword)
+            if found != int(d.value):
+                raise ConfigError(
+                    f"{edited.schema_path}: {item.pointer} is held to {keyword} {found} after the edit, "
+                    f"not {d.value}: set the bound by hand"
+                )
 
 
 def _check_spec_edit(

@@ -183,7 +183,9 @@ def _review_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="POINTER=N",
         help="set a bound: $.mcp.text_max_length=N, the characters of the upstream's own text "
-        "passed to the user (repeatable)",
+        "passed to the user; or a projected string's or array's own bound, /data/FIELD=N "
+        "characters or items, written in the closure of schema.json, at most what limits.max_bytes "
+        "holds (repeatable)",
     )
     p.add_argument(
         "--activate",
@@ -305,7 +307,8 @@ def _said(view: Any, outcome: Any, activate: bool) -> bool:
         if activate
         else "left a draft (--activate sets status: active)"
     )
-    print(f"{tool}: {len(outcome.decided)} items decided, {len(left)} not: {verdict}")
+    decided = len({id(item) for item, _ in outcome.decided})  # a field's bound beside its accept
+    print(f"{tool}: {decided} items decided, {len(left)} not: {verdict}")
     if left:
         print(f"{tool}: not decided: {', '.join(left)}")
     for line in outcome.blocking:
@@ -584,15 +587,18 @@ COMMANDS: tuple[Command, ...] = (
         "same for scripts: a POINTER names an item as the screen shows it, or a place holding\n"
         "several ($.mcp.definition, /allOf/0, /data). The edit is the one a careful hand edit\n"
         "makes (status, free_text entries, projection lines, texts rewritten or cut where\n"
-        "they stand). --activate sets status: active only when every item was shown and\n"
-        "decided and lint then finds nothing; a version too large to show whole (over 2000\n"
-        "items or 400000 characters) is refused, never shown in part. Exit 1 while anything\n"
-        "is left.",
+        "they stand, a projected string's or array's own bound in the closure of schema.json,\n"
+        "up to what limits.max_bytes holds). --activate sets status: active only when every\n"
+        "item was shown and decided and lint then finds nothing; a version too large to show\n"
+        "whole (over 2000 items or 400000 characters) is refused, never shown in part. Exit 1\n"
+        "while anything is left.",
         (
             "toolgate contracts review --contracts demo memory.read_graph",
             "toolgate contracts review --contracts demo memory.read_graph --accept-text "
             "'$.mcp=read: plain words for the tool' --accept-text '/data=the graph as stored, read "
             "as data' --activate",
+            "toolgate contracts review --contracts demo memory.delete_entities --bound "
+            "/data/message=6000 --accept-text '/data=the message as written, read as data'",
         ),
         _contracts_review,
         ("contracts",),

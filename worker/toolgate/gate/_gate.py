@@ -787,6 +787,14 @@ def _closure_bound(prepared: _PreparedContract, keyword: str, message: str) -> s
     )
     name, said = _BOUND_OF[keyword]
     value = bounds.get(name) if isinstance(bounds, dict) else None
+    own = bounds.get("at") if isinstance(bounds, dict) else None
+    if isinstance(own, dict) and any(
+        isinstance(at, dict) and message.endswith(said.format(at.get(keyword))) for at in own.values()
+    ):
+        return (
+            f": a field's own bound (at, in {CLOSURE_BOUNDS_KEY} of {prepared.key}'s schema.json), set in "
+            "a draft's review up to limits.max_bytes: toolgate contracts review --bound /data/<the field>=N"
+        )
     if not isinstance(value, int) or not message.endswith(said.format(value)):
         return ""
     flag = "--" + name.replace("_", "-")
