@@ -148,7 +148,7 @@ def _report_failure(
         json.dumps(
             {
                 "seed": seed,
-                # The profile is the seed's (or --profile's) when recorded: replayed with it,
+                # The profile is the one its seed drew (or --profile's) when recorded: replayed with it,
                 # a schedule survives a change of PROFILES.
                 "profile": profile_of(seed).name,
                 "bug": bug,
@@ -187,7 +187,7 @@ def replay(path: Path, gate: Any) -> int:
         seed = int(spec["seed"])
         choices = {int(k): int(v) for k, v in spec["choices"].items()}
         bug = spec.get("bug")
-        profile = spec.get("profile")  # older recordings: the seed's profile now
+        profile = spec.get("profile")  # older recordings: the profile its seed draws now
         if profile is not None and profile not in {p.name for p in PROFILES}:
             raise ValueError(f"no profile {profile!r}")
     except (OSError, ValueError, KeyError) as exc:
