@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import string
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -68,6 +69,7 @@ class TrafficGenerator:
             "review.error_page": self._review_error_page,
             "review.unknown_request": self._review_unknown,
             "review.oversize": self._review_oversize,
+            "review.leaked_token": self._review_leaked_token,
             "job.failed_run": self._job_ok,
             "job.wrong_project": self._job_wrong_project,
             "job.stale": self._job_stale,
@@ -250,6 +252,17 @@ class TrafficGenerator:
             ("correlate", "UNKNOWN_REQUEST"),
             lambda rid, ch: self._json(self._review_value(rid, ch)),
             with_request=False,
+        )
+
+    def _review_leaked_token(self, now: datetime) -> Sample:
+        # An adapter that puts its own access token where the reviewer's name goes: the value
+        # fits the schema, and the sensitive-data screen rejects it (secrets: reject by default).
+        token = "ghp_" + "".join(self.rng.choice(string.ascii_letters + string.digits) for _ in range(36))
+        return self._review(
+            "review.leaked_token",
+            now,
+            ("semantic", "SENSITIVE_DATA"),
+            lambda rid, ch: self._json(self._review_value(rid, ch, reviewed_by=token)),
         )
 
     def _review_oversize(self, now: datetime) -> Sample:
