@@ -24,9 +24,8 @@ from toolgate.gate._contracts import (
     EVERY_ITEM,
     Contract,
     LeafBounds,
+    in_place,
     item_schemas,
-    parse_pointer,
-    resolve,
 )
 
 LEAF_MAX_LENGTH = ENVELOPE_MAX_LENGTH  # a projected leaf's bounds where the schema sets none
@@ -41,26 +40,7 @@ _NUMERIC_BOUNDS_MIN = ("minimum", "exclusiveMinimum")
 def _applied(root: dict[str, Any], node: Any) -> list[dict[str, Any]]:
     """``node`` and the subschemas that always apply to the same instance: local ``$ref``
     targets and ``allOf`` members (not ``anyOf``/``oneOf``/``if`` branches, which may not)."""
-    found: list[dict[str, Any]] = []
-    seen: set[int] = set()
-    stack = [node]
-    while stack and len(found) < 256:
-        current = stack.pop()
-        if not isinstance(current, dict) or id(current) in seen:
-            continue
-        seen.add(id(current))
-        found.append(current)
-        ref = current.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#"):
-            try:
-                target = resolve(root, parse_pointer(ref[1:]))
-            except ValueError:
-                target = None
-            stack.append(target)
-        members = current.get("allOf")
-        if isinstance(members, list):
-            stack.extend(members)
-    return found
+    return in_place(root, node, ("allOf",), most=256)
 
 
 def _types(nodes: list[dict[str, Any]]) -> set[str]:

@@ -531,14 +531,14 @@ def failure_codes(schema: dict[str, Any]) -> frozenset[str] | None:
         members = node.get("properties")
         if not isinstance(members, dict) or "outcome" not in members or "error" not in members:
             continue
-        outcomes = _in_place(schema, members["outcome"])
+        outcomes = in_place(schema, members["outcome"])
         if not any(n.get("const") == "failure" or n.get("enum") == ["failure"] for n in outcomes):
             continue
-        for error in _in_place(schema, members["error"]):
+        for error in in_place(schema, members["error"]):
             fields = error.get("properties")
             if not isinstance(fields, dict) or "code" not in fields:
                 continue
-            for code in _in_place(schema, fields["code"]):
+            for code in in_place(schema, fields["code"]):
                 if isinstance(code.get("enum"), list):
                     found = True
                     codes.update(c for c in code["enum"] if isinstance(c, str))
@@ -609,13 +609,16 @@ def declared_names(schema: Any) -> frozenset[str]:
 _IN_PLACE = ("allOf", "anyOf", "oneOf", "then", "else")
 
 
-def _in_place(root: Any, node: Any) -> list[dict[str, Any]]:
-    """``node`` and the subschemas applied to the same instance (local ``$ref``, allOf,
-    anyOf, oneOf, then, else), each once."""
+def in_place(
+    root: Any, node: Any, keywords: tuple[str, ...] = _IN_PLACE, most: int | None = None
+) -> list[dict[str, Any]]:
+    """``node`` and the subschemas applied to the same instance (local ``$ref`` targets and the
+    ``keywords`` branches: by default allOf, anyOf, oneOf, then, else), each once; at most
+    ``most`` of them when given."""
     found: list[dict[str, Any]] = []
     seen: set[int] = set()
     stack = [node]
-    while stack:
+    while stack and (most is None or len(found) < most):
         node = stack.pop()
         if not isinstance(node, dict) or id(node) in seen:
             continue
@@ -629,7 +632,7 @@ def _in_place(root: Any, node: Any) -> list[dict[str, Any]]:
                 target = MISSING
             if target is not MISSING:
                 stack.append(target)
-        for keyword in _IN_PLACE:
+        for keyword in keywords:
             branch = node.get(keyword)
             stack.extend(branch if isinstance(branch, list) else [branch])
     return found
@@ -644,17 +647,17 @@ def item_schemas(node: Mapping[str, Any]) -> list[Any]:
 
 def _level_at(schema: Any, tokens: Pointer) -> list[dict[str, Any]]:
     """The subschemas applied to the value at ``tokens``; :data:`EVERY_ITEM` steps into items."""
-    level = _in_place(schema, schema)
+    level = in_place(schema, schema)
     for token in tokens:
         below: list[dict[str, Any]] = []
         for node in level:
             if token == EVERY_ITEM:
                 for item in item_schemas(node):
-                    below += _in_place(schema, item)
+                    below += in_place(schema, item)
                 continue
             members = node.get("properties")
             if isinstance(members, dict) and token in members:
-                below += _in_place(schema, members[token])
+                below += in_place(schema, members[token])
         level = below
     return level
 
