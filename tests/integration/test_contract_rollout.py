@@ -266,7 +266,10 @@ class TestFolderRollout:
             if found[f"{s.request_id}#1"]["outcome"] == "rejected"
             and found.get(f"{s.request_id}#2", {}).get("outcome", "rejected") == "rejected"
         ]
-        assert finally_rejected == []
+        assert finally_rejected == [], [
+            (r, found[f"{r}#1"].get("code"), found.get(f"{r}#2", {}).get("code", "undecided"))
+            for r in finally_rejected
+        ]
         codes = {e["code"] for e in found.values() if e["outcome"] == "rejected"}
         assert codes <= {"CONTRACTS_BEHIND"}
         assert behind  # the lagging copies answered while they lagged

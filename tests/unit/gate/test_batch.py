@@ -125,6 +125,37 @@ def shadow_gate(tmp_path: Path, gate: Gate) -> Gate:
     return Gate(ContractSet.load(tmp_path), gate.keyring)
 
 
+class TestRequestsBehind:
+    """Which rejections a newer request record could change: those naming a later attempt."""
+
+    @pytest.mark.parametrize(
+        ("header", "held", "behind"),
+        [
+            (("tg-attempt", "2"), 1, True),  # attempt 2's result, attempt 1 held
+            (("TG-Attempt", "3"), 1, True),  # header names are not case-sensitive
+            (("tg-attempt", "1"), 2, False),  # an earlier attempt: stale, whatever is read
+            (("tg-attempt", "2"), 2, False),  # accepted
+            (("tg-attempt", "²"), 1, False),  # not an attempt number: HEADER_MISMATCH
+            (("tg-attempt", "99999"), 1, False),  # longer than an attempt number
+            (None, 1, False),  # no header: the held attempt
+        ],
+    )
+    def test_a_later_attempt_than_the_held_request(
+        self, gate: Gate, header: tuple[str, str] | None, held: int, behind: bool
+    ) -> None:
+        base = message()
+        extra = [] if header is None else [(header[0], header[1].encode())]
+        result = Message(key=base.key, value=base.value, headers=[*base.headers, *extra])
+        batch = decide(gate, [result], {REQUEST_ID: review_request(attempt=held)})
+        assert bool(batch.requests_behind) is behind
+
+    def test_a_missing_request_is_not_behind_here(self, gate: Gate) -> None:
+        """UNKNOWN_REQUEST: the worker's wait before deciding covers it, not this list."""
+        batch = decide(gate, [message(tg_attempt="2")], {})
+        assert [d.verdict.code for d in batch.decisions] == ["UNKNOWN_REQUEST"]
+        assert batch.requests_behind == []
+
+
 class TestShadow:
     def test_disagreement_counted_and_sampled(self, tmp_path: Path, gate: Gate) -> None:
         """A shadow verdict that differs is reported and audited; the active version still decides."""

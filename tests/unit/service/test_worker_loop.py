@@ -342,6 +342,65 @@ class TestRequestWait:
         worker.request_stop()
         await task
 
+    async def test_a_retry_read_before_its_request_record_waits_for_it(self, world: World) -> None:
+        """The reader holds attempt 1 when attempt 2's result comes before attempt 2's request
+        record: the worker reads on and accepts it, rather than call it STALE_RESULT."""
+        worker = world.worker(request_wait_seconds=30)
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.request(1)
+        await until(lambda: rid(1) in worker.requests)
+        world.broker.stall(T.requests)
+        world.request(1, attempt=2)
+        msg = message(
+            dict(review_value(), request_id=rid(1)), key=rid(1).encode(), tg_request_id=rid(1), tg_attempt="2"
+        )
+        before = world.broker.calls["end_offsets"]
+        world.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+        await until(lambda: world.broker.calls["end_offsets"] > before)
+        world.broker.unstall(T.requests)
+        await until(lambda: worker.stats.decided == 1)
+        worker.request_stop()
+        await task
+        assert world.codes() == ["-"]
+        assert [e["attempt"] for e in world.audit()] == [2]
+        assert worker.metrics.request_waits.labels("caught_up")._value.get() == 1
+
+    async def test_a_result_for_an_attempt_never_issued_stays_stale(self, world: World) -> None:
+        """Read to the end, the request is still at attempt 1: attempt 3's result is
+        STALE_RESULT, after one bounded read."""
+        worker = world.worker(request_wait_seconds=30)
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.request(1)
+        await until(lambda: rid(1) in worker.requests)
+        msg = message(
+            dict(review_value(), request_id=rid(1)), key=rid(1).encode(), tg_request_id=rid(1), tg_attempt="3"
+        )
+        world.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+        await until(lambda: worker.stats.decided == 1)
+        worker.request_stop()
+        await task
+        assert world.codes() == ["STALE_RESULT"]
+        assert worker.metrics.request_waits.labels("caught_up")._value.get() == 1
+
+    async def test_a_result_for_an_earlier_attempt_is_stale_without_a_wait(self, world: World) -> None:
+        """Attempt 1's result once the request is at attempt 2: STALE_RESULT, nothing read."""
+        worker = world.worker(request_wait_seconds=30)
+        task = asyncio.create_task(worker.run())
+        await until(worker.ready)
+        world.request(1, attempt=2)
+        await until(lambda: rid(1) in worker.requests)
+        msg = message(
+            dict(review_value(), request_id=rid(1)), key=rid(1).encode(), tg_request_id=rid(1), tg_attempt="1"
+        )
+        world.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+        await until(lambda: worker.stats.decided == 1)
+        worker.request_stop()
+        await task
+        assert world.codes() == ["STALE_RESULT"]
+        assert worker.metrics.request_waits.labels("caught_up")._value.get() == 0
+
     async def test_broker_error_during_the_wait_decides_nothing_then_retries(self, world: World) -> None:
         """Reading the end offsets fails: nothing is decided as unknown; the batch is retried."""
         worker = world.worker(burst=True)

@@ -21,7 +21,7 @@ from toolgate._config import Topics
 from toolgate._errors import RejectedInput
 from toolgate.gate._cel import rejected_rule
 from toolgate.gate._contracts import version_label
-from toolgate.gate._gate import Gate, rejection
+from toolgate.gate._gate import Gate, attempt_ahead, rejection
 from toolgate.gate._outputs import OutRecord, outputs, replay_count, set_headers, shadow_record
 from toolgate.gate._records import Message, RequestRecord, Verdict, request_key
 from toolgate.gate._rules import Ledger
@@ -90,6 +90,9 @@ class Batch:
     # Messages rejected as an unknown tool or version, or because the set is behind the
     # generation they name: the worker catches up on its contracts and decides again.
     behind: list[Message] = field(default_factory=list)
+    # Messages rejected while they name a later attempt than the request record this worker
+    # holds: the requests topic may hold the newer record; the worker reads on, decides again.
+    requests_behind: list[Message] = field(default_factory=list)
 
     @property
     def accepted(self) -> frozenset[tuple[str, int]]:
@@ -224,6 +227,8 @@ def decide_batch(
                 accepted.add(verdict.request_id, verdict.attempt)
         elif verdict.code in CATCH_UP_CODES:
             batch.behind.append(message)
+        elif attempt_ahead(message, request):
+            batch.requests_behind.append(message)
         batch.records.extend(records)
         batch.decisions.append(Decision(verdict, len(message.value or b""), seconds, replays))
     return batch

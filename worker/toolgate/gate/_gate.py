@@ -691,6 +691,19 @@ def _attempt(text: str, request: RequestRecord) -> int:
     return attempt
 
 
+def attempt_ahead(message: Message, request: RequestRecord | None) -> bool:
+    """Whether ``message``'s ``tg-attempt`` names a later attempt than ``request``, the record
+    this worker holds: the requests topic may already hold the request's newer record (a
+    retry's result that came before the reader read its request), so the verdict is not final."""
+    if request is None:
+        return False
+    for name, value in message.headers:
+        if name.lower() == "tg-attempt":
+            text = (value or b"").decode("ascii", "replace")
+            return text.isdigit() and len(text) <= 4 and int(text) > request.attempt
+    return False
+
+
 def _is_envelope(envelope: Any) -> bool:
     """Whether a value the schema accepted has the members the later stages read: a
     schema that does not require them rejects here, never with an INTERNAL_ERROR."""

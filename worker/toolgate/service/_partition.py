@@ -426,18 +426,15 @@ class OwnedPartition:
         held = uses.held
         # Read once per record: the wait below, the misrouted filter and the gate use them.
         keys = [request_key(r.key) for r in records]
-        if not all(map(held, keys)):  # membership: nothing rebuilt
-            try:
-                caught_up = await uses.catch_up(self.tp.partition, uses.settings.request_wait_seconds)
-            except KafkaError as exc:
-                # The cluster did not answer within the request timeout (an outage): decide
-                # nothing now rather than call every missing request unknown.
-                await self.abort(exc)
-                return
-            uses.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
+        if not all(map(held, keys)) and not await self._read_requests():  # membership: nothing rebuilt
+            return
         phases = uses.phases
         phases.enter(DECIDE)
         batch = self._decide(records, keys)
+        if batch.requests_behind:  # a retry's result read before its request's newer record
+            if not await self._read_requests():
+                return
+            batch = self._decide(records, keys)
         if batch.behind:
             try:
                 batch = await uses.contracts_behind(batch, lambda: self._decide(records, keys))
@@ -483,6 +480,20 @@ class OwnedPartition:
                 extra={"partition": self.tp.partition, "expected": expected, "got": records[0].offset},
             )
         return records
+
+    async def _read_requests(self) -> bool:
+        """Let the requests reader reach the topic's end for this partition (bounded by
+        ``request_wait_seconds``). False: the cluster did not answer within the request
+        timeout (an outage), and the batch is aborted: decide nothing now rather than call
+        requests unknown or results stale."""
+        uses = self.uses
+        try:
+            caught_up = await uses.catch_up(self.tp.partition, uses.settings.request_wait_seconds)
+        except KafkaError as exc:
+            await self.abort(exc)
+            return False
+        uses.metrics.request_waits.labels("caught_up" if caught_up else "timeout").inc()
+        return True
 
     def _decide(self, records: list[Any], keys: list[str]) -> Batch:
         """The gate's decisions on ``records`` (``keys``: the request key of each) and the
