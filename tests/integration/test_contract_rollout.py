@@ -29,7 +29,7 @@ from toolgate.service._contract_source import ContractSource, TopicContractSourc
 from toolgate.service._kafka import AiokafkaClients
 from toolgate.service._service import Worker, WorkerOptions
 
-from tests.integration.worker_kit import CONTRACTS, KEYRING, Record, is_decision, publish, read_all
+from tests.integration.worker_kit import CONTRACTS, KEYRING, Record, is_decision, publish, read_all, retry
 
 NEW_TOOL = "review_status"
 
@@ -68,17 +68,6 @@ def valid_samples(traffic: TrafficGenerator, count: int, *, new_tool: bool) -> l
 def _adapter_version(sample: Sample, version: str) -> Sample:
     headers = [(n, version.encode() if n == "tg-adapter-version" else v) for n, v in sample.message.headers]
     return dataclasses.replace(sample, message=msgspec.structs.replace(sample.message, headers=headers))
-
-
-def retry(sample: Sample) -> Sample:
-    """The next attempt of a sample: its request record at attempt 2, its result saying so."""
-    assert sample.request is not None
-    headers = [*sample.message.headers, ("tg-attempt", b"2")]
-    return dataclasses.replace(
-        sample,
-        request={**sample.request, "attempt": 2},
-        message=msgspec.structs.replace(sample.message, headers=headers),
-    )
 
 
 def folder_load(folder: Path, keyring: Keyring) -> Callable[[], Gate]:

@@ -23,6 +23,7 @@ from tests.integration.worker_kit import (
     kill_mid_stream_then_drain,
     publish,
     read_all,
+    retry,
     samples,
     start_worker,
     wait_for_count,
@@ -174,6 +175,32 @@ class TestRequestOrdering:
         audit = [json.loads(r.value or b"") for r in await read_all(config, config.topics.audit)]
         assert [e["code"] for e in audit if e["outcome"] == "rejected"] == []
         assert len(audit) == len(items)
+
+    async def test_retry_waits_for_its_lagging_request_record(self, config: Config) -> None:
+        """A retry's result read before the request record of its attempt (behind a backlog)
+        is accepted, not STALE_RESULT against the attempt the worker held."""
+        worker = make_worker(config, request_wait_seconds=60.0)
+        task = asyncio.create_task(worker.run())
+        try:
+            async with asyncio.timeout(30):
+                while not worker.ready():
+                    await asyncio.wait({task}, timeout=0.1)
+            # review_status: unsigned, so its retry needs no new signature over the attempt
+            items = [s for s in samples(120, seed=5) if s.expect is None and s.tool == "review_status"]
+            await publish(config, items)
+            async with asyncio.timeout(60):
+                while worker.stats.decided < len(items):
+                    await asyncio.wait({task}, timeout=0.1)
+            await publish(config, [retry(s) for s in items], backlog=samples(5000, seed=22))
+            async with asyncio.timeout(60):
+                while worker.stats.decided < 2 * len(items):
+                    await asyncio.wait({task}, timeout=0.1)
+        finally:
+            worker.request_stop()
+            await task
+        audit = [json.loads(r.value or b"") for r in await read_all(config, config.topics.audit)]
+        assert [e["code"] for e in audit if e["outcome"] == "rejected"] == []
+        assert sorted(e["attempt"] for e in audit) == [1] * len(items) + [2] * len(items)
 
 
 class TestCrashes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from toolgate._config import Config, Partitions, Topics
 from toolgate.gate._signing import Keyring
@@ -63,16 +65,33 @@ def samples(count: int, *, seed: int = 11) -> list[Sample]:
     return list(traffic.mix(count, datetime.now(UTC)))
 
 
+def retry(sample: Sample) -> Sample:
+    """The next attempt of a sample: its request record at attempt 2, its result saying so."""
+    assert sample.request is not None
+    headers = [*sample.message.headers, ("tg-attempt", b"2")]
+    return dataclasses.replace(
+        sample,
+        request={**sample.request, "attempt": 2},
+        message=msgspec.structs.replace(sample.message, headers=headers),
+    )
+
+
 async def publish(
-    config: Config, items: list[Sample], *, requests: bool = True, results: bool = True
+    config: Config,
+    items: list[Sample],
+    *,
+    requests: bool = True,
+    results: bool = True,
+    backlog: list[Sample] | None = None,
 ) -> None:
     """Write the request records, then the results (keys = request ids), as the client
-    ``config.security`` names."""
+    ``config.security`` names. ``backlog``: request records written first, in the same
+    flush, so that a worker's request reader is behind when the results come."""
     producer = AIOKafkaProducer(**client_settings(config), acks="all", linger_ms=5)
     await producer.start()
     try:
         if requests:
-            for sample in items:
+            for sample in [*(backlog or []), *items]:
                 raw = sample.request_bytes()
                 if raw is not None:
                     await producer.send(config.topics.requests, raw, key=sample.request_id.encode())
