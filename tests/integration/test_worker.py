@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from toolgate._config import Config
 from toolgate.gate._contracts import ContractSet
@@ -150,28 +153,40 @@ class TestEndToEnd:
         assert ready == 200
 
 
+@contextlib.asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[asyncio.Task[Any]]:
+    """The worker running and ready; stopped cleanly on exit."""
+    task = asyncio.create_task(worker.run())
+    try:
+        async with asyncio.timeout(30):
+            while not worker.ready():
+                await asyncio.wait({task}, timeout=0.1)
+        yield task
+    finally:
+        worker.request_stop()
+        await task
+
+
+async def until_decided(worker: Worker, task: asyncio.Task[Any], count: int, seconds: float = 60) -> None:
+    """Until the worker has decided ``count`` results (or stopped)."""
+    async with asyncio.timeout(seconds):
+        while worker.stats.decided < count and not task.done():
+            await asyncio.wait({task}, timeout=0.1)
+
+
 class TestRequestOrdering:
+    # A generous wait bound in both: these tests are about the order of events, not about speed.
+
     async def test_result_waits_for_lagging_request_reader(self, config: Config) -> None:
         """A result whose request record is behind a backlog is accepted, not UNKNOWN_REQUEST."""
-        # A generous wait bound: this test is about the order of events, not about speed.
         worker = make_worker(config, request_wait_seconds=60.0)
-        task = asyncio.create_task(worker.run())
-        try:
-            async with asyncio.timeout(30):
-                while not worker.ready():
-                    await asyncio.wait({task}, timeout=0.1)
-            filler = samples(3000, seed=21)
+        async with running(worker) as task:
             items = [s for s in samples(40, seed=4) if s.expect is None]
             # A backlog of request records, then the ones our results need, then the results
             # immediately: the intake consumer sees the results before the reader gets there.
-            await publish(config, filler, results=False)
+            await publish(config, samples(3000, seed=21), results=False)
             await publish(config, items)
-            async with asyncio.timeout(60):
-                while worker.stats.decided < len(items):
-                    await asyncio.wait({task}, timeout=0.1)
-        finally:
-            worker.request_stop()
-            await task
+            await until_decided(worker, task, len(items))
         audit = [json.loads(r.value or b"") for r in await read_all(config, config.topics.audit)]
         assert [e["code"] for e in audit if e["outcome"] == "rejected"] == []
         assert len(audit) == len(items)
@@ -180,24 +195,13 @@ class TestRequestOrdering:
         """A retry's result read before the request record of its attempt (behind a backlog)
         is accepted, not STALE_RESULT against the attempt the worker held."""
         worker = make_worker(config, request_wait_seconds=60.0)
-        task = asyncio.create_task(worker.run())
-        try:
-            async with asyncio.timeout(30):
-                while not worker.ready():
-                    await asyncio.wait({task}, timeout=0.1)
+        async with running(worker) as task:
             # review_status: unsigned, so its retry needs no new signature over the attempt
             items = [s for s in samples(120, seed=5) if s.expect is None and s.tool == "review_status"]
             await publish(config, items)
-            async with asyncio.timeout(60):
-                while worker.stats.decided < len(items):
-                    await asyncio.wait({task}, timeout=0.1)
+            await until_decided(worker, task, len(items))
             await publish(config, [retry(s) for s in items], backlog=samples(5000, seed=22))
-            async with asyncio.timeout(60):
-                while worker.stats.decided < 2 * len(items):
-                    await asyncio.wait({task}, timeout=0.1)
-        finally:
-            worker.request_stop()
-            await task
+            await until_decided(worker, task, 2 * len(items))
         audit = [json.loads(r.value or b"") for r in await read_all(config, config.topics.audit)]
         assert [e["code"] for e in audit if e["outcome"] == "rejected"] == []
         assert sorted(e["attempt"] for e in audit) == [1] * len(items) + [2] * len(items)

@@ -60,9 +60,10 @@ class World:
         record = review_request(request_id=rid(i), **changes)
         self.broker.append(T.requests, msgspec.json.encode(record), key=rid(i).encode())
 
-    def result(self, i: int, **data: Any) -> FakeRecord:
+    def result(self, i: int, *, attempt: str | None = None, **data: Any) -> FakeRecord:
+        """Request ``i``'s result; ``attempt``: its ``tg-attempt`` header (None: none)."""
         value = dict(review_value(**data), request_id=rid(i))
-        msg = message(value, key=rid(i).encode(), tg_request_id=rid(i))
+        msg = message(value, key=rid(i).encode(), tg_request_id=rid(i), tg_attempt=attempt)
         return self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
 
     def state_entry(self, i: int, attempts: list[int], expires: datetime | None = None) -> None:

@@ -352,11 +352,8 @@ class TestRequestWait:
         await until(lambda: rid(1) in worker.requests)
         world.broker.stall(T.requests)
         world.request(1, attempt=2)
-        msg = message(
-            dict(review_value(), request_id=rid(1)), key=rid(1).encode(), tg_request_id=rid(1), tg_attempt="2"
-        )
         before = world.broker.calls["end_offsets"]
-        world.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+        world.result(1, attempt="2")
         await until(lambda: world.broker.calls["end_offsets"] > before)
         world.broker.unstall(T.requests)
         await until(lambda: worker.stats.decided == 1)
@@ -366,40 +363,27 @@ class TestRequestWait:
         assert [e["attempt"] for e in world.audit()] == [2]
         assert worker.metrics.request_waits.labels("caught_up")._value.get() == 1
 
-    async def test_a_result_for_an_attempt_never_issued_stays_stale(self, world: World) -> None:
-        """Read to the end, the request is still at attempt 1: attempt 3's result is
-        STALE_RESULT, after one bounded read."""
+    @pytest.mark.parametrize(
+        ("held", "named", "reads"),
+        [
+            (1, "3", 1),  # an attempt never issued: read to the end, the request is still at 1
+            (2, "1", 0),  # an earlier attempt: no newer record can make it current, nothing read
+        ],
+    )
+    async def test_a_stale_attempt_stays_stale(self, world: World, held: int, named: str, reads: int) -> None:
+        """A result for another attempt than the request's current one is STALE_RESULT, after
+        at most one bounded read of the requests topic."""
         worker = world.worker(request_wait_seconds=30)
         task = asyncio.create_task(worker.run())
         await until(worker.ready)
-        world.request(1)
+        world.request(1, attempt=held)
         await until(lambda: rid(1) in worker.requests)
-        msg = message(
-            dict(review_value(), request_id=rid(1)), key=rid(1).encode(), tg_request_id=rid(1), tg_attempt="3"
-        )
-        world.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
+        world.result(1, attempt=named)
         await until(lambda: worker.stats.decided == 1)
         worker.request_stop()
         await task
         assert world.codes() == ["STALE_RESULT"]
-        assert worker.metrics.request_waits.labels("caught_up")._value.get() == 1
-
-    async def test_a_result_for_an_earlier_attempt_is_stale_without_a_wait(self, world: World) -> None:
-        """Attempt 1's result once the request is at attempt 2: STALE_RESULT, nothing read."""
-        worker = world.worker(request_wait_seconds=30)
-        task = asyncio.create_task(worker.run())
-        await until(worker.ready)
-        world.request(1, attempt=2)
-        await until(lambda: rid(1) in worker.requests)
-        msg = message(
-            dict(review_value(), request_id=rid(1)), key=rid(1).encode(), tg_request_id=rid(1), tg_attempt="1"
-        )
-        world.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
-        await until(lambda: worker.stats.decided == 1)
-        worker.request_stop()
-        await task
-        assert world.codes() == ["STALE_RESULT"]
-        assert worker.metrics.request_waits.labels("caught_up")._value.get() == 0
+        assert worker.metrics.request_waits.labels("caught_up")._value.get() == reads
 
     async def test_broker_error_during_the_wait_decides_nothing_then_retries(self, world: World) -> None:
         """Reading the end offsets fails: nothing is decided as unknown; the batch is retried."""
