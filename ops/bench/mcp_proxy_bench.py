@@ -17,7 +17,10 @@ published MCP server, ``mcp-server-time`` from PyPI (a dev dependency; its
    through the proxy deciding in process (``--decide proxy``, the default) and through the
    proxy awaiting a worker (``--decide worker``), interleaved in halves per concurrency level
    (1, 10, 100 calls at once; ``--calls`` calls each, at least two per lane) in the same run;
-   added = proxy minus direct, p50 and p99. By default each proxy is `toolgate mcp-proxy`
+   added = proxy minus direct, p50 and p99. Beside them the floors of a relay: a bare MCP relay
+   (an MCP server of the same SDK passing tools/call on, deciding nothing) and a raw relay
+   (``ops/bench/raw_relay.py``: JSON-RPC lines passed on unchanged by an asyncio process, no
+   SDK; processes only). By default each proxy is `toolgate mcp-proxy`
    over stdio, a process of its own starting its upstream, as hosts run it; ``--in-process``
    runs both proxies in this process (the upstreams still processes over stdio) and adds the
    breakdown of each step of a proxied call: the request record's acknowledgement and the
@@ -112,6 +115,18 @@ def upstream_server(env: dict[str, str]) -> StdioServerParameters:
 
 def upstream_command() -> str:
     return f"{sys.executable} -m mcp_server_time"
+
+
+def raw_relay_server(env: dict[str, str]) -> StdioServerParameters:
+    """The raw relay (``ops/bench/raw_relay.py``, no MCP SDK) in front of mcp-server-time:
+    the floor of any relay process over stdio."""
+    upstream = upstream_server(env)
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ops.bench.raw_relay", "--", upstream.command, *upstream.args],
+        env=env,
+        cwd=str(ROOT),
+    )
 
 
 # --------------------------------------------------------------------- per-call steps
@@ -439,8 +454,9 @@ async def latency_processes(
     levels: list[int],
     baseline: Path | None = None,
 ) -> dict[int, dict[str, Any]]:
-    """The shape MCP hosts run: the host here starts the upstream server, or `toolgate
-    mcp-proxy` (which starts the upstream server), each a process of its own over stdio.
+    """The shape MCP hosts run: the host here starts the upstream server, a relay (raw or the
+    bare MCP one) or `toolgate mcp-proxy` (each of which starts the upstream server), each a
+    process of its own over stdio.
     ``baseline``: another checkout (a `git worktree` of main), whose proxy deciding in process
     is called too, interleaved with this one's: before and after in the same run."""
 
@@ -460,12 +476,13 @@ async def latency_processes(
     )
     async with (
         McpClient(upstream_server(env)) as direct,
+        McpClient(raw_relay_server(env)) as raw,
         McpClient(relay_params) as relay,
         McpClient(proxy_server("proxy")) as local_host,
         McpClient(proxy_server("worker")) as host,
         AsyncExitStack() as stack,
     ):
-        hosts = {"relay": relay, "proxy": local_host, "worker": host}
+        hosts = {"raw": raw, "relay": relay, "proxy": local_host, "worker": host}
         if baseline is not None:
             hosts["baseline"] = await stack.enter_async_context(McpClient(proxy_server("proxy", baseline)))
         return await measure_levels(config, direct, hosts, calls, levels, {})
@@ -603,6 +620,11 @@ def targets(figures: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
             f"{added(f, 'relay', 'p50'):.1f}, p99 {added(f, 'relay', 'p99'):.1f} ms; --decide worker: added "
             f"p50 {added(f, 'worker', 'p50'):.1f}, p99 {added(f, 'worker', 'p99'):.1f} ms"
         )
+        if "raw" in f:
+            text += (
+                f"; the raw relay (no SDK): added p50 {added(f, 'raw', 'p50'):.1f}, "
+                f"p99 {added(f, 'raw', 'p99'):.1f} ms"
+            )
         if "baseline" in f:
             text += (
                 f"; baseline (before): added p50 {added(f, 'baseline', 'p50'):.1f}, "
@@ -651,8 +673,12 @@ def print_report(
         "proxy = --decide proxy, worker = --decide worker)"
     )
     paths = [
-        name for name in ("relay", "proxy", "baseline", "worker") if any(name in f for f in figures.values())
+        name
+        for name in ("raw", "relay", "proxy", "baseline", "worker")
+        if any(name in f for f in figures.values())
     ]
+    if "raw" in paths:
+        print("raw = a raw relay: the same JSON-RPC lines passed on by an asyncio process, no MCP SDK")
     heads = ["direct p50", "direct p99"]
     for name in paths:
         heads += [f"{name[:6]} p50", f"{name[:6]} p99", "added p50", "added p99"]

@@ -238,3 +238,59 @@ class TestProxyBreakdown:
         assert steps["rest"]["p50"] == pytest.approx(4.0)
         assert steps["answer read"]["p50"] == pytest.approx(15.0)
         assert breakdown.calls == []
+
+
+class TestRawRelay:
+    """The raw relay passes JSON-RPC lines on unchanged, both ways, and the bench calls through it
+    as one more path beside the bare MCP relay."""
+
+    def test_lines_pass_unchanged(self) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[2]
+        echo = "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line)\n    sys.stdout.flush()\n"
+        lines = b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}\n{"x": "\\u00e9 \xc3\xa9",  "y": [1, 2]}\n'
+        done = subprocess.run(
+            [sys.executable, "-m", "ops.bench.raw_relay", "--", sys.executable, "-c", echo],
+            input=lines,
+            stdout=subprocess.PIPE,
+            cwd=root,
+            timeout=30,
+            check=True,
+        )
+        assert done.stdout == lines
+
+    def test_the_raw_path_runs_the_upstream_behind_the_relay(self) -> None:
+        from ops.bench.mcp_proxy_bench import ROOT, raw_relay_server, upstream_server
+
+        env = {"PATH": "/bin"}
+        upstream = upstream_server(env)
+        raw = raw_relay_server(env)
+        assert raw.args == ["-m", "ops.bench.raw_relay", "--", upstream.command, *upstream.args]
+        assert (raw.env, raw.cwd) == (env, str(ROOT))
+
+    def test_the_report_shows_the_raw_path(self, capsys: pytest.CaptureFixture[str]) -> None:
+        from ops.bench.mcp_proxy_bench import print_report
+
+        def p(ms: float) -> dict[str, float]:
+            return {"p50": ms, "p90": ms, "p99": 2 * ms, "max": 2 * ms}
+
+        paths = {"direct": 1.0, "raw": 1.5, "relay": 3.0, "proxy": 5.0, "worker": 20.0}
+        figures = {
+            1: {
+                **{name: p(ms) for name, ms in paths.items()},
+                "cpu": {name: 2 * ms for name, ms in paths.items()},
+                "steps": {},
+                "others": 0.1,
+            }
+        }
+        print_report(figures, "shape", 20, 200, (1000.0, 2000.0), {"produce": p(0.5), "transaction": p(2.0)})
+        out = capsys.readouterr().out
+        head = next(line for line in out.splitlines() if line.lstrip().startswith("concurrent"))
+        assert head.split()[1:7] == ["direct", "p50", "direct", "p99", "raw", "p50"]
+        row = next(line for line in out.splitlines() if line.split()[:1] == ["1"])
+        assert row.split()[3:5] == ["1.5ms", "3.0ms"]  # raw p50, p99
+        assert "raw 3.00, relay 6.00" in out  # CPU per call
+        assert "the raw relay (no SDK): added p50 0.5, p99 1.0 ms" in out
