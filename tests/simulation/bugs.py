@@ -252,6 +252,16 @@ class _FailedReadAsCaughtUp(SimWorker):
     reader_class = _FailedReadCaughtUp
 
 
+class _StaleWithoutReading(SimPartition):
+    """A result naming a later attempt than the request the node holds is decided at once
+    (``STALE_RESULT``): no read of the requests topic for the newer record first."""
+
+    def _decide(self, records: list[Any], keys: list[str]) -> Batch:
+        batch = super()._decide(records, keys)
+        batch.requests_behind.clear()
+        return batch
+
+
 class _UnknownWithoutCatchingUp(SimWorker):
     """A result of a tool or version the worker's set lacks is decided at once with that
     set: no catch-up on the contract source first."""
@@ -431,6 +441,7 @@ BUGS: dict[str, type[SimWorker]] = {
     "abort-keeps-failed-producer": _worker(_AbortKeepsFailedProducer),
     # waits that give up on a failed read, and state lost with an aborted transaction
     "wait-gives-up-on-error": _WaitGivesUpOnError,
+    "stale-without-reading": _worker(_StaleWithoutReading),
     "failed-read-as-caught-up": _FailedReadAsCaughtUp,
     "retry-drops-state-records": _worker(_RetryDropsStateRecords),
     "retry-forgets-ledger": _worker(_RetryForgetsLedger),

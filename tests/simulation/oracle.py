@@ -163,13 +163,16 @@ class Oracle:
                 )
             self.committed[origin] = seen
 
-    def sanctioned(self, origin: str, attempt: int) -> bool:
+    def sanctioned(self, origin: str, attempt: int, *, named: bool = False) -> bool:
         """Whether the committed decision of ``origin`` could not answer ``attempt``: its
-        node's view held no request after a timed-out wait, or an earlier attempt."""
+        node's view held no request after a timed-out wait, or an earlier attempt. A result
+        that names its attempt (``named``: ``tg-attempt``) makes a node holding an earlier
+        one read the requests topic on before deciding: only that read running out
+        excuses it."""
         seen = self.committed.get(origin)
         if seen is None:
             return False
-        if seen.request is None:
+        if seen.request is None or (named and seen.request.attempt != attempt):
             return seen.waited_out
         return seen.request.attempt != attempt
 

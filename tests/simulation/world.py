@@ -634,6 +634,7 @@ class World:
         # or the broker refusing); results whose rejection as behind or unknown those excuse
         self.published: int | None = None
         self.names_generation: set[str] = set()
+        self.named_attempt: dict[str, int] = {}  # result -> the attempt its tg-attempt names
         self.contracts_unreadable: list[list[float]] = []
         self.contracts_excused: set[str] = set()
         self.contracts_checked = 0  # committed decisions of results published before them
@@ -1087,12 +1088,16 @@ class World:
                     # issuer saw the published generation
                     tg_adapter_version=ADAPTER_VERSION if kind in ("v2", "v2g") else "1.0.0",
                     tg_contract_generation=str(GENERATION) if kind == "v2g" else None,
+                    # a retry's result names its attempt, as an adapter that knows it does
+                    tg_attempt=str(attempt) if kind == "result" and attempt > 1 else None,
                 )
                 written = self.broker.append(T.intake, msg.value, key=msg.key, headers=msg.headers)
                 origin = f"{T.intake}/{written.partition}/{written.offset}"
                 self.written[origin] = ("v2" if kind == "v2g" else kind, i, sequence)
                 if kind == "v2g":
                     self.names_generation.add(origin)
+                if kind == "result" and attempt > 1:
+                    self.named_attempt[origin] = attempt
 
     # --- invariants ------------------------------------------------------------------
 
@@ -1457,9 +1462,10 @@ class World:
         rejection by what the deciding node could see: its wait for the request timed
         out (unknown request), or its reader had not yet applied the request's last
         record while it held an earlier one (the reader is read ahead of, not waited
-        for, when the request is known); or when a contract's cel rule refused it, a
-        verdict the oracle checked against the gate's (``RULE_FAILED``: the contract's
-        answer, with no success to give).
+        for, when the request is known and the result does not name its attempt; one
+        that does makes the node read on, and only a read that ran out excuses it); or
+        when a contract's cel rule refused it, a verdict the oracle checked against the
+        gate's (``RULE_FAILED``: the contract's answer, with no success to give).
         """
         for origin, (kind, _, _) in self.written.items():
             outcome = self.outcome_of.get(origin)
@@ -1486,11 +1492,13 @@ class World:
                     if rid(i) == request_id
                     and sequence > since
                     and (kind == "result" or (kind == "v2" and 0 <= published <= sequence))
+                    # a result naming another attempt answers that one, never this one
+                    and self.named_attempt.get(origin, attempt) == attempt
                 ]
                 if not fresh or self.successes[(request_id, attempt)] == 1:
                     continue
                 if self.successes[(request_id, attempt)] == 0 and all(
-                    self.oracle.sanctioned(origin, attempt)
+                    self.oracle.sanctioned(origin, attempt, named=origin in self.named_attempt)
                     or origin in self.contracts_excused
                     or origin in self.oracle.ruled
                     for origin in fresh

@@ -250,6 +250,18 @@ class TestWaitsAndAbortedState:
         assert first & {"retry-drops-state-records", "retry-forgets-ledger", "no-fence-on-take-over"}
 
 
+class TestRetries:
+    def test_a_retry_decided_before_reading_its_request_is_found(
+        self, bug_hunt: dict[str, tuple[int, str] | None]
+    ) -> None:
+        """A retry's result names its attempt: a node that holds the earlier one and decides
+        it STALE_RESULT without reading its requests on leaves a valid, fresh attempt
+        unanswered, which invariant 10 no longer excuses."""
+        hit = bug_hunt.get("stale-without-reading")
+        assert hit is not None, f"stale-without-reading not found in {BUG_BOUND} schedules"
+        assert hit[1] == "every valid, fresh result's attempt is answered once"
+
+
 UNKNOWN_AFTER_PUBLISHED = "no valid result is rejected as unknown once its contract was published before it"
 
 
